@@ -1,0 +1,33 @@
+# Set-up and the two everyday commands. Both work on a fresh machine with only Python 3
+# and the package registries: the venv is created and filled on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install lint ratchet test run bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check sgconf runtime mem_cache attention tools tests benchmarks
+
+ratchet: install
+	$(BIN)/sgconf-ratchet check
+
+test: lint ratchet
+	$(BIN)/python -m pytest -q
+
+run: install
+	$(BIN)/sgconf serve
+
+bench: install
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .sgconf-ratchet-cache build *.egg-info

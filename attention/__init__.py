@@ -1,0 +1,1 @@
+"""attention: attention backends and SWA pool resolution."""

@@ -1,0 +1,1 @@
+"""mem_cache: KV memory planning, pools, allocators and the HiCache tiers."""

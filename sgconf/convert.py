@@ -1,0 +1,192 @@
+"""One cattrs converter for every layer: files give typed values, env vars and CLI flags give strings.
+
+The string hooks are strict on purpose: `"1.5"` is not an int and `"maybe"` is not a
+bool, so a typo fails loudly instead of turning into a surprising default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from typing import Any
+
+import cattrs
+
+from sgconf.registry import FieldInfo, literal_choices
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_NONE = {"none", "null"}
+
+
+class ConversionError(ValueError):
+    """Raised for one value that does not fit its field's type; the message says what was expected."""
+
+
+def _to_int(value: Any, _: type) -> int:
+    if isinstance(value, bool):
+        raise ConversionError("expected an integer, not a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise ConversionError("expected an integer")
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text, 10)
+        except ValueError:
+            raise ConversionError("expected an integer") from None
+    raise ConversionError("expected an integer")
+
+
+def _to_float(value: Any, _: type) -> float:
+    if isinstance(value, bool):
+        raise ConversionError("expected a number, not a boolean")
+    if isinstance(value, (int, float)):
+        out = float(value)
+    elif isinstance(value, str):
+        try:
+            out = float(value.strip())
+        except ValueError:
+            raise ConversionError("expected a number") from None
+    else:
+        raise ConversionError("expected a number")
+    if not math.isfinite(out):
+        raise ConversionError("expected a finite number")
+    return out
+
+
+def _to_bool(value: Any, _: type) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise ConversionError("expected a boolean (true/false, 1/0, yes/no, on/off)")
+
+
+def _to_str(value: Any, _: type) -> str:
+    if isinstance(value, str):
+        return value
+    raise ConversionError("expected a string")
+
+
+def _to_dict(value: Any, tp: type) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConversionError(f"expected a JSON object ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ConversionError("expected an object")
+    if not all(isinstance(k, str) for k in value):
+        raise ConversionError("expected an object with string keys")
+    return dict(value)
+
+
+def _to_list(value: Any, tp: Any) -> list[Any]:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConversionError(f"expected a JSON list ({exc.msg})") from None
+        else:
+            value = [part.strip() for part in text.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ConversionError("expected a list")
+    (item,) = typing.get_args(tp) or (Any,)
+    return [converter.structure(v, item) for v in value]
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    conv.register_structure_hook(int, _to_int)
+    conv.register_structure_hook(float, _to_float)
+    conv.register_structure_hook(bool, _to_bool)
+    conv.register_structure_hook(str, _to_str)
+    conv.register_structure_hook_func(
+        lambda t: t is dict or typing.get_origin(t) is dict, _to_dict  # dict[str, Any] from JSON strings
+    )
+    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is list, _to_list)
+    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
+    return conv
+
+
+converter = _make_converter()
+
+
+def structure(value: Any, info: FieldInfo) -> Any:
+    """Convert one raw value (typed, or a string from env/CLI/HTTP) to the field's type.
+
+    Raises ConversionError with a lowercase message naming what was expected.
+    """
+    tp = info.type
+    args = typing.get_args(tp)
+    optional = type(None) in args
+    if value is None:
+        if optional:
+            return None
+        raise ConversionError(f"expected {describe_type(tp)}")
+    if optional and isinstance(value, str) and value.strip().lower() in _NONE:
+        return None
+    inner = _strip_optional(tp)
+    choices = literal_choices(inner)
+    if choices is not None:
+        return _to_choice(value, choices)
+    try:
+        return converter.structure(value, inner)
+    except ConversionError:
+        raise
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise ConversionError(f"expected {describe_type(tp)} ({exc})") from None
+
+
+def _to_choice(value: Any, choices: tuple[Any, ...]) -> Any:
+    if value in choices:
+        return value
+    if isinstance(value, str):
+        for choice in choices:
+            if isinstance(choice, str) and choice.lower() == value.strip().lower():
+                return choice
+    shown = ", ".join(repr(c) for c in choices)
+    raise ConversionError(f"expected one of {shown}")
+
+
+def _strip_optional(tp: Any) -> Any:
+    args = typing.get_args(tp)
+    if type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+        return typing.Union[tuple(rest)]  # noqa: UP007
+    return tp
+
+
+def describe_type(tp: Any) -> str:
+    """A short human name for a field type: `an integer`, `one of 'a', 'b'`, `an integer or null`."""
+    choices = literal_choices(tp)
+    inner = _strip_optional(tp)
+    optional = inner is not tp
+    if choices is not None:
+        text = "one of " + ", ".join(repr(c) for c in choices)
+    else:
+        origin = typing.get_origin(inner) or inner
+        text = {
+            int: "an integer",
+            float: "a number",
+            bool: "a boolean",
+            str: "a string",
+            dict: "a JSON object",
+            list: "a list",
+        }.get(origin, str(inner))
+    return f"{text} or null" if optional else text

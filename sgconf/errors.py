@@ -1,0 +1,67 @@
+"""Exceptions raised by sgconf; this module imports nothing of ours so every layer can use it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Problem:
+    """One bad input: where it is (`$.schedule.page_size`), what is wrong, where it came from."""
+
+    path: str
+    message: str
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = f" ({self.source})" if self.source else ""
+        return f"{self.path}: {self.message}{where}"
+
+
+class ConfigError(ValueError):
+    """Raised when configuration input is invalid; lists every problem found, not just the first."""
+
+    def __init__(self, problems: Iterable[Problem] | str, *, header: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [Problem("$", problems)]
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.header = header or _default_header(self.problems)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = [self.header]
+        lines.extend(f"  {p}" for p in self.problems)
+        return "\n".join(lines)
+
+    def lines(self) -> list[str]:
+        """The problems as `$.path: message (source)` strings, e.g. for an HTTP 422 body."""
+        return [str(p) for p in self.problems]
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def _default_header(problems: Sequence[Problem]) -> str:
+    n = len(problems)
+    return f"invalid configuration: {n} problem{'s' if n != 1 else ''}"
+
+
+class UnknownFieldError(ConfigError, KeyError):
+    """Raised when a field name is not declared in any namespace."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self.render()
+
+
+class OverrideRefused(ConfigError, PermissionError):
+    """Raised when a field may not be changed after publish by the given source."""
+
+
+class ResolutionError(ConfigError, RuntimeError):
+    """Raised when resolution of a record fails, or is retried after it failed once."""
+
+
+class DeclarationError(TypeError):
+    """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""

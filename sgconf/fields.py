@@ -1,0 +1,179 @@
+"""Field declarations: `setting()` wraps `attrs.field` with the metadata every layer needs.
+
+A declaration says, once, everything about a leaf: its default, help text, choices,
+validators, whether it is secret, whether it may change after publish (`hot`) or only
+from named sources (`allow_sources`), its CLI flag and whether it counts towards the
+context fingerprint.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+META_KEY = "sgconf"
+
+
+class FieldValueError(ValueError):
+    """Raised by a field validator; the message is lowercase and says what was expected."""
+
+
+@attrs.frozen(slots=True)
+class FieldSpec:
+    """Metadata of one declared field, attached to its attrs attribute."""
+
+    help: str
+    secret: bool = False
+    hot: bool = False
+    cli: str | None = None
+    allow_sources: tuple[str, ...] = ()
+    fingerprint: bool = True
+    choices: tuple[Any, ...] | None = None
+    checks: tuple[Callable[[Any], None], ...] = ()
+
+    def source_allowed(self, source: str) -> bool:
+        """Whether `source` may override this field after publish (hot fields allow any)."""
+        if self.hot:
+            return True
+        return any(fnmatch.fnmatchcase(source, pat) for pat in self.allow_sources)
+
+
+def setting(
+    default: Any = attrs.NOTHING,
+    *,
+    help: str,
+    secret: bool = False,
+    hot: bool = False,
+    cli: str | None = None,
+    allow_sources: Sequence[str] = (),
+    fingerprint: bool | None = None,
+    checks: Sequence[Callable[[Any], None]] = (),
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """Declare a config leaf; see the module docstring for what each option means.
+
+    Secrets never count towards the fingerprint unless asked, so a hash of the
+    config never becomes an oracle for an API key.
+    """
+    spec = FieldSpec(
+        help=help,
+        secret=secret,
+        hot=hot,
+        cli=cli,
+        allow_sources=tuple(allow_sources),
+        fingerprint=(not secret) if fingerprint is None else fingerprint,
+        checks=tuple(checks),
+    )
+    validator = _AttrsAdapter(spec.checks) if spec.checks else None
+    if factory is not None:
+        return attrs.field(factory=factory, metadata={META_KEY: spec}, validator=validator)
+    return attrs.field(default=default, metadata={META_KEY: spec}, validator=validator)
+
+
+@attrs.frozen(slots=True, repr=False)
+class _AttrsAdapter:
+    """Runs our value checks as an attrs validator so direct construction is checked too."""
+
+    checks: tuple[Callable[[Any], None], ...]
+
+    def __call__(self, inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        for check in self.checks:
+            try:
+                check(value)
+            except FieldValueError as exc:
+                msg = f"'{attribute.name}' {exc} (got {value!r})"
+                raise FieldValueError(msg) from None
+
+    def __repr__(self) -> str:
+        return "<" + ", ".join(repr(c) for c in self.checks) + ">"
+
+
+# Validators: named factories returning small objects with a readable repr. ``None`` always
+# passes: it means "not set, resolve later" and resolution decides.
+
+
+@attrs.frozen(slots=True, repr=False)
+class _PowerOfTwo:
+    def __call__(self, value: Any) -> None:
+        if value is None:
+            return
+        if value <= 0 or value & (value - 1):
+            raise FieldValueError("must be a power of two")
+
+    def __repr__(self) -> str:
+        return "<power_of_two validator>"
+
+
+def power_of_two() -> Callable[[Any], None]:
+    """Value must be a positive power of two (1, 2, 4, ...)."""
+    return _PowerOfTwo()
+
+
+@attrs.frozen(slots=True, repr=False)
+class _Interval:
+    low: float | None
+    high: float | None
+    low_open: bool
+    high_open: bool
+
+    def __call__(self, value: Any) -> None:
+        if value is None:
+            return
+        bad = (self.low is not None and (value <= self.low if self.low_open else value < self.low)) or (
+            self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        )
+        if bad:
+            raise FieldValueError(f"must be in {self.describe()}")
+
+    def describe(self) -> str:
+        if self.high is None:
+            return f"> {self.low}" if self.low_open else f">= {self.low}"
+        if self.low is None:
+            return f"< {self.high}" if self.high_open else f"<= {self.high}"
+        left = "(" if self.low_open else "["
+        right = ")" if self.high_open else "]"
+        return f"{left}{self.low}, {self.high}{right}"
+
+    def __repr__(self) -> str:
+        return f"<interval {self.describe()} validator>"
+
+
+def at_least(low: float) -> Callable[[Any], None]:
+    """Value must be >= `low`."""
+    return _Interval(low, None, False, False)
+
+
+def positive() -> Callable[[Any], None]:
+    """Value must be > 0."""
+    return _Interval(0, None, True, False)
+
+
+def interval(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Callable[[Any], None]:
+    """Value must lie in the interval; open ends exclude the bound."""
+    return _Interval(low, high, low_open, high_open)
+
+
+@attrs.frozen(slots=True, repr=False)
+class _HostPort:
+    def __call__(self, value: Any) -> None:
+        if value is None:
+            return
+        host, sep, port = str(value).rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise FieldValueError("must be 'host:port'")
+
+    def __repr__(self) -> str:
+        return "<host_port validator>"
+
+
+def host_port() -> Callable[[Any], None]:
+    """Value must be a `host:port` string."""
+    return _HostPort()
+
+
+def spec_of(attribute: attrs.Attribute) -> FieldSpec | None:
+    """The FieldSpec attached to an attrs attribute, or None for undeclared members."""
+    return attribute.metadata.get(META_KEY)

@@ -1,0 +1,222 @@
+"""The namespace classes: one frozen, slotted attrs bag per namespace ("the class is the namespace").
+
+Names follow the flags SGLang users already know. `None` or `"auto"` means "resolve at
+publish": `sgconf.resolution` turns each into a recorded decision.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sgconf.fields import at_least, host_port, interval, positive, power_of_two, setting
+from sgconf.registry import group, namespace
+
+DType = Literal["auto", "float16", "bfloat16", "float32"]
+KVCacheDType = Literal["auto", "float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"]
+SpecAlgorithm = Literal["EAGLE", "EAGLE3", "STANDALONE", "NEXTN", "FROZEN_KV_MTP"]
+
+# Sources that may change HiCache settings after publish: the storage attach/detach endpoints.
+HICACHE_SOURCES = ("hicache.attach", "hicache.detach")
+# Memory-pool sizing decisions taken by the pool builders after publish.
+MEMORY_POOL_SOURCES = ("memory_pool.*",)
+
+
+@namespace("model")
+class ModelConfig:
+    model_path: str = setting("tiny", help="model directory holding config.json, or 'tiny' for the embedded default model")
+    model_config: str | None = setting(None, help="path to an HF-style config.json (overrides the one in model_path)")
+    dtype: DType = setting("auto", help="weight and activation dtype; auto picks bfloat16 on cuda, float32 on cpu")
+    kv_cache_dtype: KVCacheDType = setting(
+        "auto", help="KV cache dtype; auto follows dtype", allow_sources=("model_runner.*",)
+    )
+    context_length: int | None = setting(
+        None, help="maximum context length; default: the model's max_position_embeddings", checks=[positive()]
+    )
+
+
+@namespace("device")
+class DeviceConfig:
+    device: Literal["auto", "cpu", "cuda"] = setting("auto", help="device to run on; auto picks cuda when present")
+    random_seed: int | None = setting(None, help="seed for weights and sampling; default: 0", checks=[at_least(0)])
+    base_gpu_id: int = setting(0, help="first GPU index this server uses", checks=[at_least(0)])
+
+
+@namespace("parallel")
+class ParallelConfig:
+    tp_size: int = setting(1, help="tensor parallel size", checks=[positive()])
+    pp_size: int = setting(1, help="pipeline parallel size", checks=[positive()])
+    dp_size: int = setting(1, help="data parallel size (engine replicas)", checks=[positive()])
+    ep_size: int = setting(1, help="expert parallel size", checks=[positive()])
+    enable_dp_attention: bool = setting(False, help="data-parallel attention inside the tensor-parallel group")
+    nnodes: int = setting(1, help="number of nodes", checks=[positive()])
+    node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)])
+    dist_init_addr: str | None = setting(None, help="host:port for distributed init", checks=[host_port()])
+    load_balance_method: Literal["round_robin", "shortest_queue"] = setting(
+        "round_robin", help="how the data-parallel controller routes requests to replicas", hot=True
+    )
+    config_sync_timeout_s: float = setting(
+        10.0, help="seconds a rank may take to vote on a propagated override", checks=[positive()], hot=True
+    )
+
+    # Derived members: computed from fields, never declared, never overridden directly.
+    @property
+    def attn_tp_size(self) -> int:
+        """Tensor-parallel width of attention (tp_size / dp_size under DP attention)."""
+        return self.tp_size // self.dp_size if self.enable_dp_attention else self.tp_size
+
+    @property
+    def attn_dp_size(self) -> int:
+        """Data-parallel width of attention (dp_size under DP attention, else 1)."""
+        return self.dp_size if self.enable_dp_attention else 1
+
+
+@namespace("memory")
+class MemoryConfig:
+    enable_hierarchical_cache: bool = setting(False, help="enable the HiCache host tier")
+    hicache_ratio: float = setting(
+        2.0, help="host pool size as a multiple of the device pool", checks=[positive()], allow_sources=HICACHE_SOURCES
+    )
+    hicache_size: int = setting(
+        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[at_least(0)], allow_sources=HICACHE_SOURCES
+    )
+    hicache_write_policy: Literal["write_through", "write_back", "write_through_selective"] = setting(
+        "write_through", help="when device pages are copied to the host tier", allow_sources=HICACHE_SOURCES
+    )
+    hicache_io_backend: Literal["direct", "kernel"] = setting(
+        "direct", help="copy engine between device and host", allow_sources=HICACHE_SOURCES
+    )
+    hicache_mem_layout: Literal["layer_first", "page_first"] = setting(
+        "layer_first", help="host pool memory layout", allow_sources=HICACHE_SOURCES
+    )
+    hicache_storage_backend: Literal["file", "memory"] | None = setting(
+        None, help="storage tier behind the host pool; attachable at runtime", allow_sources=HICACHE_SOURCES
+    )
+    hicache_storage_prefetch_policy: Literal["best_effort", "wait_complete", "timeout"] = setting(
+        "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES
+    )
+    hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
+        None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES
+    )
+    disable_radix_cache: bool = setting(False, help="disable prefix reuse")
+
+
+@namespace("schedule")
+class ScheduleConfig:
+    mem_fraction_static: float | None = setting(
+        None, help="fraction of device memory for weights and KV pools; default by device", checks=[interval(0, 1, low_open=True, high_open=True)]
+    )
+    max_running_requests: int | None = setting(
+        None, help="cap on concurrently running requests", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
+    )
+    max_total_tokens: int | None = setting(
+        None, help="cap on the KV pool size in tokens", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
+    )
+    chunked_prefill_size: int | None = setting(
+        None, help="max tokens of one prefill chunk; default by device", checks=[positive()]
+    )
+    max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
+    page_size: int | None = setting(None, help="tokens per KV page; default 1", checks=[power_of_two()])
+    swa_full_tokens_ratio: float | None = setting(
+        None, help="SWA pool size relative to the full pool; default 0.8", checks=[interval(0, 1, low_open=True)]
+    )
+    disable_overlap_schedule: bool = setting(False, help="disable CPU/GPU overlap scheduling")
+    disable_hybrid_swa_memory: bool = setting(False, help="size SWA layers like full layers")
+    schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting("fcfs", help="request ordering policy", hot=True)
+    schedule_conservativeness: float = setting(
+        1.0, help="how conservatively new requests are admitted", checks=[at_least(0)], hot=True
+    )
+
+
+@namespace("spec")
+class SpecConfig:
+    speculative_algorithm: SpecAlgorithm | None = setting(None, help="speculative decoding algorithm")
+    speculative_draft_model_path: str | None = setting(None, help="draft model directory (EAGLE, STANDALONE)")
+    speculative_draft_model_config: str | None = setting(None, help="path to the draft model's HF-style config.json")
+    speculative_num_steps: int | None = setting(None, help="draft steps per verify; default 3", checks=[positive()], hot=True)
+    speculative_eagle_topk: int | None = setting(None, help="draft branches per step; default 1", checks=[positive()], hot=True)
+    speculative_num_draft_tokens: int | None = setting(
+        None, help="tokens verified per step; default steps * topk + 1", checks=[positive()], hot=True
+    )
+    max_speculative_num_draft_tokens: int | None = setting(
+        None, help="draft-token capacity pools are sized for; default speculative_num_draft_tokens", checks=[positive()]
+    )
+    speculative_accept_threshold_single: float = setting(
+        1.0, help="acceptance threshold for a single draft token", checks=[interval(0, 1)], hot=True
+    )
+
+
+@namespace("disagg")
+class DisaggConfig:
+    disaggregation_mode: Literal["null", "prefill", "decode"] = setting("null", help="prefill/decode disaggregation role")
+    disaggregation_decode_extra_slots: int = setting(0, help="extra request slots on a decode server", checks=[at_least(0)])
+    num_reserved_decode_tokens: int = setting(512, help="tokens reserved per decode request", checks=[at_least(0)])
+
+
+@namespace("serving")
+class ServingConfig:
+    host: str = setting("127.0.0.1", help="HTTP bind address", fingerprint=False)
+    port: int = setting(30000, help="HTTP port", checks=[interval(1, 65535)], fingerprint=False)
+    api_key: str | None = setting(None, help="bearer key for inference routes", secret=True)
+    admin_api_key: str | None = setting(None, help="bearer key for admin routes (attach, overrides)", secret=True)
+    served_model_name: str | None = setting(None, help="model name reported to clients; default model_path")
+    stream_interval: int = setting(1, help="tokens per streamed chunk", checks=[positive()], hot=True, fingerprint=False)
+
+
+@namespace("observability")
+class ObservabilityConfig:
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = setting(
+        "info", help="log level", hot=True, fingerprint=False
+    )
+    log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
+    log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
+
+
+@namespace("exec.kernel")
+class KernelConfig:
+    attention_backend: str | None = setting(None, help="attention backend for prefill and decode; default by device")
+    prefill_attention_backend: str | None = setting(None, help="prefill attention backend; default attention_backend")
+    decode_attention_backend: str | None = setting(None, help="decode attention backend; default attention_backend")
+    sampling_backend: Literal["pytorch", "flashinfer"] | None = setting(None, help="sampling kernels; default pytorch")
+
+
+@namespace("exec.graph")
+class GraphConfig:
+    enable_torch_compile: bool = setting(False, help="compile the model forward with torch.compile")
+    cuda_graph_max_bs: int | None = setting(None, help="largest batch captured in a CUDA graph", checks=[positive()])
+    disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture")
+
+
+@namespace("exec.mamba")
+class MambaConfig:
+    mamba_radix_cache_strategy: Literal["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"] = setting(
+        "auto", help="how mamba state is kept for prefix reuse"
+    )
+    max_mamba_cache_size: int | None = setting(
+        None, help="mamba state slots; default from memory", checks=[positive()], allow_sources=("mamba_pool.*",)
+    )
+
+
+@group("exec", {"kernel": "exec.kernel", "graph": "exec.graph", "mamba": "exec.mamba"})
+class ExecConfig:
+    """Execution settings, nested: `get_exec().kernel.attention_backend`."""
+
+    kernel: KernelConfig = KernelConfig()
+    graph: GraphConfig = GraphConfig()
+    mamba: MambaConfig = MambaConfig()
+
+
+__all__ = [
+    "DeviceConfig",
+    "DisaggConfig",
+    "ExecConfig",
+    "GraphConfig",
+    "KernelConfig",
+    "MambaConfig",
+    "MemoryConfig",
+    "ModelConfig",
+    "ObservabilityConfig",
+    "ParallelConfig",
+    "ScheduleConfig",
+    "ServingConfig",
+    "SpecConfig",
+]

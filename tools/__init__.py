@@ -1,0 +1,1 @@
+"""tools: the read ratchet lint and its codemod."""
