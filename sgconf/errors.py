@@ -63,5 +63,9 @@ class ResolutionError(ConfigError, RuntimeError):
     """Raised when resolution of a record fails, or is retried after it failed once."""
 
 
+class UsageError(ConfigError):
+    """Raised when command-line arguments cannot be parsed (unknown flag, missing value)."""
+
+
 class DeclarationError(TypeError):
     """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""

@@ -9,16 +9,23 @@ import attrs
 # Layers, lowest precedence first. Post-publish layers are appended by the runtime.
 LAYERS = ("default", "file", "env", "cli", "resolution", "override", "scoped")
 
+REDACTED = "***"
 
-@attrs.frozen(slots=True)
+
+@attrs.frozen(slots=True, repr=False)
 class Origin:
-    """One layer's contribution to a field: the layer, its detail (path, env var, flag, step, source) and the value."""
+    """One layer's contribution to a field: the layer, its detail (path, env var, flag, step, source) and the value.
+
+    `secret` marks the value of a secret field: repr() and `shown_value()` redact it, so
+    a provenance chain can be logged or printed without leaking a key.
+    """
 
     layer: str
     detail: str
     value: Any
     generation: int | None = None
     time: float | None = None
+    secret: bool = attrs.field(default=False, kw_only=True)
 
     def describe(self) -> str:
         """`from env SGCONF_PAGE_SIZE`, `from /etc/app.toml`, `from --page-size`, `from resolution:page_size`."""
@@ -28,4 +35,14 @@ class Origin:
             return f"from env {self.detail}"
         if self.layer in ("file", "cli"):
             return f"from {self.detail}"
-        return f"from {self.layer}:{self.detail}" if self.layer != "resolution" else f"from resolution:{self.detail}"
+        return f"from {self.layer}:{self.detail}"
+
+    def shown_value(self) -> Any:
+        """The value as it may be printed: secrets (when set) become `'***'`."""
+        return REDACTED if self.secret and self.value is not None else self.value
+
+    def __repr__(self) -> str:
+        extra = "".join(
+            f", {name}={getattr(self, name)!r}" for name in ("generation", "time") if getattr(self, name) is not None
+        )
+        return f"Origin(layer={self.layer!r}, detail={self.detail!r}, value={self.shown_value()!r}{extra})"

@@ -14,7 +14,13 @@ import attrs
 
 import sgconf.namespaces  # noqa: F401  -- registers the namespaces before the record is assembled
 from sgconf.fields import META_KEY, _AttrsAdapter
-from sgconf.registry import fields, group_children, namespace_class, namespaces, top_level_namespaces
+from sgconf.registry import (
+    fields,
+    group_children,
+    namespace_class,
+    namespaces,
+    top_level_namespaces,
+)
 
 
 def _assemble() -> type:

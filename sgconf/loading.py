@@ -1,0 +1,183 @@
+"""Loading: defaults < config file < `SGCONF_*` env < CLI flags, into one validated `ServerArgs`.
+
+Every layer is read first, then every value of every layer is converted by the one
+converter, and only then is anything raised: one ConfigError lists every problem of
+every layer, each with its `$.namespace.field` path and source. The record remembers
+how it was built (`provenance_of(record)`), so a runtime handed a record later can
+still explain its launch layers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from sgconf.errors import ConfigError, Problem
+from sgconf.flags import config_parser, given_fields
+from sgconf.provenance import Origin
+from sgconf.record import ServerArgs
+from sgconf.registry import field_info, fields
+from sgconf.rules import check_rules
+from sgconf.sources import (
+    LayerInput,
+    cli_layer,
+    config_path_from_env,
+    layer_sources,
+    read_config_file,
+    read_env,
+)
+from sgconf.validation import convert_fields
+
+Provenance = Mapping[str, tuple[Origin, ...]]
+
+
+@attrs.frozen(slots=True, repr=False, eq=False)
+class Loaded:
+    """A loaded record and where each field came from: `provenance[name]` is the chain, lowest first, winner last."""
+
+    record: Any
+    provenance: Provenance
+    config_file: str | None = None
+
+    def chain(self, name: str, resolved: Any = None) -> tuple[Origin, ...]:
+        """The provenance chain of `name`, plus the resolution decision when `resolved` (a Resolved) made one.
+
+        Raises UnknownFieldError (with a suggestion) for an undeclared name.
+        """
+        return explain(self.record, name, resolved, provenance=self.provenance)
+
+    def winner(self, name: str) -> Origin:
+        """The layer whose value the record holds for `name`."""
+        return self.chain(name)[-1]
+
+    def __repr__(self) -> str:
+        # The record's repr redacts secrets; the provenance is summarised, not dumped.
+        set_by = sum(1 for chain in self.provenance.values() if len(chain) > 1)
+        return f"Loaded(record={self.record!r}, config_file={self.config_file!r}, fields_set={set_by})"
+
+
+def load(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> Loaded:
+    """Load a record from defaults, a config file, `SGCONF_*` env vars and CLI flags.
+
+    `argv` holds field flags and `--config FILE` (None: no CLI layer; sys.argv is never
+    read implicitly). `env` defaults to `os.environ`. The config file is, in order,
+    `--config` in argv, `config_file`, then env `SGCONF_CONFIG`.
+    Raises ConfigError listing every problem of every layer.
+    """
+    given: dict[str, Any] = {}
+    problems: list[Problem] = []
+    if argv is not None:
+        parser = config_parser("sgconf")
+        ns, extra = parser.parse_known_args(list(argv))
+        if extra:
+            problems.extend(parser._unknown(extra))  # type: ignore[attr-defined]
+        given = given_fields(ns)
+        config_file = ns.config or config_file
+    return load_layers(given, env=env, config_file=config_file, problems=problems)
+
+
+def load_layers(
+    cli: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+    problems: Sequence[Problem] = (),
+) -> Loaded:
+    """Load from already-parsed CLI values (`{field: raw}`); `problems` are carried into the error."""
+    env = os.environ if env is None else env
+    path = config_file if config_file is not None else config_path_from_env(env)
+    layers: list[LayerInput] = []
+    file_text = None
+    if path is not None and str(path) != "":
+        layer = read_config_file(path)
+        file_text = str(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        layers.append(layer)
+    layers.append(read_env(env))
+    layers.append(cli_layer(cli))
+
+    found = list(problems)
+    converted: list[tuple[LayerInput, dict[str, Any]]] = []
+    for layer in layers:
+        values, bad = convert_fields(layer.values, layer.sources())
+        found.extend(layer.problems)
+        found.extend(bad)
+        converted.append((layer, values))
+
+    infos = fields()
+    merged = {name: info.default for name, info in infos.items()}
+    for _, values in converted:
+        merged.update(values)
+    if not found:
+        # rules only judge a complete, converted record: a failed field would be judged on a stale value
+        found.extend(check_rules(merged, layer_sources(layers)))
+    if found:
+        raise ConfigError(found)
+    record = ServerArgs(**merged)
+
+    chains: dict[str, tuple[Origin, ...]] = {}
+    for name, info in infos.items():
+        chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+        chain.extend(layer.origin(name, values[name]) for layer, values in converted if name in values)
+        chains[name] = tuple(chain)
+    provenance = types.MappingProxyType(chains)
+    _remember(record, provenance)
+    return Loaded(record, provenance, file_text)
+
+
+def explain(
+    record: Any, name: str, resolved: Any = None, *, provenance: Provenance | None = None
+) -> tuple[Origin, ...]:
+    """The launch chain of `name` for `record` (defaults only when unknown), then resolution's decision.
+
+    Raises UnknownFieldError for an undeclared name.
+    """
+    info = field_info(name)
+    known = provenance if provenance is not None else provenance_of(record)
+    if known is not None:
+        chain = list(known[name])
+    else:
+        chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+        value = getattr(record, name)
+        if value != info.default:
+            chain.append(Origin("record", "given", value, secret=info.spec.secret))
+    decision = resolved.decision_for(name) if resolved is not None else None
+    if decision is not None:
+        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=info.spec.secret))
+    return tuple(chain)
+
+
+# Identity-keyed: equal records built from different layers keep their own provenance.
+_lock = threading.RLock()  # re-entrant: a weakref callback may fire while we hold it
+_registry: dict[int, tuple[weakref.ref[Any], Provenance]] = {}
+
+
+def _remember(record: Any, provenance: Provenance) -> None:
+    key = id(record)
+
+    def forget(_: Any, key: int = key) -> None:
+        with _lock:
+            entry = _registry.get(key)
+            if entry is not None and entry[0]() is None:
+                del _registry[key]
+
+    with _lock:
+        _registry[key] = (weakref.ref(record, forget), provenance)
+
+
+def provenance_of(record: Any) -> Provenance | None:
+    """The provenance of a record built by `load()`; None for a record built any other way."""
+    with _lock:
+        entry = _registry.get(id(record))
+    if entry is None or entry[0]() is not record:
+        return None
+    return entry[1]

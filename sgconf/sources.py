@@ -1,0 +1,220 @@
+"""Source layers: a config file, `SGCONF_*` environment variables and CLI flags, each read into raw values.
+
+A layer only finds out *which* field a key names and *where* it came from; it does not
+convert values. Conversion happens once, for every layer, in `sgconf.validation`, so a
+string from the environment and a number from a TOML file go through the same
+converter and fail with the same message. Problems a layer finds (unknown keys, a
+file that does not parse) are returned, never raised, so loading can report every
+problem of every layer together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+try:
+    import tomllib
+except ImportError:  # python 3.10: the same parser, packaged separately
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from sgconf.errors import Problem
+from sgconf.provenance import Origin
+from sgconf.registry import fields, group_children, iter_fields_of, namespaces, top_level_namespaces
+from sgconf.suggest import did_you_mean
+
+ENV_PREFIX = "SGCONF_"
+CONFIG_ENV = "SGCONF_CONFIG"
+
+# Control variables that share the prefix but are not fields. Other packages add their own
+# (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`) so loading does not reject them as typos.
+RESERVED_ENV: set[str] = {"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV}
+
+FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
+
+
+@attrs.frozen(slots=True)
+class LayerInput:
+    """What one source layer contributed: raw values by field name, the detail of each, and its problems."""
+
+    layer: str
+    values: Mapping[str, Any] = attrs.field(factory=dict)
+    details: Mapping[str, str] = attrs.field(factory=dict)
+    problems: tuple[Problem, ...] = ()
+
+    def origin(self, name: str, value: Any) -> Origin:
+        """The provenance entry of field `name` set by this layer to the converted `value`."""
+        return Origin(self.layer, self.details[name], value, secret=fields()[name].spec.secret)
+
+    def sources(self) -> dict[str, str]:
+        """`{field: "from env SGCONF_PAGE_SIZE"}` for every value of this layer."""
+        return {name: Origin(self.layer, detail, None).describe() for name, detail in self.details.items()}
+
+
+# -- environment ----------------------------------------------------------------------------
+
+
+def read_env(env: Mapping[str, str]) -> LayerInput:
+    """Pick the `SGCONF_<FIELD>` variables out of `env`; unknown ones are problems with a suggestion."""
+    infos = fields()
+    by_var = {info.env_var: name for name, info in infos.items()}
+    values: dict[str, Any] = {}
+    details: dict[str, str] = {}
+    problems: list[Problem] = []
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
+            continue
+        name = by_var.get(var)
+        if name is None:
+            hint = did_you_mean(var, [*by_var, *sorted(RESERVED_ENV)], normalize=False)
+            path = f"$.{var[len(ENV_PREFIX):].lower()}"
+            problems.append(Problem(path, f"unknown environment variable '{var}'{hint}", f"from env {var}"))
+            continue
+        values[name] = env[var]
+        details[name] = var
+    return LayerInput("env", values, details, tuple(problems))
+
+
+def config_path_from_env(env: Mapping[str, str]) -> str | None:
+    """The config file named by `SGCONF_CONFIG`, or None when unset or empty."""
+    return env.get(CONFIG_ENV) or None
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+
+def cli_layer(given: Mapping[str, Any]) -> LayerInput:
+    """The CLI layer from the field flags actually given (`{field: raw value}`)."""
+    infos = fields()
+    values = {name: value for name, value in given.items() if name in infos}
+    details = {name: infos[name].flag for name in values}
+    return LayerInput("cli", values, details)
+
+
+# -- config files -----------------------------------------------------------------------------
+
+
+def read_config_file(path: str | os.PathLike[str]) -> LayerInput:
+    """Read a TOML, JSON or YAML config file, nested by namespace and/or flat by field name.
+
+    Never raises for bad input: a missing file, a parse error (with its position),
+    unknown keys (with a suggestion) and keys under the wrong namespace come back as
+    problems naming the file.
+    """
+    file = Path(path).expanduser().absolute()
+    where = f"from {file}"
+    data, problem = _parse(file)
+    if problem is not None:
+        return LayerInput("file", problems=(Problem("$", problem, where),))
+    if not isinstance(data, Mapping):
+        kind = type(data).__name__
+        return LayerInput("file", problems=(Problem("$", f"a config file must hold a table of settings, got {kind}", where),))
+    walker = _FileWalker(str(file))
+    walker.top(data)
+    return LayerInput("file", walker.values, walker.details, tuple(walker.problems))
+
+
+def _parse(file: Path) -> tuple[Any, str | None]:
+    suffix = file.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        return None, f"unsupported config file type '{suffix or file.name}' -- use .toml, .json or .yaml"
+    if suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            return None, "reading YAML needs PyYAML, which is not installed -- pip install pyyaml, or use TOML or JSON"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, "config file not found -- check the --config path or SGCONF_CONFIG"
+    except IsADirectoryError:
+        return None, "config path is a directory -- pass a .toml, .json or .yaml file"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read config file: {exc}"
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text), None
+        except tomllib.TOMLDecodeError as exc:
+            return None, f"invalid TOML: {exc}"
+    if suffix == ".json":
+        try:
+            return json.loads(text), None
+        except json.JSONDecodeError as exc:
+            return None, f"invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})"
+    try:
+        return yaml.safe_load(text) or {}, None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return None, f"invalid YAML: {reason}{at}"
+
+
+class _FileWalker:
+    """Collects field values from a (possibly nested) mapping, checking each key's namespace."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.where = f"from {file}"
+        self.infos = fields()
+        self.values: dict[str, Any] = {}
+        self.details: dict[str, str] = {}
+        self.problems: list[Problem] = []
+        self.given_at: dict[str, str] = {}
+
+    def top(self, data: Mapping[str, Any]) -> None:
+        tops = top_level_namespaces()
+        for key, value in data.items():
+            key = str(key)
+            if key in tops and isinstance(value, Mapping):
+                self.namespace(key, value)
+            elif key in self.infos:
+                self.field(key, value, f"$.{key}", None)
+            else:
+                hint = did_you_mean(key, [*self.infos, *tops])
+                self.problem(f"$.{key}", f"unknown key '{key}'{hint}")
+
+    def namespace(self, path: str, data: Mapping[str, Any]) -> None:
+        children = group_children(path)
+        for key, value in data.items():
+            key = str(key)
+            here = f"$.{path}.{key}"
+            if key in children and isinstance(value, Mapping):
+                self.namespace(children[key], value)
+            elif key in self.infos:
+                self.field(key, value, here, path)
+            else:
+                local = [*children, *(i.name for i in iter_fields_of(path))]
+                hint = did_you_mean(key, local) or did_you_mean(key, self.infos)
+                where = f"[{path}]" if path in namespaces() else path
+                self.problem(here, f"unknown key '{key}' in {where}{hint}")
+
+    def field(self, name: str, value: Any, here: str, under: str | None) -> None:
+        info = self.infos[name]
+        if under is not None and info.namespace != under:
+            msg = f"'{name}' belongs in [{info.namespace}], not [{under}] -- move it there or write it flat"
+            self.problem(here, msg)
+            return
+        if name in self.given_at:
+            msg = f"'{name}' is given twice (also as {self.given_at[name]}) -- keep one"
+            self.problem(info.path, msg)
+            return
+        self.given_at[name] = here
+        self.values[name] = value
+        self.details[name] = self.file
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(Problem(path, message, self.where))
+
+
+def layer_sources(layers: Iterable[LayerInput]) -> dict[str, str]:
+    """The winning source text of every field set by `layers` (later layers win)."""
+    out: dict[str, str] = {}
+    for layer in layers:
+        out.update(layer.sources())
+    return out
