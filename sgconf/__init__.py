@@ -1,7 +1,18 @@
 """sgconf: declarations, sources, validation and resolution of a serving runtime's configuration."""
 
-from sgconf.errors import ConfigError, DeclarationError, OverrideRefused, Problem, ResolutionError, UnknownFieldError
+from sgconf.dump import nested
+from sgconf.errors import (
+    ConfigError,
+    DeclarationError,
+    OverrideRefused,
+    Problem,
+    ResolutionError,
+    UnknownFieldError,
+    UsageError,
+)
 from sgconf.fields import FieldSpec, setting
+from sgconf.loading import Loaded, explain, load, provenance_of
+from sgconf.models import builtin_model_config, load_model_config
 from sgconf.namespaces import (
     DeviceConfig,
     DisaggConfig,
@@ -17,11 +28,18 @@ from sgconf.namespaces import (
     ServingConfig,
     SpecConfig,
 )
-from sgconf.record import ServerArgs, to_bags
+from sgconf.provenance import Origin
+from sgconf.record import ServerArgs, record_to_dict, to_bags
 from sgconf.registry import FieldInfo, field_info, field_names, fields, namespace_of
+from sgconf.resolution import Decision, Resolved, resolve_once
+from sgconf.rules import RULES, Rule, check_rules
+from sgconf.schema import config_schema
+from sgconf.sources import RESERVED_ENV
+from sgconf.validation import build_record, convert_fields
 
 __all__ = [
     "ConfigError",
+    "Decision",
     "DeclarationError",
     "DeviceConfig",
     "DisaggConfig",
@@ -30,23 +48,42 @@ __all__ = [
     "FieldSpec",
     "GraphConfig",
     "KernelConfig",
+    "Loaded",
     "MambaConfig",
     "MemoryConfig",
     "ModelConfig",
     "ObservabilityConfig",
+    "Origin",
     "OverrideRefused",
     "ParallelConfig",
     "Problem",
+    "RESERVED_ENV",
+    "RULES",
     "ResolutionError",
+    "Resolved",
+    "Rule",
     "ScheduleConfig",
     "ServerArgs",
     "ServingConfig",
     "SpecConfig",
     "UnknownFieldError",
+    "UsageError",
+    "build_record",
+    "builtin_model_config",
+    "check_rules",
+    "config_schema",
+    "convert_fields",
+    "explain",
     "field_info",
     "field_names",
     "fields",
+    "load",
+    "load_model_config",
     "namespace_of",
+    "nested",
+    "provenance_of",
+    "record_to_dict",
+    "resolve_once",
     "setting",
     "to_bags",
 ]

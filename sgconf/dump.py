@@ -1,0 +1,133 @@
+"""Dumps of flat values: nested by namespace (`exec.kernel` under `exec`), secrets redacted, as data or TOML.
+
+`nested()` is what `sgconf show --format json` prints and what the JSON Schema of
+`sgconf.schema` describes; a runtime's `/server_info` can reuse it for its own values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sgconf.provenance import REDACTED
+from sgconf.registry import fields, group_children, iter_fields_of, top_level_namespaces
+
+
+def plain(value: Any) -> Any:
+    """A JSON-able copy of a field value (tuples become lists, mappings become dicts)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def redacted(name: str, value: Any) -> Any:
+    """`'***'` for a set secret field, the value otherwise."""
+    return REDACTED if value is not None and fields()[name].spec.secret else value
+
+
+def nested(values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str] | None = None) -> dict[str, Any]:
+    """`{"schedule": {"page_size": 1, ...}, "exec": {"kernel": {...}}, ...}` from flat values.
+
+    `only` keeps just those fields (namespaces left empty are dropped); secrets are
+    redacted unless `redact=False`.
+    """
+    keep = None if only is None else set(only)
+
+    def table(path: str) -> dict[str, Any]:
+        children = group_children(path)
+        if children:
+            out = {attr: table(child) for attr, child in children.items()}
+            return {k: v for k, v in out.items() if v or keep is None}
+        out = {}
+        for info in iter_fields_of(path):
+            if keep is not None and info.name not in keep:
+                continue
+            value = values[info.name]
+            out[info.name] = plain(redacted(info.name, value) if redact else value)
+        return out
+
+    tables = {path: table(path) for path in top_level_namespaces()}
+    return {k: v for k, v in tables.items() if v or keep is None}
+
+
+def to_toml(data: Mapping[str, Any], *, header: str = "") -> str:
+    """Render `nested()` output as TOML that `tomllib` reads back (and `--config` accepts).
+
+    TOML has no null: None values are left out and listed in a comment instead.
+    """
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    unset: list[str] = []
+    body: list[str] = []
+    _table(_namespace_tables(data), (), body, unset)
+    if unset:
+        lines.append("# unset (None) values are omitted: " + ", ".join(unset))
+    return "\n".join(lines + body).strip("\n") + "\n"
+
+
+def _table(data: Mapping[str, Any], prefix: tuple[str, ...], out: list[str], unset: list[str]) -> None:
+    scalars = [(k, v) for k, v in data.items() if not _is_table(v)]
+    tables = [(k, v) for k, v in data.items() if _is_table(v)]
+    if prefix and scalars:
+        out.append("")
+        out.append("[" + ".".join(_key(p) for p in prefix) + "]")
+    for key, value in scalars:
+        if value is None:
+            unset.append(".".join((*prefix, key)))
+            continue
+        out.append(f"{_key(key)} = {_value(value)}")
+    for key, value in tables:
+        _table(value, (*prefix, key), out, unset)
+
+
+def _is_table(value: Any) -> bool:
+    # A namespace nests as a [table]; a dict-valued field (backend extra config) is written inline.
+    return isinstance(value, _Namespace)
+
+
+class _Namespace(dict):  # type: ignore[type-arg]
+    """Marks a dict as a namespace table (as opposed to a dict-valued field)."""
+
+
+def _namespace_tables(data: Mapping[str, Any]) -> _Namespace:
+    top = set(top_level_namespaces())
+
+    def mark(path: str, table: Mapping[str, Any]) -> _Namespace:
+        children = group_children(path)
+        return _Namespace({k: mark(children[k], v) if k in children else v for k, v in table.items()})
+
+    return _Namespace({k: mark(k, v) if k in top else v for k, v in data.items()})
+
+
+_BARE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _key(key: str) -> str:
+    return key if key and set(key) <= _BARE else _string(key)
+
+
+def _string(text: str) -> str:
+    # JSON string escapes are valid TOML basic-string escapes; DEL must be escaped in TOML too.
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, Mapping):
+        items = [f"{_key(str(k))} = {_value(v)}" for k, v in value.items() if v is not None]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value if v is not None) + "]"
+    return _string(str(value))
