@@ -1,0 +1,13 @@
+"""Exceptions raised by the attention package; imports nothing of ours but sgconf's base errors."""
+
+from __future__ import annotations
+
+from sgconf.errors import ConfigError
+
+
+class AttentionBackendUnavailable(ConfigError, LookupError):
+    """Raised when the configured attention backend is not registered or cannot run here."""
+
+
+class AttentionInputError(ValueError):
+    """Raised when a forward batch or the q/k/v tensors do not fit the layer or the pools."""

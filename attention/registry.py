@@ -1,0 +1,119 @@
+"""Attention backends by name, and the one factory that picks them from the config.
+
+`create_attention_backend(runner)` reads the (prefill, decode) backend names through the
+`attention_backends()` accessor, so an override of the backend fields is honoured at the
+next backend construction. A name that is not registered, or whose backend cannot run
+on this machine, is a ConfigError that lists the names that would work.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import torch
+
+from attention.base import AttentionBackend
+from attention.errors import AttentionBackendUnavailable
+from attention.forward_batch import ForwardBatch, ForwardMode
+from attention.layer import AttentionLayer
+from attention.runner import ModelRunnerLike
+from attention.torch_native import TorchNativeBackend
+from sgconf.errors import Problem
+
+B = TypeVar("B", bound=type[AttentionBackend])
+
+_BACKENDS: dict[str, type[AttentionBackend]] = {}
+
+
+def register_backend(cls: B) -> B:
+    """Register a backend class under its `name` (usable as a class decorator).
+
+    Raises ValueError when another class already holds the name.
+    """
+    held = _BACKENDS.get(cls.name)
+    if held is not None and held is not cls:
+        raise ValueError(f"attention backend '{cls.name}' is already registered by {held.__qualname__}")
+    _BACKENDS[cls.name] = cls
+    return cls
+
+
+def registered_backends() -> tuple[str, ...]:
+    """Every registered name, sorted, whether or not it can run here."""
+    return tuple(sorted(_BACKENDS))
+
+
+def available_backends() -> tuple[str, ...]:
+    """The registered names whose backend can run on this machine, sorted."""
+    return tuple(name for name in sorted(_BACKENDS) if _BACKENDS[name].unavailable_reason() is None)
+
+
+def backend_class(name: str, *, role: str = "attention") -> type[AttentionBackend]:
+    """The class registered as `name`; raises AttentionBackendUnavailable listing what would work.
+
+    `role` ("prefill", "decode") only shapes the message and the field path.
+    """
+    cls = _BACKENDS.get(name)
+    usable = ", ".join(available_backends()) or "none"
+    path = f"$.exec.kernel.{role}_backend" if role == "attention" else f"$.exec.kernel.{role}_attention_backend"
+    if cls is None:
+        msg = f"unknown attention backend '{name}' for {role} -- choose one of: {usable}"
+        raise AttentionBackendUnavailable([Problem(path, msg)], header="attention backend not available")
+    reason = cls.unavailable_reason()
+    if reason is not None:
+        msg = f"attention backend '{name}' for {role} cannot run here: {reason} -- choose one of: {usable}"
+        raise AttentionBackendUnavailable([Problem(path, msg)], header="attention backend not available")
+    return cls
+
+
+class HybridAttnBackend:
+    """Extend batches go to the prefill backend, decode batches to the decode backend."""
+
+    def __init__(self, prefill: AttentionBackend, decode: AttentionBackend) -> None:
+        self.prefill_backend = prefill
+        self.decode_backend = decode
+        self.name = f"{prefill.name}+{decode.name}"
+
+    def init_forward_metadata(self, batch: ForwardBatch) -> Any:
+        target = self.decode_backend if batch.mode is ForwardMode.DECODE else self.prefill_backend
+        return target.init_forward_metadata(batch)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
+                batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+        if batch.mode is ForwardMode.DECODE:
+            return self.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+        return self.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
+                       batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+        return self.prefill_backend.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+
+    def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
+                       batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+        return self.decode_backend.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+
+
+BackendLike = AttentionBackend | HybridAttnBackend
+
+
+def create_attention_backend(
+    runner: ModelRunnerLike, *, names: tuple[str, str] | None = None
+) -> BackendLike:
+    """Build the backend(s) for `runner` from `attention_backends()` (or explicit `names`).
+
+    One backend when prefill and decode name the same one, else a HybridAttnBackend.
+    Raises AttentionBackendUnavailable for an unknown or unavailable name (both checked
+    before anything is built).
+    """
+    if names is None:
+        from runtime import attention_backends
+
+        names = tuple(attention_backends())  # type: ignore[assignment]
+    prefill_name, decode_name = names  # type: ignore[misc]
+    prefill_cls = backend_class(prefill_name, role="prefill")
+    decode_cls = backend_class(decode_name, role="decode")
+    if prefill_cls is decode_cls:
+        return prefill_cls(runner)
+    return HybridAttnBackend(prefill_cls(runner), decode_cls(runner))
+
+
+register_backend(TorchNativeBackend)
