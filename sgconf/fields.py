@@ -126,7 +126,8 @@ class _Interval:
             self.high is not None and (value >= self.high if self.high_open else value > self.high)
         )
         if bad:
-            raise FieldValueError(f"must be in {self.describe()}")
+            both = self.low is not None and self.high is not None
+            raise FieldValueError(f"must be {'in ' if both else ''}{self.describe()}")
 
     def describe(self) -> str:
         if self.high is None:

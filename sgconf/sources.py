@@ -175,6 +175,9 @@ class _FileWalker:
                 self.namespace(key, value)
             elif key in self.infos:
                 self.field(key, value, f"$.{key}", None)
+            elif key in tops:
+                kind = type(value).__name__
+                self.problem(f"$.{key}", f"'{key}' is a namespace and takes a table of settings, got {kind}")
             else:
                 hint = did_you_mean(key, [*self.infos, *tops])
                 self.problem(f"$.{key}", f"unknown key '{key}'{hint}")
@@ -186,6 +189,9 @@ class _FileWalker:
             here = f"$.{path}.{key}"
             if key in children and isinstance(value, Mapping):
                 self.namespace(children[key], value)
+            elif key in children:
+                kind = type(value).__name__
+                self.problem(here, f"'{key}' is a namespace and takes a table of settings, got {kind}")
             elif key in self.infos:
                 self.field(key, value, here, path)
             else:
