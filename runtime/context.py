@@ -1,0 +1,516 @@
+"""The process-wide runtime context: publish once, read lock-free, override with provenance.
+
+One owner holds the global state (`_current`, plus the view the accessors read). Readers
+take no lock: the state of a context is one immutable `_State`, replaced in a single
+reference assignment. Writers (publish, override, commit, scoped, restore) serialize on
+one re-entrant lock. Subscribers run after the commit, outside the lock, so a slow or
+failing subscriber can neither block readers nor undo a commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+import structlog
+
+from runtime import accessors
+from runtime.errors import (
+    ContextReplacedError,
+    NotPublishedError,
+    RevertConflict,
+    StaleProposalError,
+)
+from runtime.overrides import (
+    ConfigEvent,
+    FieldChange,
+    OverrideProposal,
+    OverrideReceipt,
+    OverrideRecord,
+    Subscriber,
+    Subscription,
+    inner_source,
+    iter_changes,
+    shown,
+)
+from runtime.roles import Mode, check_role, make_view, mode_from_env
+from runtime.snapshot import BAG_NAMES, Snapshot, fingerprint_of
+from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
+from sgconf.provenance import Origin
+from sgconf.registry import FieldInfo, field_info, fields, group_children
+from sgconf.resolution import Resolved, resolve_once
+from sgconf.rules import check_rules
+from sgconf.suggest import did_you_mean
+from sgconf.validation import convert_fields
+
+log = structlog.get_logger("sgconf.runtime")
+
+# Writers serialize here; re-entrant so a restore may run inside a publish's error path.
+_lock = threading.RLock()
+_current: RuntimeContext | None = None
+
+# namespace path -> (top-level bag, attribute inside a group bag or None), for copy-on-write
+_ROUTES: dict[str, tuple[str, str | None]] = {}
+for _top in BAG_NAMES:
+    _children = group_children(_top)
+    if _children:
+        for _attr, _path in _children.items():
+            _ROUTES[_path] = (_top, _attr)
+    else:
+        _ROUTES[_top] = (_top, None)
+
+
+@attrs.frozen(slots=True, eq=False)
+class _State:
+    """Everything a context shows at one generation; replaced whole, never mutated."""
+
+    snapshot: Snapshot
+    view: Any
+    flat: Mapping[str, Any]
+    log: tuple[OverrideRecord, ...]
+    # field -> the override that last set it (revert checks this)
+    last_set: Mapping[str, OverrideRecord]
+
+
+class RuntimeContext:
+    """The published configuration of this process: one record, resolved once, with its overrides.
+
+    Obtain it from `publish()` or `get_context()`. Read bags through the accessors or a
+    `snapshot()`; change hot fields through `override()`.
+    """
+
+    __slots__ = ("role", "record", "resolved", "model", "role_mode", "_state", "_subscribers", "_fingerprint")
+
+    def __init__(self, record: Any, resolved: Resolved, *, role: str, role_mode: Mode) -> None:
+        self.role = role
+        self.record = record
+        self.resolved = resolved
+        self.model: Mapping[str, Any] | None = resolved.model
+        self.role_mode: Mode = role_mode
+        snapshot = Snapshot.from_bags(0, resolved.bags())
+        self._state = _State(
+            snapshot=snapshot,
+            view=make_view(snapshot, role, role_mode),
+            flat=types.MappingProxyType(snapshot.flat()),
+            log=(),
+            last_set=types.MappingProxyType({}),
+        )
+        self._subscribers: tuple[Subscription, ...] = ()
+        self._fingerprint: tuple[Snapshot, str] | None = None
+
+    # -- reading -----------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """0 at publish; +1 per committed override."""
+        return self._state.snapshot.generation
+
+    def snapshot(self) -> Any:
+        """Every bag at the current generation (role-checked when the role mode is not off)."""
+        return self._state.view
+
+    def value(self, name: str) -> Any:
+        """The current value of one flat field (overrides applied); raises UnknownFieldError."""
+        field_info(name)
+        return self._state.flat[name]
+
+    def fingerprint(self) -> str:
+        """Stable hex hash of the counted resolved leaves, overrides applied; cached per generation."""
+        state = self._state
+        cached = self._fingerprint
+        if cached is not None and cached[0] is state.snapshot:
+            return cached[1]
+        digest = fingerprint_of(dict(state.flat))
+        self._fingerprint = (state.snapshot, digest)
+        return digest
+
+    def resolved_dict(self, redact: bool = True) -> dict[str, Any]:
+        """The resolved config with overrides applied, nested by namespace; secrets `"***"` when `redact`."""
+        flat = self._state.flat
+        out: dict[str, Any] = {}
+        for name, info in fields().items():
+            top, child = _ROUTES[info.namespace]
+            target = out.setdefault(top, {})
+            if child is not None:
+                target = target.setdefault(child, {})
+            value = flat[name]
+            if redact:
+                value = shown(name, value)
+            target[name] = dict(value) if isinstance(value, dict) else value
+        return out
+
+    def overrides_log(self) -> tuple[OverrideRecord, ...]:
+        """Every committed override since publish, oldest first (scoped ones while their scope is open)."""
+        return self._state.log
+
+    def explain(self, name: str) -> list[Origin]:
+        """The provenance chain of `name`: launch layers, resolution, then each override; winner last.
+
+        Raises UnknownFieldError (with a did-you-mean) for an undeclared name.
+        """
+        info = field_info(name)
+        chain = _launch_chain(self.record, name, self.resolved, info)
+        for rec, change in iter_changes(self._state.log, name):
+            chain.append(Origin(rec.layer, rec.source, change.new, rec.generation, rec.time, secret=info.spec.secret))
+        return chain
+
+    # -- overriding --------------------------------------------------------------------
+
+    def override(self, source: str, /, **values: Any) -> OverrideReceipt:
+        """Validate, then atomically apply `values` from `source`; all or nothing.
+
+        Raises UnknownFieldError (unknown name), OverrideRefused (field not hot and
+        `source` not on its allow-list), ConfigError (bad type, choice or cross-field
+        rule), ContextReplacedError (a later publish replaced this context).
+        """
+        with _lock:
+            proposal = self._propose(source, values, layer="override", check_source=True)
+            receipt = self._commit_locked(proposal)
+        self._notify(receipt.record, receipt.snapshot)
+        return receipt
+
+    def validate_override(self, source: str, /, **values: Any) -> OverrideProposal:
+        """Dry run of `override()`: every check against the would-be state; changes nothing.
+
+        Returns a proposal that `commit()` applies if the config has not changed since.
+        """
+        with _lock:
+            return self._propose(source, values, layer="override", check_source=True)
+
+    def commit(self, proposal: OverrideProposal) -> OverrideReceipt:
+        """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since."""
+        with _lock:
+            receipt = self._commit_locked(proposal)
+        self._notify(receipt.record, receipt.snapshot)
+        return receipt
+
+    @contextlib.contextmanager
+    def scoped(self, **values: Any) -> Iterator[Any]:
+        """Override any fields (hot or not) for the `with` block, then restore this context exactly.
+
+        For tests. Values are converted and rules checked like any override. On exit the
+        state before the block comes back (bags, log, generation), dropping overrides
+        made inside it; subscribers hear both the change and the restore.
+        """
+        with _lock:
+            saved = self._state
+            proposal = self._propose("scoped", values, layer="scoped", check_source=False)
+            receipt = self._commit_locked(proposal)
+        self._notify(receipt.record, receipt.snapshot)
+        try:
+            yield receipt.snapshot
+        finally:
+            with _lock:
+                before = self._state
+                self._swap(saved)
+            back = tuple(
+                FieldChange(n, before.flat[n], saved.flat[n]) for n in saved.flat if before.flat[n] != saved.flat[n]
+            )
+            if back:
+                rec = OverrideRecord("scoped.restore", "scoped", saved.snapshot.generation, time.time(), back)
+                self._notify(rec, saved.view)
+
+    def subscribe(self, callback: Subscriber, fields: Iterable[str] | None = None) -> Subscription:
+        """Call `callback(event)` after each commit that changes one of `fields` (any field when None).
+
+        Raises UnknownFieldError for an undeclared field name.
+        """
+        wanted = None
+        if fields is not None:
+            names = [fields] if isinstance(fields, str) else list(fields)
+            for name in names:
+                field_info(name)
+            wanted = frozenset(names)
+        sub = Subscription(self, callback, wanted)
+        with _lock:
+            self._subscribers = (*self._subscribers, sub)
+        return sub
+
+    def subscribers(self) -> tuple[Subscription, ...]:
+        return self._subscribers
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with _lock:
+            self._subscribers = tuple(s for s in self._subscribers if s is not sub)
+
+    def _require_current(self) -> None:
+        if _current is not self:
+            msg = "this runtime context was replaced by a later publish() -- call get_context() for the live one"
+            raise ContextReplacedError(msg)
+
+    def _propose(self, source: str, values: Mapping[str, Any], *, layer: str, check_source: bool) -> OverrideProposal:
+        self._require_current()
+        if not isinstance(source, str) or not source.strip():
+            raise ConfigError([Problem("$source", f"an override needs a non-empty source name, got {source!r}")])
+        if not values:
+            raise ConfigError([Problem("$", f"override from {source!r} names no fields -- pass field=value pairs")])
+        state = self._state
+        origin = f"from override {source}"
+        infos = fields()
+        problems: list[Problem] = []
+        unknown = refused = False
+        converted: dict[str, Any] = {}
+        acting = inner_source(source)
+        for name, raw in values.items():
+            info = infos.get(name)
+            if info is None:
+                unknown = True
+                problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", origin))
+                continue
+            if check_source and not info.spec.source_allowed(acting):
+                refused = True
+                problems.append(Problem(info.path, _refusal(info, raw, source), origin))
+                continue
+            good, bad = convert_fields({name: raw}, {name: origin})
+            problems.extend(bad)
+            converted.update(good)
+        header = f"override from {source!r} rejected, nothing changed"
+        if problems:
+            cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
+            raise cls(problems, header=header)
+        would = dict(state.flat)
+        would.update(converted)
+        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted))
+        if broken:
+            raise ConfigError(broken, header=header)
+        changes = tuple(FieldChange(name, state.flat[name], new) for name, new in converted.items())
+        snapshot = _evolve(state.snapshot, converted, infos)
+        return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
+
+    def _commit_locked(self, proposal: OverrideProposal) -> OverrideReceipt:
+        if proposal.context is not self:
+            raise StaleProposalError([Problem("$", "this proposal was validated on another context")])
+        self._require_current()
+        state = self._state
+        if state is not proposal.base:
+            msg = (
+                f"config changed since this override was validated (generation {proposal.base_generation}, "
+                f"now {state.snapshot.generation}) -- validate it again"
+            )
+            raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
+        rec = OverrideRecord(proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes)
+        last_set = dict(state.last_set)
+        last_set.update(dict.fromkeys(rec.fields, rec))
+        new = _State(
+            snapshot=proposal.snapshot,
+            view=make_view(proposal.snapshot, self.role, self.role_mode),
+            flat=proposal.flat,
+            log=(*state.log, rec),
+            last_set=types.MappingProxyType(last_set),
+        )
+        self._swap(new)
+        log.info(
+            "config.override",
+            source=rec.source,
+            layer=rec.layer,
+            generation=rec.generation,
+            fields={c.name: c.redacted() for c in rec.changes},
+        )
+        return OverrideReceipt(self, rec, new.view)
+
+    def _swap(self, state: _State) -> None:
+        # one reference assignment each: readers see the old state or the new, never a mix
+        self._state = state
+        if _current is self:
+            accessors._set_view(state.view)
+
+    def _notify(self, record: OverrideRecord, snapshot: Any) -> None:
+        event = ConfigEvent(record, snapshot)
+        for sub in self._subscribers:
+            if not sub.wants(record.fields):
+                continue
+            try:
+                sub.callback(event)
+            except Exception as exc:  # a subscriber must not undo a commit or starve the others
+                log.error(
+                    "config.subscriber_failed",
+                    subscriber=getattr(sub.callback, "__qualname__", repr(sub.callback)),
+                    source=record.source,
+                    generation=record.generation,
+                    error=f"{type(exc).__name__}: {exc}",
+                    exc_info=True,
+                )
+
+    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt:
+        source = f"revert:{receipt.source}"
+        with _lock:
+            self._require_current()
+            state = self._state
+            problems = []
+            for change in receipt.changes:
+                last = state.last_set.get(change.name)
+                if last is receipt.record:
+                    continue
+                info = field_info(change.name)
+                if last is None or receipt.record not in state.log:
+                    why = "that override is no longer applied (a scope or restore dropped it)"
+                else:
+                    why = f"changed since by {last.source!r} at generation {last.generation}"
+                msg = (
+                    f"cannot revert '{change.name}' to {shown(change.name, change.old)!r}: {why} "
+                    "-- revert the later override first, or override the field directly"
+                )
+                problems.append(Problem(info.path, msg, f"from override {receipt.source}"))
+            if problems:
+                header = f"revert of override from {receipt.source!r} (generation {receipt.generation}) refused"
+                raise RevertConflict(problems, header=header)
+            proposal = self._propose(source, {c.name: c.old for c in receipt.changes}, layer="override", check_source=True)
+            new = self._commit_locked(proposal)
+        self._notify(new.record, new.snapshot)
+        return new
+
+    def __repr__(self) -> str:
+        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self._state.log)})"
+
+
+def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
+    allowed = info.spec.allow_sources
+    hint = (
+        f"set {info.flag} at launch, or override from one of: {', '.join(allowed)}"
+        if allowed
+        else f"set {info.flag} at launch"
+    )
+    return (
+        f"'{info.name}' is not hot and source {source!r} is not on its allow-list "
+        f"(got {shown(info.name, raw)!r}) -- {hint}"
+    )
+
+
+def _evolve(snapshot: Snapshot, values: Mapping[str, Any], infos: Mapping[str, FieldInfo]) -> Snapshot:
+    """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        by_path.setdefault(infos[name].namespace, {})[name] = value
+    tops: dict[str, Any] = {}
+    for path, changed in by_path.items():
+        top, child = _ROUTES[path]
+        bag = tops.get(top, getattr(snapshot, top))
+        if child is None:
+            tops[top] = attrs.evolve(bag, **changed)
+        else:
+            tops[top] = attrs.evolve(bag, **{child: attrs.evolve(getattr(bag, child), **changed)})
+    return attrs.evolve(snapshot, generation=snapshot.generation + 1, **tops)
+
+
+def _launch_chain(record: Any, name: str, resolved: Resolved, info: FieldInfo) -> list[Origin]:
+    try:
+        from sgconf.loading import explain as launch_explain
+    except ImportError:  # loading not available: defaults, the record's own value, resolution
+        launch_explain = None
+    if launch_explain is not None:
+        return list(launch_explain(record, name, resolved))
+    secret = info.spec.secret
+    chain = [Origin("default", "defaults", info.default, secret=secret)]
+    value = getattr(record, name)
+    if value != info.default:
+        chain.append(Origin("record", "given", value, secret=secret))
+    decision = resolved.decision_for(name)
+    if decision is not None:
+        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=secret))
+    return chain
+
+
+# -- the process-wide owner ----------------------------------------------------------------
+
+
+def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = None) -> RuntimeContext:
+    """Resolve `record` once and make it the live config of this process, generation 0.
+
+    `model` is the HF-style config mapping handed to `resolve_once` (None: read from
+    model_path). Re-publishing replaces everything (last publish wins) and logs
+    `config.republish` with the overrides it dropped. Raises ConfigError for an unknown
+    role or a bad `SGCONF_ROLE_NAMESPACES`, ResolutionError when resolution fails; on
+    any error the previous context stays live.
+    """
+    check_role(role)
+    mode = mode_from_env()
+    resolved = resolve_once(record, model)
+    ctx = RuntimeContext(record, resolved, role=role, role_mode=mode)
+    with _lock:
+        old = _install(ctx)
+    if old is not None:
+        log.info(
+            "config.republish",
+            role=role,
+            previous_role=old.role,
+            previous_generation=old.generation,
+            dropped_overrides=[rec.as_dict() for rec in old.overrides_log()],
+        )
+    return ctx
+
+
+def _install(ctx: RuntimeContext | None) -> RuntimeContext | None:
+    """Make `ctx` live (None: nothing published); returns the one it replaced. Caller holds the lock."""
+    global _current
+    old = _current
+    _current = ctx
+    accessors._set_view(accessors.UNPUBLISHED if ctx is None else ctx._state.view)
+    return old
+
+
+def get_context() -> RuntimeContext:
+    """The live context; raises NotPublishedError before publish."""
+    ctx = _current
+    if ctx is None:
+        msg = (
+            "no runtime config is published: get_context() was called before publish() -- call "
+            "runtime.publish(record, role=...) at startup, or use runtime.override_server_args(...) "
+            "or the server_args pytest fixture in tests"
+        )
+        raise NotPublishedError(msg)
+    return ctx
+
+
+def is_published() -> bool:
+    return _current is not None
+
+
+def get_server_args() -> Any:
+    """The raw published record, for diagnostics only: it never shows overrides. Read the bags instead."""
+    return get_context().record
+
+
+def assert_published(record: Any, *, role: str | None = None) -> RuntimeContext:
+    """Check that `record` (and `role`, when given) is what is published; return the live context.
+
+    For constructors that must not publish again. Raises NotPublishedError when nothing
+    is published, ConfigError when another record or role is.
+    """
+    ctx = get_context()
+    problems = []
+    if ctx.record is not record and ctx.record != record:
+        problems.append(
+            Problem("$record", "the published record differs from the one given -- pass get_server_args(), or publish() it first")
+        )
+    if role is not None and ctx.role != role:
+        problems.append(Problem("$role", f"published with role {ctx.role!r}, expected {role!r} -- publish with role={role!r}"))
+    if problems:
+        raise ConfigError(problems, header="runtime context does not match")
+    return ctx
+
+
+def reset() -> None:
+    """Forget the published context (tests): every accessor raises again until the next publish."""
+    from runtime import testing
+
+    with _lock:
+        _install(None)
+        testing._forget_installs()
+
+
+__all__ = [
+    "RuntimeContext",
+    "assert_published",
+    "get_context",
+    "get_server_args",
+    "is_published",
+    "publish",
+    "reset",
+]

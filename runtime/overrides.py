@@ -1,0 +1,193 @@
+"""Values describing post-publish overrides: what changed, the proposal, the receipt, the event.
+
+All are frozen. The context (`runtime.context`) builds them; consumers read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sgconf.registry import fields
+
+if TYPE_CHECKING:
+    from runtime.context import RuntimeContext, _State
+
+REVERT_PREFIX = "revert:"
+
+
+def inner_source(source: str) -> str:
+    """The source a revert acts for: `revert:revert:hicache.attach` -> `hicache.attach`."""
+    while source.startswith(REVERT_PREFIX):
+        source = source[len(REVERT_PREFIX) :]
+    return source
+
+
+def shown(name: str, value: Any) -> Any:
+    """A value as it may be logged or served: secrets that are set become `'***'`."""
+    info = fields().get(name)
+    if info is not None and info.spec.secret and value is not None:
+        return "***"
+    return value
+
+
+@attrs.frozen(slots=True)
+class FieldChange:
+    """One field an override set: its value before and after."""
+
+    name: str
+    old: Any
+    new: Any
+
+    def redacted(self) -> dict[str, Any]:
+        return {"old": shown(self.name, self.old), "new": shown(self.name, self.new)}
+
+
+@attrs.frozen(slots=True)
+class OverrideRecord:
+    """One committed override as kept in the log: source, layer, the changes, generation and wall time."""
+
+    source: str
+    layer: str
+    generation: int
+    time: float
+    changes: tuple[FieldChange, ...]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.changes)
+
+    def change_of(self, name: str) -> FieldChange | None:
+        for c in self.changes:
+            if c.name == name:
+                return c
+        return None
+
+    def as_dict(self, redact: bool = True) -> dict[str, Any]:
+        """Plain data (for `/server_info` and logs); secrets redacted unless asked."""
+        return {
+            "source": self.source,
+            "layer": self.layer,
+            "generation": self.generation,
+            "time": self.time,
+            "fields": {c.name: (c.redacted() if redact else {"old": c.old, "new": c.new}) for c in self.changes},
+        }
+
+
+@attrs.frozen(slots=True, eq=False, repr=False)
+class OverrideProposal:
+    """A validated override not yet committed: `context.commit(proposal)` applies it if nothing changed since.
+
+    `base` is the exact state it was validated against; `snapshot` and `flat` are the
+    would-be state. Validation already ran, so committing cannot fail for a bad value.
+    """
+
+    context: RuntimeContext
+    base: _State
+    source: str
+    layer: str
+    changes: tuple[FieldChange, ...]
+    snapshot: Any
+    flat: Mapping[str, Any]
+
+    @property
+    def base_generation(self) -> int:
+        return self.base.snapshot.generation
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The converted values the override sets, `{field: new}`."""
+        return {c.name: c.new for c in self.changes}
+
+    def __repr__(self) -> str:
+        names = ", ".join(c.name for c in self.changes)
+        return f"OverrideProposal(source={self.source!r}, base_generation={self.base_generation}, fields=[{names}])"
+
+
+@attrs.frozen(slots=True, eq=False, repr=False)
+class OverrideReceipt:
+    """What `override()` returns: the committed record and the snapshot it produced; can `revert()`."""
+
+    context: RuntimeContext
+    record: OverrideRecord
+    snapshot: Any
+
+    @property
+    def source(self) -> str:
+        return self.record.source
+
+    @property
+    def generation(self) -> int:
+        return self.record.generation
+
+    @property
+    def changes(self) -> tuple[FieldChange, ...]:
+        return self.record.changes
+
+    def revert(self) -> OverrideReceipt:
+        """Restore the previous values as a new override from `revert:<source>`.
+
+        Raises RevertConflict when a later override changed one of these fields again.
+        """
+        return self.context._revert(self)
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.record.fields)
+        return f"OverrideReceipt(source={self.source!r}, generation={self.generation}, fields=[{names}])"
+
+
+@attrs.frozen(slots=True)
+class ConfigEvent:
+    """What a subscriber receives after a commit: the record and the snapshot it produced."""
+
+    record: OverrideRecord
+    snapshot: Any
+
+    @property
+    def source(self) -> str:
+        return self.record.source
+
+    @property
+    def generation(self) -> int:
+        return self.snapshot.generation
+
+    @property
+    def changes(self) -> tuple[FieldChange, ...]:
+        return self.record.changes
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.record.fields
+
+
+Subscriber = Callable[[ConfigEvent], Any]
+
+
+@attrs.frozen(slots=True, eq=False)
+class Subscription:
+    """A handle returned by `subscribe()`; `unsubscribe()` is idempotent; usable as a context manager."""
+
+    context: RuntimeContext = attrs.field(repr=False)
+    callback: Subscriber
+    fields: frozenset[str] | None
+
+    def wants(self, changed: tuple[str, ...]) -> bool:
+        return self.fields is None or not self.fields.isdisjoint(changed)
+
+    def unsubscribe(self) -> None:
+        self.context._unsubscribe(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unsubscribe()
+
+
+def iter_changes(records: tuple[OverrideRecord, ...], name: str) -> Iterator[tuple[OverrideRecord, FieldChange]]:
+    for rec in records:
+        change = rec.change_of(name)
+        if change is not None:
+            yield rec, change

@@ -1,0 +1,226 @@
+"""Role namespace sets: which config namespaces each process role may read.
+
+`SGCONF_ROLE_NAMESPACES` chooses the mode when a context is published:
+
+- `off` (default): accessors hand out the snapshot itself; zero cost.
+- `record`: every first read of a `(role, namespace)` pair is remembered, appended at
+  once to the file named by `SGCONF_ROLE_NAMESPACES_OUT` (when set) and written to
+  stderr at exit, so a run shows which roles really read what.
+- `enforce`: a read outside the role's set raises `RoleViolation`.
+
+A bad mode is an error, never a silent `off`: a typo must not switch auditing off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from runtime.errors import RoleViolation
+from runtime.snapshot import (
+    BAG_NAMES,
+    attention_backends,
+    configured_pp_size,
+    mamba_extra_buffer_enabled,
+    mamba_extra_buffer_lazy_enabled,
+    max_speculative_num_draft_tokens,
+)
+from sgconf.errors import ConfigError, Problem
+from sgconf.suggest import did_you_mean
+
+Mode = Literal["off", "record", "enforce"]
+MODES: tuple[Mode, ...] = ("off", "record", "enforce")
+MODE_ENV = "SGCONF_ROLE_NAMESPACES"
+OUT_ENV = "SGCONF_ROLE_NAMESPACES_OUT"
+
+_ALL = frozenset(BAG_NAMES)
+
+ROLE_NAMESPACE_SETS: Mapping[str, frozenset[str]] = {
+    # the scheduler owns the model, the pools and the kernels: it reads everything
+    "scheduler": _ALL,
+    # one process running scheduler, pools and model together (the embedded engine)
+    "engine": _ALL,
+    "tokenizer": frozenset({"model", "serving", "observability", "spec", "disagg"}),
+    "detokenizer": frozenset({"model", "serving", "observability"}),
+    "dp_controller": frozenset({"model", "parallel", "serving", "observability", "disagg"}),
+    "test": _ALL,
+}
+
+
+def check_role(role: str) -> str:
+    """Return `role` when it is declared; raise ConfigError with a did-you-mean otherwise."""
+    if role in ROLE_NAMESPACE_SETS:
+        return role
+    known = ", ".join(sorted(ROLE_NAMESPACE_SETS))
+    msg = f"unknown role {role!r}{did_you_mean(str(role), ROLE_NAMESPACE_SETS)} -- use one of {known}"
+    raise ConfigError([Problem("$role", msg)], header="cannot publish")
+
+
+def mode_from_env(environ: Mapping[str, str] | None = None) -> Mode:
+    """The role mode from `SGCONF_ROLE_NAMESPACES`; raises ConfigError on a value other than off/record/enforce."""
+    env = os.environ if environ is None else environ
+    raw = env.get(MODE_ENV, "")
+    text = raw.strip().lower() or "off"
+    if text in MODES:
+        return text  # type: ignore[return-value]
+    msg = f"expected one of 'off', 'record', 'enforce', got {raw!r}"
+    raise ConfigError([Problem(f"$env.{MODE_ENV}", msg, f"from env {MODE_ENV}")], header="bad role namespace mode")
+
+
+def make_view(snapshot: Any, role: str, mode: Mode) -> Any:
+    """What accessors hand out for `snapshot`: the snapshot itself when off, a checking view otherwise."""
+    if mode == "off":
+        return snapshot
+    return GuardedView(snapshot, role, mode)
+
+
+class GuardedView:
+    """A snapshot seen through a role: each bag read is recorded or checked first.
+
+    Same attribute and method names as `Snapshot`; only used in record/enforce mode.
+    """
+
+    __slots__ = ("_snapshot", "_role", "_mode")
+
+    def __init__(self, snapshot: Any, role: str, mode: Mode) -> None:
+        self._snapshot = snapshot
+        self._role = role
+        self._mode = mode
+
+    @property
+    def generation(self) -> int:
+        return self._snapshot.generation
+
+    @property
+    def snapshot(self) -> Any:
+        """The unguarded snapshot underneath."""
+        return self._snapshot
+
+    def _read(self, namespace: str) -> Any:
+        if self._mode == "enforce" and namespace not in ROLE_NAMESPACE_SETS[self._role]:
+            allowed = ", ".join(repr(n) for n in sorted(ROLE_NAMESPACE_SETS[self._role]))
+            msg = (
+                f"role {self._role!r} read namespace {namespace!r} (get_{namespace}()), outside its set ({allowed}) "
+                f"-- read it in a role that owns it, or add {namespace!r} to ROLE_NAMESPACE_SETS[{self._role!r}]"
+            )
+            raise RoleViolation(msg)
+        if self._mode == "record":
+            record_read(self._role, namespace)
+        return getattr(self._snapshot, namespace)
+
+    def bags(self) -> dict[str, Any]:
+        return {name: self._read(name) for name in BAG_NAMES}
+
+    def flat(self) -> dict[str, Any]:
+        self.bags()
+        return self._snapshot.flat()
+
+    def fingerprint(self) -> str:
+        return self._snapshot.fingerprint()
+
+    def max_speculative_num_draft_tokens(self) -> int:
+        return max_speculative_num_draft_tokens(self)
+
+    def mamba_extra_buffer_enabled(self) -> bool:
+        return mamba_extra_buffer_enabled(self)
+
+    def mamba_extra_buffer_lazy_enabled(self) -> bool:
+        return mamba_extra_buffer_lazy_enabled(self)
+
+    def configured_pp_size(self) -> int:
+        return configured_pp_size(self)
+
+    def attention_backends(self) -> tuple[str, str]:
+        return attention_backends(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GuardedView):
+            other = other._snapshot
+        return self._snapshot == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"GuardedView(role={self._role!r}, mode={self._mode!r}, generation={self.generation})"
+
+
+def _bag_property(name: str) -> property:
+    def read(self: GuardedView) -> Any:
+        return self._read(name)
+
+    read.__name__ = name
+    return property(read, doc=f"The {name!r} bag, checked against the role.")
+
+
+for _name in BAG_NAMES:
+    setattr(GuardedView, _name, _bag_property(_name))
+del _name
+
+
+# Record mode: pairs seen so far in this process, reported once each.
+_recorded: set[tuple[str, str]] = set()
+_record_lock = threading.Lock()
+_atexit_registered = False
+
+
+def record_read(role: str, namespace: str) -> None:
+    """Remember that `role` read `namespace`; a new pair is appended to `$SGCONF_ROLE_NAMESPACES_OUT` at once."""
+    pair = (role, namespace)
+    if pair in _recorded:  # the common case takes no lock
+        return
+    global _atexit_registered
+    with _record_lock:
+        if pair in _recorded:
+            return
+        _recorded.add(pair)
+        if not _atexit_registered:
+            atexit.register(_report_at_exit)
+            _atexit_registered = True
+        out = os.environ.get(OUT_ENV)
+        if out:
+            # appended at once: a worker killed by its parent never reaches atexit
+            with open(out, "a", encoding="utf-8") as fh:
+                fh.write(f"{role}\t{namespace}\n")
+
+
+def recorded_reads() -> frozenset[tuple[str, str]]:
+    """The `(role, namespace)` pairs recorded in this process."""
+    return frozenset(_recorded)
+
+
+def clear_recorded() -> None:
+    """Forget recorded pairs (tests)."""
+    with _record_lock:
+        _recorded.clear()
+
+
+def format_report(pairs: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> str:
+    lines = ["sgconf role namespaces read (role namespace):"]
+    lines.extend(f"  {role} {namespace}" for role, namespace in sorted(pairs))
+    return "\n".join(lines) + "\n"
+
+
+def _report_at_exit() -> None:
+    if _recorded:
+        sys.stderr.write(format_report(_recorded))
+        sys.stderr.flush()
+
+
+__all__ = [
+    "MODES",
+    "MODE_ENV",
+    "OUT_ENV",
+    "ROLE_NAMESPACE_SETS",
+    "GuardedView",
+    "Mode",
+    "check_role",
+    "clear_recorded",
+    "make_view",
+    "mode_from_env",
+    "record_read",
+    "recorded_reads",
+]
