@@ -1,0 +1,612 @@
+"""HiCacheController: moves KV pages between the device pool, the host pool and storage.
+
+The controller is handed the device KV pool and plain config values (the engine
+reads them through accessors); it reads no configuration itself. Pages are named by
+`page_keys` seeded with the pool layout's tag, so a key means "this token prefix,
+this model geometry" in every process.
+
+Flow, as the engine uses it:
+  backup(ids, dev_idx)        after a prefill: full pages -> host (-> storage per policy)
+  lookup(ids) -> tokens       how long a prefix host + storage could supply
+  prefetch(ids) -> result     storage -> host, waiting per the prefetch policy
+  load(ids, n, dev_idx)       host (falling back to storage) -> device; returns tokens loaded
+
+Write policies: `write_through` stores a page in host and storage at backup time;
+`write_back` keeps it in host only and stores it when it is evicted from host, on
+`flush()` or on detach; `write_through_selective` stores a page once it has been
+loaded back at least once (proven reuse), and on nothing else.
+
+Storage I/O runs on background threads (one writer, `io_threads` readers); host pool
+and device copies happen under one lock. Storage errors never reach the caller:
+damaged pages are counted in `stats.corrupt_skipped` and treated as missing, failed
+writes in `stats.write_errors`.
+
+Sliding-window layers are copied through the pool's full->SWA slot map; entries
+for tokens that had already left the window hold whatever the map's slot 0 holds,
+exactly as on the device, so such pages are only as good as the device copy was.
+
+Attach is two-phase, so several ranks can make it all-or-nothing:
+`prepare_attach` opens and validates the backend without touching the controller,
+then `commit_attach` (cannot fail on a valid handle) or `abort_attach` (releases it
+and removes a directory that opening created). `attach_storage_backend` does both.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import structlog
+import torch
+
+from mem_cache.hicache.errors import AttachStateError, LayoutMismatchError, StorageAttachError
+from mem_cache.hicache.host_pool import EvictedPage, HostKVPool
+from mem_cache.hicache.layout import KVLayout, host_pool_pages, layout_of
+from mem_cache.hicache.prefix_keys import page_keys
+from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase, create_storage_backend
+
+log = structlog.get_logger("mem_cache.hicache")
+
+WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+WRITE_POLICY_FIELD = "hicache_write_policy"
+PREFETCH_POLICY_FIELD = "hicache_storage_prefetch_policy"
+
+
+@attrs.frozen(slots=True)
+class HiCacheStats:
+    """Counters since the controller was built (a snapshot)."""
+
+    backed_up_pages: int
+    host_hits: int  # pages load() served from host without storage I/O
+    storage_hits: int  # pages read back from storage (prefetch or load fallback)
+    prefetched_pages: int  # pages prefetch moved from storage into host
+    corrupt_skipped: int  # damaged pages/temp files found in storage, across backends
+    storage_writes: int
+    write_errors: int
+    host_evictions: int
+    host_pages: int
+    host_capacity: int
+    pending_writes: int
+    pending_prefetches: int
+    storage_backend: str | None
+
+
+@attrs.frozen(slots=True)
+class PrefetchResult:
+    """What prefetch() achieved: `ready_tokens` can be loaded now without storage I/O."""
+
+    ready_tokens: int
+    requested_pages: int  # pages beyond the host prefix that storage holds
+    fetched_pages: int  # of those, in host when prefetch returned
+    pending_pages: int  # of those, still being read (best_effort, timeout)
+    timed_out: bool
+
+
+@attrs.frozen(slots=True)
+class StorageStatus:
+    """The attached backend and the policies in force (what GET /hicache/storage-backend shows)."""
+
+    backend: str | None
+    extra_config: Mapping[str, Any] | None
+    prefetch_policy: str
+    write_policy: str
+
+
+@attrs.define(slots=True, eq=False)
+class PreparedAttach:
+    """An opened, validated backend waiting for commit_attach or abort_attach."""
+
+    backend_name: str
+    extra_config: Mapping[str, Any]
+    backend: StorageBase
+    prefetch_policy: str
+    write_policy: str
+    owner: int  # id() of the controller that prepared it
+    state: str = "prepared"  # prepared -> committed | aborted
+
+
+class HiCacheController:
+    """Ties one device KV pool to a host pool and an optional storage backend.
+
+    `host_pages` sets the host capacity in pages directly; otherwise it follows
+    `hicache_size` (GB, when > 0) or `hicache_ratio` x `device_tokens` (default: the
+    pool's `size`). Raises ValueError for an unknown policy or a pool without layers.
+    """
+
+    def __init__(
+        self,
+        kv_pool: Any,
+        *,
+        page_size: int | None = None,
+        host_pages: int | None = None,
+        device_tokens: int | None = None,
+        hicache_ratio: float = 2.0,
+        hicache_size: int = 0,
+        write_policy: str = "write_through",
+        prefetch_policy: str = "best_effort",
+        prefetch_timeout_s: float = 2.0,
+        layer_ids: Sequence[int] | None = None,
+        pin_memory: bool | None = None,
+        io_threads: int = 2,
+    ) -> None:
+        _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, ValueError)
+        _check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, ValueError)
+        self.kv_pool = kv_pool
+        self.layout: KVLayout = layout_of(kv_pool, page_size=page_size, layer_ids=layer_ids)
+        self.page_size = self.layout.page_size
+        if host_pages is None:
+            tokens = device_tokens if device_tokens is not None else int(kv_pool.size)
+            host_pages = host_pool_pages(tokens, self.layout, hicache_ratio=hicache_ratio, hicache_size=hicache_size)
+        self.host = HostKVPool(self.layout, host_pages, pin_memory=pin_memory)
+        self.write_policy = write_policy
+        self.prefetch_policy = prefetch_policy
+        self.prefetch_timeout_s = prefetch_timeout_s
+        self._lock = threading.RLock()
+        self._attach_lock = threading.Lock()
+        self._backend: StorageBase | None = None
+        self._backend_name: str | None = None
+        self._extra_config: Mapping[str, Any] | None = None
+        self._writer = cf.ThreadPoolExecutor(1, thread_name_prefix="hicache-write")
+        self._readers = cf.ThreadPoolExecutor(max(1, io_threads), thread_name_prefix="hicache-read")
+        self._pending_writes: set[cf.Future[bool]] = set()
+        self._inflight: dict[str, cf.Future[bool]] = {}
+        self._retired_corrupt = 0
+        self._counts = dict.fromkeys(
+            ("backed_up_pages", "host_hits", "storage_hits", "prefetched_pages", "storage_writes",
+             "write_errors", "host_evictions", "layout_mismatches"),
+            0,
+        )
+        self._closed = False
+
+    # -- keys -------------------------------------------------------------------------
+    def keys(self, token_ids: Sequence[int]) -> list[str]:
+        """The page keys of `token_ids` under this pool's layout (one per full page)."""
+        return page_keys(token_ids, self.page_size, namespace=self.layout.tag)
+
+    # -- device <-> host ----------------------------------------------------------------
+    def backup(self, token_ids: Sequence[int], device_indices: Any, *, start: int = 0) -> int:
+        """Copy the full pages of `token_ids[start:]` held at `device_indices` to host.
+
+        `device_indices[i]` is the device slot of token `start + i`; `start` must be a
+        multiple of the page size. Pages already in host are only refreshed in LRU
+        order. Returns how many pages were newly copied.
+        """
+        self._check_start(start)
+        page = self.page_size
+        loc = _as_index(device_indices)
+        keys = self.keys(token_ids)
+        first = start // page
+        last = min(len(keys), (start + int(loc.numel())) // page)
+        if last <= first:
+            return 0
+        sel = keys[first:last]
+        with self._lock:
+            new = [(i, k) for i, k in enumerate(sel) if k not in self.host]
+            copied = 0
+            if new:
+                slots, evicted = self.host.allocate(
+                    [k for _, k in new], protect=sel, save_unstored=self._saves_on_evict()
+                )
+                new = new[: len(slots)]
+                if new:
+                    idx = torch.cat([loc[i * page : (i + 1) * page] for i, _ in new])
+                    k, v = self._read_device(idx)
+                    self.host.write(slots[: len(new)], k, v)
+                    copied = len(new)
+                    self._counts["backed_up_pages"] += copied
+                self._handle_evicted(evicted)
+            if self._backend is not None and self.write_policy == "write_through":
+                for key in sel:
+                    p = self.host.page(key)
+                    if p is not None and not p.stored:
+                        self._store(key)
+            self.host.touch(sel)
+        return copied
+
+    def lookup(self, token_ids: Sequence[int]) -> int:
+        """How many leading tokens (whole pages) host and storage together could supply."""
+        keys = self.keys(token_ids)
+        with self._lock:
+            n = self.host.prefix_length(keys)
+            backend = self._backend
+        if backend is not None:
+            while n < len(keys):
+                key = keys[n]
+                with self._lock:
+                    known = key in self.host or key in self._inflight
+                if not (known or backend.exists(key)):
+                    break
+                n += 1
+        return n * self.page_size
+
+    def prefetch(self, token_ids: Sequence[int], *, policy: str | None = None) -> PrefetchResult:
+        """Start reading the storage pages that extend the host prefix, wait per policy.
+
+        best_effort returns at once; wait_complete waits until every requested page is
+        read; timeout waits up to `prefetch_timeout_s`. Pages keep arriving in host
+        after a best_effort/timeout return. `policy` overrides the controller's.
+        """
+        policy = policy or self.prefetch_policy
+        _check_choice(PREFETCH_POLICY_FIELD, policy, PREFETCH_POLICIES, ValueError)
+        keys = self.keys(token_ids)
+        with self._lock:
+            backend = self._backend
+            n = self.host.prefix_length(keys)
+        futures: list[cf.Future[bool]] = []
+        if backend is not None:
+            protect = tuple(keys)
+            for key in keys[n:]:
+                with self._lock:
+                    if key in self.host:
+                        continue
+                    known = key in self._inflight
+                if not (known or backend.exists(key)):
+                    break
+                futures.append(self._request_fetch(backend, key, protect))
+        timed_out = False
+        if futures and policy != "best_effort":
+            timeout = self.prefetch_timeout_s if policy == "timeout" else None
+            _, not_done = cf.wait(futures, timeout=timeout)
+            timed_out = bool(not_done)
+        with self._lock:
+            self.host.touch(keys)
+            ready = self.host.prefix_length(keys)
+        fetched = sum(1 for f in futures if f.done() and not f.cancelled() and f.result())
+        pending = sum(1 for f in futures if not f.done())
+        return PrefetchResult(ready * self.page_size, len(futures), fetched, pending, timed_out)
+
+    def load(self, token_ids: Sequence[int], n_tokens: int, device_indices: Any, *, start: int = 0) -> int:
+        """Copy the pages of `token_ids[start:n_tokens]` into the device slots given.
+
+        `device_indices[i]` receives token `start + i`. Pages missing from host are read
+        from storage synchronously; loading stops at the first page neither has.
+        Returns the tokens loaded (whole pages, counted from `start`); the caller frees
+        the slots beyond that.
+        """
+        self._check_start(start)
+        page = self.page_size
+        loc = _as_index(device_indices)
+        keys = self.keys(list(token_ids)[:n_tokens])
+        sel = keys[start // page :]
+        sel = sel[: int(loc.numel()) // page]
+        if not sel:
+            return 0
+        with self._lock:
+            from_host = self.host.prefix_length(sel)
+            backend = self._backend
+        if from_host < len(sel) and backend is not None:
+            protect = tuple(sel)
+            for key in sel[from_host:]:
+                if not self._request_fetch(backend, key, protect).result():
+                    break
+        with self._lock:
+            n = self.host.prefix_length(sel)
+            if n == 0:
+                return 0
+            pages = [self.host.page(k) for k in sel[:n]]
+            k, v = self.host.read([p.slot for p in pages if p is not None])
+            self._write_device(loc[: n * page], k, v)
+            self._counts["host_hits"] += min(from_host, n)
+            for key, p in zip(sel[:n], pages, strict=True):
+                assert p is not None
+                p.hits += 1
+                if self.write_policy == "write_through_selective" and self._backend is not None and not p.stored:
+                    self._store(key)
+            self.host.touch(sel[:n])
+        return n * page
+
+    def flush(self) -> None:
+        """Store every host page the backend lacks (write_back), then wait for all writes."""
+        with self._lock:
+            if self._backend is not None and self.write_policy == "write_back":
+                for key in self.host.unstored_keys():
+                    self._store(key)
+            pending = list(self._pending_writes)
+            backend = self._backend
+        cf.wait(pending)
+        if backend is not None:
+            backend.flush()
+
+    # -- attach / detach ---------------------------------------------------------------
+    def prepare_attach(
+        self,
+        backend: str,
+        extra_config: Mapping[str, Any] | str | None = None,
+        *,
+        prefetch_policy: str | None = None,
+        write_policy: str | None = None,
+    ) -> PreparedAttach:
+        """Open and validate a backend without changing the controller.
+
+        `extra_config` may be a mapping or its JSON text. Raises StorageAttachError
+        naming the field at fault; then nothing was opened or created.
+        """
+        prefetch_policy = prefetch_policy or self.prefetch_policy
+        write_policy = write_policy or self.write_policy
+        _check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, StorageAttachError)
+        _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
+        options = _parse_extra_config(extra_config)
+        opened = create_storage_backend(backend, options)
+        return PreparedAttach(backend, dict(options), opened, prefetch_policy, write_policy, id(self))
+
+    def commit_attach(self, prepared: PreparedAttach) -> StorageStatus:
+        """Make a prepared backend the attached one (detaching, and flushing, any previous)."""
+        with self._attach_lock:
+            self._settle(prepared, "committed")
+            if self._backend is not None:
+                self._detach_locked()
+            with self._lock:
+                self._backend = prepared.backend
+                self._backend_name = prepared.backend_name
+                self._extra_config = prepared.extra_config
+                self.prefetch_policy = prepared.prefetch_policy
+                self.write_policy = prepared.write_policy
+            status = self.storage_status()
+        log.info("hicache.attach", backend=status.backend, prefetch_policy=status.prefetch_policy,
+                 write_policy=status.write_policy)
+        return status
+
+    def abort_attach(self, prepared: PreparedAttach) -> None:
+        """Release a prepared backend; aborting twice is a no-op, after commit an error."""
+        with self._attach_lock:
+            if prepared.state == "aborted" and prepared.owner == id(self):
+                return
+            self._settle(prepared, "aborted")
+        prepared.backend.abandon()
+        log.info("hicache.attach_aborted", backend=prepared.backend_name)
+
+    def attach_storage_backend(
+        self,
+        name: str,
+        extra_config: Mapping[str, Any] | str | None = None,
+        prefetch_policy: str | None = None,
+        write_policy: str | None = None,
+    ) -> StorageStatus:
+        """Prepare and commit in one step; raises StorageAttachError and changes nothing on failure."""
+        prepared = self.prepare_attach(
+            name, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
+        )
+        return self.commit_attach(prepared)
+
+    def detach_storage_backend(self) -> bool:
+        """Flush pending writes, then close the backend. Returns False when none was attached."""
+        with self._attach_lock:
+            if self._backend is None:
+                return False
+            name = self._backend_name
+            self._detach_locked()
+        log.info("hicache.detach", backend=name)
+        return True
+
+    def storage_status(self) -> StorageStatus:
+        with self._lock:
+            return StorageStatus(self._backend_name, self._extra_config, self.prefetch_policy, self.write_policy)
+
+    @property
+    def storage_backend(self) -> StorageBase | None:
+        """The attached backend object, or None."""
+        return self._backend
+
+    @property
+    def stats(self) -> HiCacheStats:
+        with self._lock:
+            c = self._counts
+            backend = self._backend
+            corrupt = self._retired_corrupt + c["layout_mismatches"]
+            if backend is not None:
+                corrupt += backend.stats.corrupt_skipped
+            return HiCacheStats(
+                backed_up_pages=c["backed_up_pages"],
+                host_hits=c["host_hits"],
+                storage_hits=c["storage_hits"],
+                prefetched_pages=c["prefetched_pages"],
+                corrupt_skipped=corrupt,
+                storage_writes=c["storage_writes"],
+                write_errors=c["write_errors"],
+                host_evictions=c["host_evictions"],
+                host_pages=len(self.host),
+                host_capacity=self.host.capacity,
+                pending_writes=sum(1 for f in self._pending_writes if not f.done()),
+                pending_prefetches=len(self._inflight),
+                storage_backend=self._backend_name,
+            )
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for background reads and writes; returns False if some are still running."""
+        with self._lock:
+            pending = [*self._pending_writes, *self._inflight.values()]
+        _, not_done = cf.wait(pending, timeout=timeout)
+        return not not_done
+
+    def close(self) -> None:
+        """Detach (flushing) and stop the I/O threads; idempotent."""
+        if self._closed:
+            return
+        self.detach_storage_backend()
+        self._closed = True
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+
+    # -- internals ---------------------------------------------------------------------
+    def _settle(self, prepared: PreparedAttach, state: str) -> None:
+        if prepared.owner != id(self):
+            msg = f"this prepared attach of {prepared.backend_name!r} belongs to another controller"
+            raise AttachStateError(msg)
+        if prepared.state != "prepared":
+            msg = f"this prepared attach of {prepared.backend_name!r} was already {prepared.state} -- prepare a new one"
+            raise AttachStateError(msg)
+        prepared.state = state
+
+    def _detach_locked(self) -> None:
+        # caller holds _attach_lock; pending writes land before the backend closes
+        self.flush()
+        with self._lock:
+            reads = list(self._inflight.values())
+        cf.wait(reads)
+        with self._lock:
+            backend, self._backend = self._backend, None
+            self._backend_name = None
+            self._extra_config = None
+            self.host.mark_all_unstored()
+            if backend is not None:
+                self._retired_corrupt += backend.stats.corrupt_skipped
+        if backend is not None:
+            backend.close()
+
+    def _saves_on_evict(self) -> bool:
+        return self._backend is not None and self.write_policy == "write_back"
+
+    def _store(self, key: str) -> None:
+        # caller holds _lock; the payload is copied now, written on the writer thread
+        backend = self._backend
+        page = self.host.page(key)
+        if backend is None or page is None:
+            return
+        page.stored = True
+        self._submit_write(backend, key, self.host.payload(key))
+
+    def _submit_write(self, backend: StorageBase, key: str, payload: bytes) -> None:
+        fut = self._writer.submit(self._write, backend, key, payload)
+        self._pending_writes.add(fut)
+        fut.add_done_callback(self._write_done)
+
+    def _write_done(self, fut: cf.Future[bool]) -> None:
+        with self._lock:
+            self._pending_writes.discard(fut)
+
+    def _write(self, backend: StorageBase, key: str, payload: bytes) -> bool:
+        try:
+            ok = backend.put(key, payload)
+        except Exception as exc:  # a backend bug must not kill the writer thread
+            log.error("hicache.write_failed", key=key, error=repr(exc))
+            ok = False
+        with self._lock:
+            if ok:
+                self._counts["storage_writes"] += 1
+            else:
+                self._counts["write_errors"] += 1
+                page = self.host.page(key)
+                if page is not None and backend is self._backend:
+                    page.stored = False
+        return ok
+
+    def _request_fetch(self, backend: StorageBase, key: str, protect: Sequence[str]) -> cf.Future[bool]:
+        """The one in-flight read of `key`, started if none is running."""
+        with self._lock:
+            fut = self._inflight.get(key)
+            if fut is None:
+                fut = self._readers.submit(self._fetch, backend, key, protect)
+                self._inflight[key] = fut
+            return fut
+
+    def _fetch(self, backend: StorageBase, key: str, protect: Sequence[str]) -> bool:
+        try:
+            data = backend.get(key)
+        except Exception as exc:  # a backend bug must read as a miss, not a crash
+            log.error("hicache.read_failed", key=key, error=repr(exc))
+            data = None
+        with self._lock:
+            self._inflight.pop(key, None)
+            if data is None:
+                return False
+            if key in self.host:
+                return True
+            slots, evicted = self.host.allocate([key], protect=protect, save_unstored=self._saves_on_evict())
+            self._handle_evicted(evicted)
+            if not slots:
+                return False
+            try:
+                self.host.load_payload(slots[0], data)
+            except LayoutMismatchError as exc:
+                self.host.remove(key)
+                self._counts["layout_mismatches"] += 1
+                log.warning("hicache.layout_mismatch", key=key, reason=str(exc))
+                return False
+            page = self.host.page(key)
+            assert page is not None
+            page.stored = backend is self._backend
+            self._counts["storage_hits"] += 1
+            self._counts["prefetched_pages"] += 1
+        return True
+
+    def _handle_evicted(self, evicted: list[EvictedPage]) -> None:
+        self._counts["host_evictions"] += len(evicted)
+        if self._backend is None:
+            return
+        for e in evicted:
+            if e.payload is not None:
+                self._submit_write(self._backend, e.key, e.payload)
+
+    def _read_device(self, idx: torch.Tensor) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        pool = self.kv_pool
+        translate = getattr(pool, "translate_loc_from_full_to_swa", None)
+        swa_idx = None
+        k: dict[int, torch.Tensor] = {}
+        v: dict[int, torch.Tensor] = {}
+        for g in self.layout.layers:
+            kb = pool.get_key_buffer(g.layer_id)
+            vb = pool.get_value_buffer(g.layer_id)
+            at = idx.to(kb.device)
+            if g.is_swa and translate is not None:
+                if swa_idx is None:
+                    swa_idx = translate(at)
+                at = swa_idx
+            k[g.layer_id] = _host_view(kb[at], self.layout)
+            v[g.layer_id] = _host_view(vb[at], self.layout)
+        return k, v
+
+    def _write_device(self, loc: torch.Tensor, k: dict[int, torch.Tensor], v: dict[int, torch.Tensor]) -> None:
+        pool = self.kv_pool
+        dt = self.layout.dtype
+        for g in self.layout.layers:
+            device = pool.get_key_buffer(g.layer_id).device
+            kt = k[g.layer_id].to(device, non_blocking=self.host.pin_memory)
+            vt = v[g.layer_id].to(device, non_blocking=self.host.pin_memory)
+            if kt.dtype != dt:
+                kt, vt = kt.view(dt), vt.view(dt)
+            pool.set_kv_buffer(g.layer_id, loc.to(device), kt, vt)
+
+    def _check_start(self, start: int) -> None:
+        if start < 0 or start % self.page_size:
+            msg = f"start must be a non-negative multiple of the page size {self.page_size} (got {start})"
+            raise ValueError(msg)
+
+
+def _as_index(device_indices: Any) -> torch.Tensor:
+    return torch.as_tensor(device_indices, dtype=torch.int64).reshape(-1)
+
+
+def _host_view(t: torch.Tensor, layout: KVLayout) -> torch.Tensor:
+    return t.view(layout.host_dtype) if t.dtype != layout.host_dtype else t
+
+
+def _check_choice(field: str, value: object, choices: tuple[str, ...], error: type[Exception]) -> None:
+    if value in choices:
+        return
+    msg = f"'{field}' must be one of {', '.join(choices)} (got {value!r}) -- pick one of those"
+    if error is StorageAttachError:
+        raise StorageAttachError(msg, field=field, value=value)
+    raise error(msg)
+
+
+def _parse_extra_config(extra_config: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
+    if extra_config is None:
+        return {}
+    if isinstance(extra_config, str):
+        try:
+            parsed = json.loads(extra_config) if extra_config.strip() else {}
+        except json.JSONDecodeError as exc:
+            msg = f"'{EXTRA_CONFIG_FIELD}' is not valid JSON ({exc.msg} at position {exc.pos}) -- pass an object like {{\"dir\": \"/path\"}}"
+            raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config) from exc
+        extra_config = parsed
+    if not isinstance(extra_config, Mapping):
+        msg = f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {extra_config!r}) -- pass an object like {{\"dir\": \"/path\"}}"
+        raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
+    return extra_config
+
+
