@@ -14,6 +14,7 @@ is what makes "paged equals dense" a meaningful test.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -211,10 +212,12 @@ class TinyTransformer(nn.Module):
         self.eval()
 
     def _init_weights(self, seed: int) -> None:
-        # One generator, parameters in a fixed order: the same seed gives the same model everywhere.
-        gen = torch.Generator().manual_seed(seed)
+        # One generator per parameter, seeded from (seed, name): the same seed gives the same
+        # model everywhere, and a shallower model of the same widths (a draft) shares the
+        # embedding, head and first layers with the deeper one, so it predicts it fairly well.
         with torch.no_grad():
             for name, p in self.named_parameters():
+                gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
                 elif name == "embed.weight":

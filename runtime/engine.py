@@ -1,0 +1,367 @@
+"""The embedded engine: publish the config, build pools and backends, generate tokens.
+
+`Engine(record)` publishes the record (role `scheduler`), reads everything it needs
+from one config snapshot, plans and builds the KV pools, the attention backend(s), the
+model (random weights from `random_seed`), the prefix cache, the HiCache tiers and a
+draft worker when speculative decoding is on, then runs the scheduler on one
+background thread. `generate()` is thread-safe: it queues a request and waits for it,
+so concurrent callers are batched together (continuous batching).
+
+HiCache storage can be attached and detached while the engine runs; both are
+post-publish overrides (sources `hicache.attach` / `hicache.detach`) and are refused
+while requests are queued or running, so no step ever sees a backend change under it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import structlog
+import torch
+
+from runtime.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
+from runtime.prefix_cache import PrefixCache
+from runtime.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits
+
+log = structlog.get_logger(__name__)
+
+
+class EngineBusy(RuntimeError):
+    """Raised when an operation that needs an idle engine finds requests queued or running."""
+
+    def __init__(self, message: str, *, queued: int, running: int) -> None:
+        super().__init__(message)
+        self.queued = queued
+        self.running = running
+
+
+class EngineStopped(RuntimeError):
+    """Raised when a request reaches an engine that was shut down."""
+
+
+class GenerationError(RuntimeError):
+    """Raised when a request fails inside the engine (it did not fit the KV pool)."""
+
+
+@attrs.frozen(slots=True)
+class GenerateStats:
+    """What one request cost and reused."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    prefetched_tokens: int
+    retractions: int
+    spec_verify_steps: int
+    spec_accept_length: float | None
+    latency_s: float
+    time_to_first_token_s: float | None
+    finish_reason: str
+
+
+@attrs.frozen(slots=True)
+class GenerateResult:
+    token_ids: tuple[int, ...]
+    text: str
+    stats: GenerateStats
+
+
+class Engine:
+    """A running model with its pools, caches and scheduler thread; see the module docstring."""
+
+    def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None) -> None:
+        from runtime.context import publish
+
+        self.context = publish(record, role="scheduler", model=model_config)
+        snap = self.context.snapshot()
+        if model_config is None:
+            from sgconf.models import load_model_config
+
+            model_config = load_model_config(snap.model.model_path, snap.model.model_config)
+        self.model_config = dict(model_config)
+        self.shape = ModelShape.from_config(self.model_config)
+        self.tokenizer = ByteTokenizer()
+        self.device = snap.device.device
+        self.seed = int(snap.device.random_seed or 0)
+        self._lock = threading.RLock()  # held by the loop for each step and by admin operations
+        self._wake = threading.Condition(self._lock)
+        self._stopping = False
+        self._started = time.time()
+
+        from runtime.memory import build_memory
+
+        self.memory = build_memory(snap, self.shape, self.model_config)
+        dtype = torch_dtype(snap.model.dtype)
+        self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
+        self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
+        self.speculative = self._make_speculative(snap, dtype)
+        self.prefix_cache: PrefixCache | None = None
+        if not snap.memory.disable_radix_cache:
+            self.prefix_cache = PrefixCache(self.memory.page_size, free=self.memory.allocator.free)
+        self.hicache = None
+        if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
+            from runtime.hicache_bridge import HiCacheBridge
+
+            self.hicache = HiCacheBridge.create(self, snap)
+        limits = SchedulerLimits(
+            max_running_requests=self.memory.max_running_requests,
+            chunked_prefill_size=int(snap.schedule.chunked_prefill_size),
+            max_prefill_tokens=int(snap.schedule.max_prefill_tokens),
+            page_size=self.memory.page_size,
+            max_context_len=self.memory.max_context_len,
+            eos_token_id=self.shape.eos_token_id,
+        )
+        self.scheduler = Scheduler(
+            self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
+        )
+        self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
+        self._thread.start()
+        log.info(
+            "engine.start",
+            model=snap.model.model_path,
+            layers=self.shape.num_layers,
+            kv_tokens=self.memory.max_total_tokens,
+            page_size=self.memory.page_size,
+            speculative=snap.spec.speculative_algorithm,
+            hierarchical_cache=self.hicache is not None,
+        )
+
+    @classmethod
+    def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
+        """Load a record from CLI-style flags (plus env and `--config`) and build an engine on it."""
+        from sgconf.loading import load
+
+        return cls(load(list(argv), env=env if env is not None else {}).record)
+
+    # -- building ------------------------------------------------------------------------
+
+    def _make_runner(self, model: TinyTransformer, pool: Any, *, is_draft: bool) -> Any:
+        from attention import create_attention_backend
+        from runtime.model_runner import ModelRunner
+
+        return ModelRunner(
+            model,
+            token_to_kv_pool=pool,
+            token_to_kv_pool_allocator=self.memory.allocator,
+            req_to_token_pool=self.memory.req_to_token_pool,
+            backend_factory=create_attention_backend,
+            is_draft_worker=is_draft,
+            spec_algorithm=self.memory.spec_algorithm,
+            device=self.device,
+        )
+
+    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
+        if snap.spec.speculative_algorithm is None:
+            return None
+        from runtime.speculative import SpeculativeWorker
+
+        draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
+        draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
+        return SpeculativeWorker(
+            self.runner,
+            draft_runner,
+            num_steps=int(snap.spec.speculative_num_steps),
+            algorithm=snap.spec.speculative_algorithm,
+        )
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stopping and not self.scheduler.has_work():
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                try:
+                    self.scheduler.step()
+                except Exception as exc:  # a bug must fail the requests, not hang their callers
+                    log.exception("engine.step_failed", error=repr(exc))
+                    self.scheduler.abort_all(f"internal error: {exc!r}")
+
+    # -- public API ----------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        timeout: float | None = None,
+    ) -> GenerateResult:
+        """Generate up to `max_new_tokens` tokens; thread-safe, batched with concurrent calls.
+
+        Greedy at temperature 0; sampling draws from a generator seeded with `seed`
+        (default `random_seed`), so the same prompt and seed give the same tokens.
+        Raises RequestRejected for a request that can never fit, EngineStopped after
+        shutdown, GenerationError when the request failed inside the engine.
+        """
+        if isinstance(prompt_or_ids, str):
+            ids = self.tokenizer.encode(prompt_or_ids)
+        else:
+            ids = [int(t) for t in prompt_or_ids]
+            bad = [t for t in ids if not 0 <= t < self.shape.vocab_size]
+            if bad:
+                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{self.shape.vocab_size - 1}")
+        if max_new_tokens < 1:
+            raise RequestRejected(f"'max_new_tokens' must be >= 1 (got {max_new_tokens})")
+        if temperature < 0:
+            raise RequestRejected(f"'temperature' must be >= 0 (got {temperature})")
+        req = self.scheduler.new_request(
+            ids,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=self.seed if seed is None else seed,
+            ignore_eos=ignore_eos,
+        )
+        with self._wake:
+            if self._stopping:
+                raise EngineStopped("the engine is shut down -- start a new one")
+            self.scheduler.submit(req)
+            self._wake.notify()
+        if not req.done.wait(timeout):
+            raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
+        if req.error is not None:
+            if req.finish_reason == "abort":
+                raise EngineStopped(req.error)
+            raise GenerationError(req.error)
+        return self._result(req)
+
+    def _result(self, req: Req) -> GenerateResult:
+        end = req.finished_at or time.perf_counter()
+        spec = self.speculative is not None
+        stats = GenerateStats(
+            prompt_tokens=len(req.prompt),
+            completion_tokens=len(req.output),
+            cached_tokens=req.cached_tokens,
+            prefetched_tokens=req.prefetched_tokens,
+            retractions=req.retractions,
+            spec_verify_steps=req.spec_steps,
+            spec_accept_length=(req.spec_emitted / req.spec_steps if req.spec_steps else None) if spec else None,
+            latency_s=end - req.submitted,
+            time_to_first_token_s=None if req.first_token_at is None else req.first_token_at - req.submitted,
+            finish_reason=req.finish_reason or "length",
+        )
+        return GenerateResult(tuple(req.output), self.tokenizer.decode(req.output), stats)
+
+    def busy_counts(self) -> tuple[int, int]:
+        """(queued, running) requests right now."""
+        return self.scheduler.counts()
+
+    def stats(self) -> dict[str, Any]:
+        """Engine-wide counters: pools, cache use, batches, speculative accept length, HiCache."""
+        queued, running = self.busy_counts()
+        counters = dict(self.scheduler.counters)
+        out: dict[str, Any] = {
+            "queued": queued,
+            "running": running,
+            "uptime_s": round(time.time() - self._started, 3),
+            "pools": self.memory.describe(),
+            "available_kv_tokens": int(self.memory.allocator.available_size()),
+            "counters": counters,
+        }
+        if self.prefix_cache is not None:
+            s = self.prefix_cache.stats()
+            out["prefix_cache"] = attrs.asdict(s)
+        if self.speculative is not None:
+            sp = self.speculative
+            out["speculative"] = {
+                "algorithm": sp.algorithm,
+                "num_steps": sp.num_steps,
+                "verify_steps": sp.verify_steps,
+                "accept_length": round(sp.accept_length, 4),
+                "accepted_draft_tokens": sp.accepted,
+                "proposed_draft_tokens": sp.proposed,
+            }
+        if self.hicache is not None:
+            out["hicache"] = self.hicache.stats()
+        return out
+
+    # -- HiCache storage -----------------------------------------------------------------
+
+    def _require_idle(self, what: str) -> None:
+        queued, running = self.busy_counts()
+        if queued or running:
+            msg = f"cannot {what} while requests run ({queued} queued, {running} running) -- retry when idle"
+            raise EngineBusy(msg, queued=queued, running=running)
+
+    def _require_hicache(self) -> Any:
+        if self.hicache is None:
+            from sgconf.errors import ConfigError, Problem
+
+            msg = "the hierarchical cache is off -- start with --enable-hierarchical-cache to attach storage"
+            raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
+        return self.hicache
+
+    def attach_storage_backend(
+        self,
+        backend: str,
+        *,
+        extra_config: dict[str, Any] | None = None,
+        prefetch_policy: str | None = None,
+        write_policy: str | None = None,
+    ) -> Any:
+        """Attach a storage backend: one override with source `hicache.attach`; all or nothing.
+
+        Raises EngineBusy when requests run, ConfigError for bad values or a backend that
+        cannot start (bad directory): then config and cache are exactly as before.
+        """
+        with self._lock:
+            hicache = self._require_hicache()
+            self._require_idle("attach a storage backend")
+            return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
+
+    def detach_storage_backend(self) -> Any:
+        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
+        with self._lock:
+            hicache = self._require_hicache()
+            self._require_idle("detach the storage backend")
+            return hicache.detach()
+
+    def storage_status(self) -> dict[str, Any]:
+        from runtime.accessors import get_memory
+
+        mem = get_memory()
+        out: dict[str, Any] = {
+            "enabled": self.hicache is not None,
+            "hicache_storage_backend": mem.hicache_storage_backend,
+            "hicache_storage_prefetch_policy": mem.hicache_storage_prefetch_policy,
+            "hicache_write_policy": mem.hicache_write_policy,
+            "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
+        }
+        if self.hicache is not None:
+            out["stats"] = self.hicache.stats()
+        return out
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def shutdown(self, *, unpublish: bool = True) -> None:
+        """Stop the loop, fail pending requests, flush HiCache; with `unpublish`, forget the context if it is ours."""
+        with self._wake:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._wake.notify_all()
+        self._thread.join(timeout=30)
+        with self._lock:
+            self.scheduler.abort_all("the engine was shut down")
+            if self.hicache is not None:
+                self.hicache.close()
+        log.info("engine.stop")
+        if unpublish:
+            from runtime.context import get_context, is_published, reset
+
+            if is_published() and get_context() is self.context:
+                reset()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

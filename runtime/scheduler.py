@@ -1,0 +1,404 @@
+"""The scheduler: requests queue, prefill in chunks, decode in one continuous batch.
+
+Each `step()` does, in order:
+1. admit waiting requests while request rows and `max_running_requests` allow; each
+   reuses the longest cached page prefix (prefix cache, then the HiCache tiers);
+2. one extend batch of prefill chunks, at most `chunked_prefill_size` new tokens in all,
+   so a long prompt never stalls running requests for more than one chunk;
+3. one decode step for every request whose prompt is in the cache (or one speculative
+   draft-and-verify step when a draft worker is configured).
+
+A request's invariant between steps: KV is held for `kv_len` tokens; while decoding,
+`kv_len == len(all_ids) - 1` (the newest token has no KV yet; the next step feeds it).
+Prefill computes KV for the prompt minus its last token, so the first sampled token
+comes out of a decode step like every other: one code path samples.
+
+When memory runs out the prefix cache is evicted first; if a decode step still does not
+fit, the newest request is retracted (its KV freed, requeued to recompute), which keeps
+outputs identical because decoding is a pure function of the tokens and the sampler's
+generator.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import structlog
+import torch
+
+from attention.forward_batch import ForwardBatch
+from runtime.prefix_cache import PrefixCache
+
+log = structlog.get_logger(__name__)
+
+
+class RequestRejected(ValueError):
+    """Raised when a request can never run here (too long for the context or the KV pool)."""
+
+
+@attrs.frozen(slots=True)
+class SchedulerLimits:
+    """The schedule settings one scheduler runs with, read once from a config snapshot."""
+
+    max_running_requests: int
+    chunked_prefill_size: int
+    max_prefill_tokens: int
+    page_size: int
+    max_context_len: int
+    eos_token_id: int | None
+
+
+@attrs.define(slots=True, eq=False)
+class Req:
+    """One generation request and its progress; owned by the scheduler thread once submitted."""
+
+    rid: int
+    prompt: list[int]
+    max_new_tokens: int
+    temperature: float
+    generator: torch.Generator | None
+    ignore_eos: bool = False
+    output: list[int] = attrs.Factory(list)
+    row: int | None = None
+    kv_len: int = 0
+    draft_kv_len: int = 0
+    matched_len: int = 0
+    cached_tokens: int = 0
+    prefetched_tokens: int = 0
+    node: Any = None
+    spec_steps: int = 0
+    spec_emitted: int = 0
+    retractions: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    submitted: float = attrs.Factory(time.perf_counter)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    done: threading.Event = attrs.Factory(threading.Event)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens that need KV before the first decode step: everything but the newest token."""
+        return len(self.prompt) + len(self.output) - 1
+
+
+def sample(logits: torch.Tensor, req: Req) -> int:
+    """Greedy at temperature 0, else one draw from the softmax with the request's own generator."""
+    if req.temperature <= 0.0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / req.temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=req.generator))
+
+
+class Scheduler:
+    """Owns the waiting queue, the running set and the KV bookkeeping of one model runner.
+
+    `submit` is thread-safe; `step` must be called from one thread only (the engine loop).
+    """
+
+    def __init__(
+        self,
+        runner: Any,
+        limits: SchedulerLimits,
+        *,
+        prefix_cache: PrefixCache | None,
+        speculative: Any = None,
+        hicache: Any = None,
+    ) -> None:
+        self.runner = runner
+        self.limits = limits
+        self.cache = prefix_cache
+        self.speculative = speculative
+        self.hicache = hicache
+        self.allocator = runner.token_to_kv_pool_allocator
+        self.req_pool = runner.req_to_token_pool
+        self._inbox: collections.deque[Req] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self.waiting: collections.deque[Req] = collections.deque()
+        self.prefilling: list[Req] = []
+        self.decoding: list[Req] = []
+        self._ids = itertools.count(1)
+        self.counters = collections.Counter[str]()
+
+    # -- submission ----------------------------------------------------------------------
+
+    def new_request(
+        self, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed: int, ignore_eos: bool = False
+    ) -> Req:
+        """Build a request; raises RequestRejected when it can never fit a request row."""
+        if not prompt:
+            raise RequestRejected("'prompt' is empty -- send at least one token")
+        headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
+        need = len(prompt) + max_new_tokens + headroom
+        if need > self.limits.max_context_len:
+            msg = (
+                f"prompt of {len(prompt)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
+                f"length {self.limits.max_context_len - headroom} -- shorten the prompt or lower max_new_tokens"
+            )
+            raise RequestRejected(msg)
+        gen = None
+        if temperature > 0.0:
+            gen = torch.Generator().manual_seed(int(seed))
+        return Req(next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos)
+
+    def submit(self, req: Req) -> None:
+        with self._inbox_lock:
+            self._inbox.append(req)
+
+    def counts(self) -> tuple[int, int]:
+        """(queued, running): waiting requests, and requests holding a request row."""
+        with self._inbox_lock:
+            inbox = len(self._inbox)
+        return inbox + len(self.waiting), len(self.prefilling) + len(self.decoding)
+
+    def has_work(self) -> bool:
+        queued, running = self.counts()
+        return bool(queued or running)
+
+    # -- one step ------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Admit, prefill one chunk batch, decode once; returns whether anything ran."""
+        with self._inbox_lock:
+            while self._inbox:
+                self.waiting.append(self._inbox.popleft())
+        self._admit()
+        ran = self._prefill()
+        ready = [r for r in self.prefilling if r.kv_len == r.prefill_target]
+        if ready:
+            self.prefilling = [r for r in self.prefilling if r.kv_len != r.prefill_target]
+            self.decoding.extend(ready)
+        if self.decoding:
+            self._decode()
+            ran = True
+        return ran
+
+    def abort_all(self, reason: str) -> None:
+        """Fail every request not yet finished (engine shutdown)."""
+        with self._inbox_lock:
+            pending = list(self._inbox)
+            self._inbox.clear()
+        for req in [*pending, *self.waiting, *self.prefilling, *self.decoding]:
+            if req.row is not None:
+                self._release(req, cache=False)
+            req.error = reason
+            req.finish_reason = "abort"
+            req.done.set()
+        self.waiting.clear()
+        self.prefilling.clear()
+        self.decoding.clear()
+
+    # -- admission -----------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self.waiting:
+            if len(self.prefilling) + len(self.decoding) >= self.limits.max_running_requests:
+                return
+            rows = self.req_pool.alloc(1)
+            if rows is None:
+                return
+            req = self.waiting.popleft()
+            req.row = rows[0]
+            self._match_prefix(req)
+            self.prefilling.append(req)
+
+    def _match_prefix(self, req: Req) -> None:
+        req.kv_len = 0
+        req.matched_len = 0
+        if self.cache is None:
+            return
+        ids = req.all_ids
+        limit = req.prefill_target
+        match = self.cache.match(ids, limit=limit)
+        if self.hicache is not None and match.length + self.limits.page_size <= limit:
+            loaded = self.hicache.load_prefix(ids, match.length, limit, self)
+            if loaded:
+                req.prefetched_tokens += loaded
+                match = self.cache.match(ids, limit=limit)
+        self.cache.lock(match.node)
+        req.node = match.node
+        if match.length:
+            self.req_pool.write(req.row, 0, torch.tensor(match.slots, dtype=torch.int64))
+        req.kv_len = req.draft_kv_len = req.matched_len = match.length
+        req.cached_tokens = max(req.cached_tokens, match.length)
+        self.counters["cached_tokens"] += match.length
+
+    # -- memory --------------------------------------------------------------------------
+
+    def alloc_with_eviction(self, alloc: Callable[[], torch.Tensor | None], need: int) -> torch.Tensor | None:
+        """Run `alloc`; when it does not fit, evict cached pages and try once more."""
+        out = alloc()
+        if out is None and self.cache is not None and self.cache.evictable_tokens():
+            self.cache.evict(max(need, self.limits.page_size))
+            out = alloc()
+        return out
+
+    def last_loc(self, req: Req) -> int:
+        return int(self.req_pool.req_to_token[req.row, req.kv_len - 1]) if req.kv_len else -1
+
+    def slots_of(self, req: Req, start: int, end: int) -> torch.Tensor:
+        return self.req_pool.req_to_token[req.row, start:end].to(torch.int64)
+
+    def free_tail(self, req: Req, keep: int, end: int) -> None:
+        """Free the pages of positions `keep .. end` that hold no position below `keep`."""
+        page = self.limits.page_size
+        start = max(-(-keep // page) * page, req.matched_len)
+        if end > start:
+            self.allocator.free(self.slots_of(req, start, end))
+
+    def _release(self, req: Req, *, cache: bool) -> None:
+        """Give the request's KV to the prefix cache (or free it), unlock its prefix, free its row."""
+        assert req.row is not None
+        keep = min(req.kv_len, req.draft_kv_len) if self.speculative is not None else req.kv_len
+        if self.cache is not None and cache:
+            slots = self.slots_of(req, 0, req.kv_len)
+            spare = self.cache.insert(req.all_ids[:keep], slots[:keep].tolist())
+            tail = slots[keep:].tolist()
+            if spare or tail:
+                self.allocator.free(sorted(set(spare) | set(tail)))
+            if self.hicache is not None:
+                self.hicache.backup_prefix(req.all_ids[:keep], self)
+        elif req.kv_len > req.matched_len:
+            self.allocator.free(self.slots_of(req, req.matched_len, req.kv_len))
+        if self.cache is not None and req.node is not None:
+            self.cache.unlock(req.node)
+        req.node = None
+        self.req_pool.free(req.row)
+        req.row = None
+        req.kv_len = req.draft_kv_len = req.matched_len = 0
+
+    def _retract_newest(self) -> bool:
+        """Free the newest decoding request's KV and requeue it first; False when none can go."""
+        if len(self.decoding) <= 1:
+            return False
+        req = self.decoding.pop()
+        self._release(req, cache=False)
+        req.retractions += 1
+        self.counters["retractions"] += 1
+        self.waiting.appendleft(req)
+        log.info("scheduler.retract", rid=req.rid, tokens=len(req.all_ids))
+        return True
+
+    # -- prefill -------------------------------------------------------------------------
+
+    def _prefill(self) -> bool:
+        budget = min(self.limits.chunked_prefill_size, self.limits.max_prefill_tokens)
+        chunk: list[tuple[Req, int, torch.Tensor]] = []
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            take = min(req.prefill_target - req.kv_len, budget)
+            if take <= 0:
+                continue
+            start = req.kv_len
+            last = self.last_loc(req)
+            slots = self.alloc_with_eviction(
+                lambda s=start, t=take, ll=last: self.allocator.alloc_extend([s], [s + t], [ll]), take
+            )
+            if slots is None:
+                if not chunk and not self.decoding and self.prefilling[0] is req:
+                    self._fail(req, "the prompt does not fit the KV pool -- shorten it or raise max_total_tokens")
+                break
+            self.req_pool.write(req.row, start, slots)
+            chunk.append((req, take, slots))
+            budget -= take
+        if not chunk:
+            return False
+        batch = ForwardBatch.extend(
+            req_pool_indices=[r.row for r, _, _ in chunk],
+            seq_lens=[r.kv_len + n for r, n, _ in chunk],
+            extend_prefix_lens=[r.kv_len for r, _, _ in chunk],
+            out_cache_loc=torch.cat([s for _, _, s in chunk]),
+        )
+        ids = torch.tensor([t for r, n, _ in chunk for t in r.all_ids[r.kv_len : r.kv_len + n]], dtype=torch.long)
+        positions = torch.cat([torch.arange(r.kv_len, r.kv_len + n) for r, n, _ in chunk])
+        self.runner.forward(batch, ids, positions)
+        if self.speculative is not None:
+            # same slots, same table: the draft keeps its KV in step with the target's
+            self.speculative.draft_extend(batch, ids, positions, [r for r, _, _ in chunk])
+        for req, n, _ in chunk:
+            req.kv_len += n
+        self.counters["prefill_tokens"] += sum(n for _, n, _ in chunk)
+        self.counters["prefill_batches"] += 1
+        return True
+
+    def _fail(self, req: Req, message: str) -> None:
+        self.prefilling.remove(req)
+        self._release(req, cache=False)
+        req.error = message
+        req.finish_reason = "error"
+        req.finished_at = time.perf_counter()
+        req.done.set()
+
+    # -- decode --------------------------------------------------------------------------
+
+    def _decode(self) -> None:
+        if self.speculative is not None:
+            self.speculative.step(self)
+            return
+        while True:
+            reqs = self.decoding
+            out = self.alloc_with_eviction(
+                lambda reqs=reqs: self.allocator.alloc_decode([r.kv_len + 1 for r in reqs], [self.last_loc(r) for r in reqs]),
+                len(reqs),
+            )
+            if out is not None:
+                break
+            if not self._retract_newest():
+                self._fail_decoding(reqs[0])
+                return
+        for req, slot in zip(reqs, out.tolist(), strict=True):
+            self.req_pool.req_to_token[req.row, req.kv_len] = slot
+        batch = ForwardBatch.decode(
+            req_pool_indices=[r.row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
+        )
+        ids = torch.tensor([r.all_ids[-1] for r in reqs], dtype=torch.long)
+        positions = torch.tensor([r.kv_len for r in reqs], dtype=torch.long)
+        logits = self.runner.forward(batch, ids, positions)
+        self.counters["decode_batches"] += 1
+        self.counters["decode_tokens"] += len(reqs)
+        for i, req in enumerate(reqs):
+            req.kv_len += 1
+            self.emit(req, sample(logits[i], req))
+        self.reap()
+
+    def _fail_decoding(self, req: Req) -> None:
+        self.decoding.remove(req)
+        self._release(req, cache=False)
+        req.error = "out of KV cache memory while decoding -- raise max_total_tokens or lower max_new_tokens"
+        req.finish_reason = "error"
+        req.finished_at = time.perf_counter()
+        req.done.set()
+
+    def emit(self, req: Req, token: int) -> bool:
+        """Append a sampled token; returns True when the request is finished by it."""
+        if req.first_token_at is None:
+            req.first_token_at = time.perf_counter()
+        req.output.append(token)
+        if not req.ignore_eos and token == self.limits.eos_token_id:
+            req.finish_reason = "stop"
+        elif len(req.output) >= req.max_new_tokens:
+            req.finish_reason = "length"
+        return req.finish_reason is not None
+
+    def reap(self) -> None:
+        """Release finished decoding requests and wake their callers."""
+        finished = [r for r in self.decoding if r.finish_reason is not None]
+        if not finished:
+            return
+        self.decoding = [r for r in self.decoding if r.finish_reason is None]
+        for req in finished:
+            self._release(req, cache=True)
+            req.finished_at = time.perf_counter()
+            self.counters["finished"] += 1
+            req.done.set()
