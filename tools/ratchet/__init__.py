@@ -1,0 +1,35 @@
+"""The read ratchet: count raw record field reads per file and let the counts only go down."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tools.ratchet.baseline import Outcome, compare, updated_counts  # noqa: E402
+from tools.ratchet.config import Exempt, RatchetConfig, load_config  # noqa: E402
+from tools.ratchet.errors import BaselineRefused, RatchetConfigError, RatchetError  # noqa: E402
+from tools.ratchet.rules import RULES, Rule  # noqa: E402
+from tools.ratchet.runner import collect_files, scan_files  # noqa: E402
+from tools.ratchet.settings import ScanSettings  # noqa: E402
+from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site  # noqa: E402
+
+__all__ = [
+    "KINDS",
+    "RULES",
+    "AllowComment",
+    "BaselineRefused",
+    "Exempt",
+    "FileScan",
+    "Outcome",
+    "RatchetConfig",
+    "RatchetConfigError",
+    "RatchetError",
+    "Rule",
+    "ScanSettings",
+    "Site",
+    "__version__",
+    "collect_files",
+    "compare",
+    "load_config",
+    "scan_files",
+    "updated_counts",
+]

@@ -1,0 +1,13 @@
+"""The default accessor source: the named accessor that replaces a raw read of a field."""
+
+from __future__ import annotations
+
+
+def registry_accessor(name: str) -> str | None:
+    """`get_schedule().page_size` for `page_size`, from sgconf's registry; None if undeclared."""
+    from sgconf.registry import field_info
+
+    try:
+        return field_info(name).accessor
+    except KeyError:
+        return None

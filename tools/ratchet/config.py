@@ -1,0 +1,276 @@
+"""`ratchet.toml`: the `[config]` table, `[[exempt]]` entries and the `[counts."path"]` baseline.
+
+Paths in the file are relative to the directory holding it (the repository root), in
+POSIX form, so the baseline is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tomllib
+
+from tools.ratchet.errors import RatchetConfigError
+from tools.ratchet.settings import ScanSettings
+from tools.ratchet.sites import KINDS
+
+CONFIG_NAME = "ratchet.toml"
+
+# key -> (type, default); lists are stored as tuples
+_CONFIG_KEYS: dict[str, tuple[type, Any]] = {
+    "record_type": (str, "ServerArgs"),
+    "getters": (list, ("get_server_args",)),
+    "attributes": (list, ("server_args",)),
+    "parameters": (list, ("server_args",)),
+    "field_source": (str, "sgconf.registry:field_names"),
+    "fields": (list, ()),
+    "accessor_source": (str, "tools.ratchet.accessors:registry_accessor"),
+    "accessor_module": (str, "runtime"),
+    "derived": (list, ("attn_tp_size", "attn_dp_size")),
+    "include": (list, ("**/*.py",)),
+    "exclude": (list, ()),
+    "cache_dir": (str, ".sgconf-ratchet-cache"),
+}
+
+
+@attrs.frozen(slots=True)
+class Exempt:
+    """A (path, field) pair that is not counted, with the reason it is legitimate.
+
+    `path` may be a glob and `field` may be `*`; writes are never exempt.
+    """
+
+    path: str
+    field: str
+    reason: str
+
+    def covers(self, path: str, field: str) -> bool:
+        return (self.field == "*" or self.field == field) and glob_match(self.path, path)
+
+
+@attrs.frozen(slots=True)
+class RatchetConfig:
+    """A loaded `ratchet.toml`: settings, exemptions and the per-file, per-kind baseline."""
+
+    file: Path
+    record_type: str = "ServerArgs"
+    getters: tuple[str, ...] = ("get_server_args",)
+    attributes: tuple[str, ...] = ("server_args",)
+    parameters: tuple[str, ...] = ("server_args",)
+    field_source: str = "sgconf.registry:field_names"
+    fields: tuple[str, ...] = ()
+    accessor_source: str = "tools.ratchet.accessors:registry_accessor"
+    accessor_module: str = "runtime"
+    derived: tuple[str, ...] = ("attn_tp_size", "attn_dp_size")
+    include: tuple[str, ...] = ("**/*.py",)
+    exclude: tuple[str, ...] = ()
+    cache_dir: str = ".sgconf-ratchet-cache"
+    exempt: tuple[Exempt, ...] = ()
+    counts: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    reasons: dict[str, str] = attrs.field(factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.file.parent
+
+    def field_names(self) -> list[str]:
+        """The declared fields, minus derived members: inline `fields`, else the field source."""
+        if self.fields:
+            names = list(self.fields)
+        else:
+            source = self._load_callable(self.field_source, "field_source")
+            try:
+                names = [str(n) for n in source()]
+            except Exception as exc:
+                msg = f"field_source '{self.field_source}' failed: {type(exc).__name__}: {exc}"
+                raise RatchetConfigError(msg + " -- fix it or list the names in [config] fields") from None
+        derived = set(self.derived)
+        return [n for n in names if n not in derived]
+
+    def accessors(self, names: Sequence[str]) -> dict[str, str | None]:
+        """The accessor expression for each field (None where the source has none)."""
+        try:
+            source = self._load_callable(self.accessor_source, "accessor_source")
+        except RatchetConfigError:
+            return dict.fromkeys(names)
+        out: dict[str, str | None] = {}
+        for name in names:
+            try:
+                value = source(name)
+            except Exception:
+                value = None
+            out[name] = str(value) if value else None
+        return out
+
+    def settings(self) -> ScanSettings:
+        return ScanSettings(
+            record_type=self.record_type,
+            getters=frozenset(self.getters),
+            attributes=frozenset(self.attributes),
+            parameters=frozenset(self.parameters),
+            fields=frozenset(self.field_names()),
+        )
+
+    def _load_callable(self, spec: str, key: str) -> Callable[..., Any]:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise RatchetConfigError(f"[config] {key} must look like 'module:callable' (got '{spec}' from {self.file.name})")
+        root = str(self.root)
+        added = root not in sys.path
+        if added:
+            sys.path.insert(0, root)
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:
+            msg = f"cannot load [config] {key} '{spec}' from {self.file.name}: {type(exc).__name__}: {exc}"
+            raise RatchetConfigError(msg + " -- point it at an importable 'module:callable'") from None
+        finally:
+            if added:
+                sys.path.remove(root)
+        if not callable(obj):
+            raise RatchetConfigError(f"[config] {key} '{spec}' is not callable -- point it at a function")
+        return obj  # type: ignore[no-any-return]
+
+
+def find_config(start: Path) -> Path:
+    """The nearest `ratchet.toml` in `start` or a parent directory."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    raise RatchetConfigError(f"no {CONFIG_NAME} found in {start} or its parents -- pass --config PATH")
+
+
+def _unknown(key: str, where: str, known: Sequence[str]) -> RatchetConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return RatchetConfigError(f"unknown key '{key}' in {where}{hint} -- known keys: {', '.join(sorted(known))}")
+
+
+def load_config(path: Path) -> RatchetConfig:
+    """Read and validate `ratchet.toml`; every problem raises `RatchetConfigError` naming the key."""
+    path = path.resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RatchetConfigError(f"cannot read {path}: {exc.strerror} -- pass --config PATH") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RatchetConfigError(f"{path.name} is not valid TOML: {exc}") from None
+    for key in data:
+        if key not in ("config", "exempt", "counts"):
+            raise _unknown(key, path.name, ["config", "exempt", "counts"])
+    kwargs: dict[str, Any] = {}
+    for key, value in _table(data, "config", path.name).items():
+        if key not in _CONFIG_KEYS:
+            raise _unknown(key, "[config]", list(_CONFIG_KEYS))
+        expected, _ = _CONFIG_KEYS[key]
+        if expected is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise RatchetConfigError(f"[config] {key} must be a list of strings (got {value!r})")
+            value = tuple(value)
+        elif not isinstance(value, str) or not value:
+            raise RatchetConfigError(f"[config] {key} must be a non-empty string (got {value!r})")
+        kwargs[key] = value
+    exempt = _load_exempt(data.get("exempt", []))
+    counts, reasons = _load_counts(_table(data, "counts", path.name))
+    return RatchetConfig(file=path, exempt=exempt, counts=counts, reasons=reasons, **kwargs)
+
+
+def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise RatchetConfigError(f"'{key}' in {where} must be a table")
+    return value
+
+
+def _load_exempt(raw: Any) -> tuple[Exempt, ...]:
+    if not isinstance(raw, list):
+        raise RatchetConfigError("'exempt' must be an array of tables: [[exempt]] path = ..., field = ..., reason = ...")
+    out = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict):
+            raise RatchetConfigError(f"[[exempt]] #{i + 1} must be a table")
+        for key in entry:
+            if key not in ("path", "field", "reason"):
+                raise _unknown(key, f"[[exempt]] #{i + 1}", ["path", "field", "reason"])
+        values = {k: entry.get(k) for k in ("path", "field", "reason")}
+        for key, value in values.items():
+            if not isinstance(value, str) or not value.strip():
+                msg = f"[[exempt]] #{i + 1} needs a non-empty '{key}'"
+                raise RatchetConfigError(msg + " -- an exemption names the file, the field and why the raw read is legitimate")
+        out.append(Exempt(values["path"], values["field"], values["reason"]))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def _load_counts(raw: dict[str, Any]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    counts: dict[str, dict[str, int]] = {}
+    reasons: dict[str, str] = {}
+    for path, table in raw.items():
+        if not isinstance(table, dict):
+            raise RatchetConfigError(f'[counts."{path}"] must be a table of kind = count')
+        per_kind: dict[str, int] = {}
+        for kind, value in table.items():
+            if kind == "reason" and isinstance(value, str):
+                reasons[path] = value
+                continue
+            if kind not in KINDS:
+                raise _unknown(kind, f'[counts."{path}"]', [*KINDS, "reason"])
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise RatchetConfigError(f'[counts."{path}"] {kind} must be a count >= 0 (got {value!r})')
+            per_kind[kind] = value
+        counts[path] = per_kind
+    return counts, reasons
+
+
+_GLOB_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate a path glob (`**` any depth, `*` and `?` within one segment) to a regex."""
+    cached = _GLOB_CACHE.get(pattern)
+    if cached is not None:
+        return cached
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    compiled = re.compile("".join(out) + r"\Z")
+    _GLOB_CACHE[pattern] = compiled
+    return compiled
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    return glob_regex(pattern).match(path) is not None
+
+
+def glob_prefix(pattern: str) -> str:
+    """The literal leading directory of a glob: where a walk for it has to start."""
+    parts = []
+    for part in pattern.split("/")[:-1]:
+        if any(ch in part for ch in "*?["):
+            break
+        parts.append(part)
+    return "/".join(parts)

@@ -1,0 +1,50 @@
+"""Scan settings and the cheap pre-parse steps (decoding, the text prefilter).
+
+Kept apart from the scanner so a fully cached run never imports libcst.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+ALLOW_MARKER = "ratchet: allow"
+
+
+@attrs.frozen(slots=True)
+class ScanSettings:
+    """What the scanner needs to know, picklable so worker processes get a copy."""
+
+    record_type: str = "ServerArgs"
+    getters: frozenset[str] = frozenset({"get_server_args"})
+    attributes: frozenset[str] = frozenset({"server_args"})
+    parameters: frozenset[str] = frozenset({"server_args"})
+    fields: frozenset[str] = frozenset()
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Texts one of which a file must contain to possibly hold a read or an allow comment."""
+        return tuple(sorted({self.record_type, *self.getters, *self.attributes, *self.parameters, ALLOW_MARKER}))
+
+    def fingerprint(self) -> str:
+        parts = [self.record_type, *sorted(self.getters), "|", *sorted(self.attributes), "|"]
+        parts += [*sorted(self.parameters), "|", *sorted(self.fields)]
+        return "\x1f".join(parts)
+
+
+def may_contain_read(text: str, tokens: Sequence[str]) -> bool:
+    """The text prefilter: without any token there can be no base to read a field from."""
+    return any(token in text for token in tokens)
+
+
+def decode(data: bytes) -> str:
+    """Decode source bytes as Python does (UTF-8, or the PEP 263 coding cookie); raises on failure."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        import io
+        import tokenize
+
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
