@@ -50,7 +50,6 @@ from runtime.snapshot import Snapshot
 from runtime.testing import override_server_args
 
 __all__ = [
-    "ROLE_NAMESPACE_SETS",
     "ConfigEvent",
     "ContextReplacedError",
     "FieldChange",
@@ -58,6 +57,7 @@ __all__ = [
     "OverrideProposal",
     "OverrideReceipt",
     "OverrideRecord",
+    "ROLE_NAMESPACE_SETS",
     "RevertConflict",
     "RoleViolation",
     "RuntimeContext",

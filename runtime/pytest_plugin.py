@@ -1,1 +1,115 @@
-"""pytest plugin: the `server_args` fixture and marker (filled in with the runtime context)."""
+"""pytest plugin (entry point `pytest11`): the `server_args` fixture, the marker, and leak detection.
+
+- `server_args` fixture: a published test config (role "test"), restored after the test;
+  it returns the live `RuntimeContext`.
+- `@pytest.mark.server_args(page_size=16, ...)`: the same config with those fields, for
+  the whole test, with or without the fixture.
+- Every test is checked: if it leaves the runtime context different from how it found
+  it (a publish without cleanup, overrides left on a shared context, a subscriber or an
+  install left behind), the plugin restores the previous state and fails the test at
+  teardown, so one test's config can never leak into the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from runtime import context as _context
+from runtime import testing as _testing
+from runtime.context import RuntimeContext
+
+MARKER = "server_args"
+
+
+@attrs.frozen(slots=True, eq=False)
+class _Baseline:
+    """The runtime state a test started with."""
+
+    context: RuntimeContext | None
+    state: Any
+    subscribers: tuple[Any, ...]
+    depth: int
+
+    @classmethod
+    def capture(cls) -> _Baseline:
+        ctx = _context._current
+        return cls(
+            ctx,
+            None if ctx is None else ctx._state,
+            () if ctx is None else ctx._subscribers,
+            _testing.install_depth(),
+        )
+
+    def leaks(self) -> list[str]:
+        """What differs from this baseline now, in words; empty when nothing leaked."""
+        now = _context._current
+        found = []
+        if _testing.install_depth() > self.depth:
+            found.append(f"{_testing.install_depth() - self.depth} override_server_args install(s) never restored")
+        if now is not self.context:
+            if now is None:
+                found.append("called runtime.reset() on a context it did not publish")
+            else:
+                found.append(f"published a new context (role {now.role!r}) and left it live")
+        elif now is not None:
+            if now._state is not self.state:
+                before, after = self.state.snapshot.generation, now.generation
+                found.append(f"left overrides on the live context (generation {before} -> {after})")
+            if now._subscribers != self.subscribers:
+                extra = len(now._subscribers) - len(self.subscribers)
+                found.append(f"left the subscribers changed ({extra:+d})")
+        return found
+
+    def restore(self) -> None:
+        with _context._lock:
+            _testing._forget_installs(self.depth)
+            _context._install(self.context)
+            if self.context is not None:
+                self.context._swap(self.state)
+                self.context._subscribers = self.subscribers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**fields): publish a test config with these fields for the test (see runtime.testing)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Apply the marker, then fail the test at teardown if it leaked runtime state."""
+    baseline = _Baseline.capture()
+    install = None
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is not None:
+        if marker.args:
+            raise pytest.UsageError(f"@pytest.mark.{MARKER} takes field=value keywords only, got {marker.args!r}")
+        install = _testing.override_server_args(**marker.kwargs)
+        install.install()
+    yield
+    if install is not None and _testing._stack[-1:] == [install]:
+        install.restore()
+    leaks = baseline.leaks()
+    if leaks:
+        baseline.restore()
+        msg = (
+            f"test leaked runtime config state: {'; '.join(leaks)} -- the previous context was restored; use the "
+            "server_args fixture, @pytest.mark.server_args(...), override_server_args(...) or "
+            "get_context().scoped(...), or call runtime.reset() in teardown"
+        )
+        pytest.fail(msg, pytrace=False)
+
+
+@pytest.fixture
+def server_args(request: pytest.FixtureRequest) -> Iterator[RuntimeContext]:
+    """The published test config (with the `server_args` marker's fields when present); restored after the test."""
+    if request.node.get_closest_marker(MARKER) is not None:
+        yield _context.get_context()  # the guard installed the marker's config and restores it
+        return
+    with _testing.override_server_args() as ctx:
+        yield ctx
