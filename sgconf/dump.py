@@ -71,7 +71,7 @@ def to_toml(data: Mapping[str, Any], *, header: str = "") -> str:
 def _table(data: Mapping[str, Any], prefix: tuple[str, ...], out: list[str], unset: list[str]) -> None:
     scalars = [(k, v) for k, v in data.items() if not _is_table(v)]
     tables = [(k, v) for k, v in data.items() if _is_table(v)]
-    if prefix and scalars:
+    if prefix and any(v is not None for _, v in scalars):
         out.append("")
         out.append("[" + ".".join(_key(p) for p in prefix) + "]")
     for key, value in scalars:

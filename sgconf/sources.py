@@ -92,8 +92,13 @@ def cli_layer(given: Mapping[str, Any]) -> LayerInput:
     """The CLI layer from the field flags actually given (`{field: raw value}`)."""
     infos = fields()
     values = {name: value for name, value in given.items() if name in infos}
-    details = {name: infos[name].flag for name in values}
+    details = {name: _flag_given(infos[name].flag, value) for name, value in values.items()}
     return LayerInput("cli", values, details)
+
+
+def _flag_given(flag: str, value: Any) -> str:
+    # a boolean switched off was typed as --no-<flag>; name it as typed
+    return f"--no-{flag[2:]}" if value is False else flag
 
 
 # -- config files -----------------------------------------------------------------------------

@@ -1,0 +1,35 @@
+"""Nested dumps and the TOML writer."""
+
+from __future__ import annotations
+
+import tomllib
+
+from sgconf import ServerArgs, nested, record_to_dict
+from sgconf.dump import to_toml
+
+
+def test_nested_redacts_and_filters() -> None:
+    """Secrets become '***' unless asked; `only` drops empty namespaces."""
+    values = record_to_dict(ServerArgs(api_key="k1", page_size=8))
+    assert nested(values, only=["api_key", "page_size"]) == {"schedule": {"page_size": 8}, "serving": {"api_key": "***"}}
+    assert nested(values, redact=False, only=["api_key"]) == {"serving": {"api_key": "k1"}}
+    assert nested(values, only=["attention_backend"]) == {"exec": {"kernel": {"attention_backend": None}}}
+
+
+def test_toml_round_trips_awkward_values() -> None:
+    """Strings with quotes, newlines, unicode and DEL, inline dicts and floats read back unchanged."""
+    data = {
+        "model": {"model_path": 'we"ird\n\\path \u00e9 \U0001f600 \x7f', "model_config": None},
+        "memory": {"hicache_storage_backend_extra_config": {"dir": "/x", "n": 2, "deep": {"a": [1, 2]}, "gone": None}},
+        "schedule": {"mem_fraction_static": 0.85, "page_size": 16, "disable_overlap_schedule": False},
+        "exec": {"kernel": {"attention_backend": "torch_native"}, "graph": {"cuda_graph_max_bs": None}},
+    }
+    text = to_toml(data, header="title line\nsecond")
+    assert text.startswith("# title line\n# second\n# unset (None) values are omitted: model.model_config, exec.graph.cuda_graph_max_bs\n")
+    back = tomllib.loads(text)
+    assert back == {
+        "model": {"model_path": data["model"]["model_path"]},
+        "memory": {"hicache_storage_backend_extra_config": {"dir": "/x", "n": 2, "deep": {"a": [1, 2]}}},
+        "schedule": data["schedule"],
+        "exec": {"kernel": {"attention_backend": "torch_native"}},
+    }

@@ -1,0 +1,82 @@
+"""Resolution: named steps, recorded decisions, once per record, failures stay failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgconf import Decision, ResolutionError, ServerArgs, load, resolve_once
+from sgconf.models import builtin_model_config
+
+
+def test_decisions_are_named_steps_with_values() -> None:
+    """Every None/auto on a default CPU record becomes a recorded decision of a named step."""
+    resolved = resolve_once(load(env={}).record)
+    steps = {d.field: d.step for d in resolved.decisions}
+    assert steps == {
+        "device": "device",
+        "dtype": "dtype",
+        "kv_cache_dtype": "dtype",
+        "context_length": "context_length",
+        "page_size": "schedule_defaults",
+        "swa_full_tokens_ratio": "schedule_defaults",
+        "mem_fraction_static": "schedule_defaults",
+        "chunked_prefill_size": "schedule_defaults",
+        "attention_backend": "attention_backend",
+        "sampling_backend": "attention_backend",
+        "served_model_name": "serving_defaults",
+        "random_seed": "serving_defaults",
+        "mamba_radix_cache_strategy": "serving_defaults",
+    }
+    v = resolved.values
+    assert (v.page_size, v.swa_full_tokens_ratio, v.mem_fraction_static, v.chunked_prefill_size) == (1, 0.8, 0.8, 2048)
+    assert v.attention_backend == "torch_native"
+    assert v.context_length == builtin_model_config("tiny")["max_position_embeddings"]
+    assert resolved.decision_for("page_size") == Decision("schedule_defaults", "page_size", 1, "default page size")
+    assert resolved.decision_for("page_size").source == "resolution:schedule_defaults"
+
+
+def test_given_values_are_not_decided() -> None:
+    """A value given at launch is kept and no decision is recorded for it."""
+    resolved = resolve_once(load(["--page-size", "16", "--context-length", "512"], env={}).record)
+    assert resolved.values.page_size == 16 and resolved.values.context_length == 512
+    assert resolved.decision_for("page_size") is None and resolved.decision_for("context_length") is None
+
+
+def test_speculative_defaults_and_capacity() -> None:
+    """EAGLE defaults steps/topk, draft tokens = steps * topk + 1, and capacity = draft tokens."""
+    resolved = resolve_once(load(["--speculative-algorithm", "EAGLE", "--speculative-eagle-topk", "2"], env={}).record)
+    v = resolved.values
+    assert (v.speculative_num_steps, v.speculative_eagle_topk, v.speculative_num_draft_tokens) == (3, 2, 7)
+    assert v.max_speculative_num_draft_tokens == 7
+    assert resolved.decision_for("max_speculative_num_draft_tokens").step == "spec_defaults"
+
+
+def test_resolve_once_returns_the_same_result() -> None:
+    """A second call on the same record returns the identical Resolved; an equal record resolves anew."""
+    record = load(env={}).record
+    first = resolve_once(record)
+    assert resolve_once(record) is first
+    other = ServerArgs()
+    assert other == record and resolve_once(other) is not first
+    assert resolve_once(other).values == first.values
+
+
+def test_failed_resolution_cannot_be_retried() -> None:
+    """A resolution that breaks a rule raises, and the same record refuses a second try."""
+    record = load(["--speculative-algorithm", "EAGLE", "--max-speculative-num-draft-tokens", "2"], env={}).record
+    with pytest.raises(ResolutionError) as first:
+        resolve_once(record)
+    assert first.value.lines() == [
+        "$.spec.speculative_num_draft_tokens: --max-speculative-num-draft-tokens 2 is below "
+        "--speculative-num-draft-tokens 4 -- the capacity pools are sized for must cover the draft tokens "
+        "(from resolution:spec_defaults)"
+    ]
+    with pytest.raises(ResolutionError, match="already failed -- fix the input and build a new ServerArgs"):
+        resolve_once(record)
+
+
+def test_model_shape_sets_context_length() -> None:
+    """With an explicit model config, context_length comes from its max_position_embeddings."""
+    resolved = resolve_once(ServerArgs(), model={"max_position_embeddings": 4096})
+    assert resolved.values.context_length == 4096
+    assert resolved.decision_for("context_length").reason == "model max_position_embeddings"

@@ -1,0 +1,47 @@
+"""Source layers on their own: env picking, file walking, CLI flags; problems returned, never raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sgconf.errors import Problem
+from sgconf.flags import config_parser, given_fields
+from sgconf.sources import cli_layer, read_config_file, read_env
+
+
+def test_read_env_picks_fields_and_reports_unknown() -> None:
+    """Only SGCONF_ variables count; reserved ones are skipped; unknown ones become problems."""
+    layer = read_env({"PATH": "/bin", "SGCONF_PAGE_SIZE": "4", "SGCONF_ROLE_NAMESPACES": "record", "SGCONF_TPSIZE": "2"})
+    assert dict(layer.values) == {"page_size": "4"}
+    assert dict(layer.details) == {"page_size": "SGCONF_PAGE_SIZE"}
+    assert layer.sources() == {"page_size": "from env SGCONF_PAGE_SIZE"}
+    assert layer.problems == (
+        Problem("$.tpsize", "unknown environment variable 'SGCONF_TPSIZE' -- did you mean 'SGCONF_TP_SIZE'?", "from env SGCONF_TPSIZE"),
+    )
+
+
+def test_read_config_file_keeps_raw_values_and_absolute_path(tmp_path: Path, monkeypatch) -> None:
+    """A relative path is reported absolute; values stay raw for the converter."""
+    (tmp_path / "app.toml").write_text('page_size = "16"\n[exec.mamba]\nmax_mamba_cache_size = 3\n')
+    monkeypatch.chdir(tmp_path)
+    layer = read_config_file("app.toml")
+    assert dict(layer.values) == {"page_size": "16", "max_mamba_cache_size": 3}
+    assert set(layer.details.values()) == {str(tmp_path / "app.toml")}
+    assert layer.problems == ()
+
+
+def test_exec_group_child_must_be_a_table(tmp_path: Path) -> None:
+    """`[exec] kernel = 1` is reported as a namespace that needs a table."""
+    (tmp_path / "app.toml").write_text("[exec]\nkernel = 1\n")
+    layer = read_config_file(tmp_path / "app.toml")
+    assert [str(p) for p in layer.problems] == [
+        f"$.exec.kernel: 'kernel' is a namespace and takes a table of settings, got int (from {tmp_path / 'app.toml'})"
+    ]
+
+
+def test_cli_layer_only_from_given_flags() -> None:
+    """Flags not typed are absent from the parsed namespace, so they never shadow env or file values."""
+    ns = config_parser("x").parse_args(["--page-size", "8", "--no-disable-cuda-graph"])
+    assert given_fields(ns) == {"page_size": "8", "disable_cuda_graph": False}
+    layer = cli_layer(given_fields(ns))
+    assert layer.sources() == {"page_size": "from --page-size", "disable_cuda_graph": "from --no-disable-cuda-graph"}
