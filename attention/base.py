@@ -14,6 +14,7 @@ import abc
 from typing import Any, ClassVar
 
 import attrs
+import structlog
 import torch
 
 from attention.errors import AttentionInputError
@@ -21,6 +22,8 @@ from attention.forward_batch import ForwardBatch, ForwardMode
 from attention.layer import AttentionLayer, layer_window
 from attention.runner import ModelRunnerLike
 from attention.swa import decide_swa_kv_pool
+
+log = structlog.get_logger(__name__)
 
 
 @attrs.frozen(slots=True)
@@ -74,6 +77,8 @@ class AttentionBackend(abc.ABC):
         # Resolved once here so a broken runner fails at construction, not mid-batch;
         # forwards resolve again (the pool may be swapped after this).
         self.swa_kv_pool_at_init, self.swa_rule_at_init = decide_swa_kv_pool(runner)
+        self._rule = self.swa_rule_at_init
+        log.debug("attention.backend_init", backend=self.name, swa_rule=self._rule, draft=runner.is_draft_worker)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -86,6 +91,9 @@ class AttentionBackend(abc.ABC):
         """Resolve the SWA pool for `batch` and check the batch against the req-to-token table."""
         runner = self.runner
         swa_pool, rule = decide_swa_kv_pool(runner)
+        if rule != self._rule:
+            log.info("attention.swa_pool_changed", backend=self.name, old=self._rule, new=rule)
+            self._rule = rule
         table = runner.req_to_token_pool.req_to_token
         self._check_table(batch, table)
         self._meta = ForwardMetadata(
@@ -121,17 +129,20 @@ class AttentionBackend(abc.ABC):
 
     def layer_kv(self, meta: ForwardMetadata, layer_id: int) -> LayerKV:
         """Where `layer_id` keeps its K/V for this batch (see the module docstring)."""
-        window = layer_window(self.runner.model_shape, layer_id)
         swa_pool = meta.swa_pool
         if swa_pool is not None and _holds_swa_layer(swa_pool, layer_id):
-            k, v = swa_pool.get_key_buffer(layer_id), swa_pool.get_value_buffer(layer_id)
-            return LayerKV(layer_id, swa_pool, k, v, swa_pool.full_to_swa_index_mapping, window)
-        pool = meta.active_pool
+            pool, mapping = swa_pool, swa_pool.full_to_swa_index_mapping
+        else:
+            pool, mapping = meta.active_pool, None
         try:
             k, v = pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id)
         except KeyError as exc:
             raise AttentionInputError(f"layer {layer_id} has no KV buffer in the runner's pool: {exc.args[0]}") from None
-        return LayerKV(layer_id, pool, k, v, None, window)
+        try:
+            window = layer_window(self.runner.model_shape, layer_id)
+        except (IndexError, KeyError):
+            raise AttentionInputError(f"layer {layer_id} is not a layer of the runner's model shape") from None
+        return LayerKV(layer_id, pool, k, v, mapping, window)
 
     # -- per layer ---------------------------------------------------------------------
 

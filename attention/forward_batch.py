@@ -29,7 +29,7 @@ def _as_index(t: torch.Tensor | list[int], name: str) -> torch.Tensor:
     out = torch.as_tensor(t)
     if out.dim() != 1:
         raise AttentionInputError(f"'{name}' must be a 1-d tensor (got shape {tuple(out.shape)})")
-    if out.dtype.is_floating_point or out.dtype == torch.bool:
+    if out.numel() and (out.dtype.is_floating_point or out.dtype == torch.bool):
         raise AttentionInputError(f"'{name}' must hold integers (got {out.dtype})")
     return out.to(torch.int64)
 

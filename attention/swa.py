@@ -23,13 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 import torch
 
 from attention.runner import ModelRunnerLike, algorithm_name
 from mem_cache.pools import SWAKVPool
-
-log = structlog.get_logger(__name__)
 
 # Draft algorithms whose draft layers read the target's frozen KV cache through the
 # target's SWA map instead of keeping a pool of their own.
@@ -66,9 +63,7 @@ def resolve_swa_kv_pool(runner: ModelRunnerLike) -> SWAKVPool | None:
     Call it at backend init and again after every pool swap (backends call it per
     forward): the answer depends on the runner's active pool, which can change.
     """
-    pool, rule = decide_swa_kv_pool(runner)
-    log.debug("attention.swa_pool", rule=rule, draft=runner.is_draft_worker, swa=pool is not None)
-    return pool
+    return decide_swa_kv_pool(runner)[0]
 
 
 def translate_out_cache_loc(swa_pool: SWAKVPool, out_cache_loc: torch.Tensor) -> torch.Tensor:
