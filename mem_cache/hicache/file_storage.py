@@ -166,11 +166,11 @@ def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
         msg = f"'{EXTRA_CONFIG_FIELD}.stale_temp_s' must be a number >= 0 (got {stale!r}) -- omit it for 600 seconds"
         raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.stale_temp_s", value=stale)
     root = Path(os.path.expanduser(os.fspath(raw))).absolute()
-    created = _check_writable(root)
+    created = _check_writable(root, os.fspath(raw))
     return FileStorage(root, fsync=fsync, stale_temp_s=float(stale), created=created)
 
 
-def _check_writable(root: Path) -> Path | None:
+def _check_writable(root: Path, raw: str) -> Path | None:
     """Create `root` if needed and prove it writable; returns the topmost directory created.
 
     On failure, directories this call created are removed again.
@@ -181,7 +181,7 @@ def _check_writable(root: Path) -> Path | None:
             break
         created = d
     try:
-        _probe(root)
+        _probe(root, raw)
     except StorageAttachError:
         if created is not None:
             for d in (root, *root.parents):
@@ -195,8 +195,10 @@ def _check_writable(root: Path) -> Path | None:
     return created
 
 
-def _probe(root: Path) -> None:
-    raw = str(root)
+def _probe(root: Path, raw: str) -> None:
+    if root.exists() and not root.is_dir():
+        msg = f"'{DIR_FIELD}' = {raw!r} exists and is not a directory -- pick a directory path"
+        raise StorageAttachError(msg, field=DIR_FIELD, value=raw)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

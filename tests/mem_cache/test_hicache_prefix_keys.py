@@ -1,0 +1,93 @@
+"""Page keys and the on-storage page format."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mem_cache.hicache import CorruptPageError, page_keys
+from mem_cache.hicache.page_codec import HEADER_SIZE, decode_page, encode_page
+
+
+def test_one_key_per_full_page_and_none_for_the_tail():
+    """A trailing partial page gets no key."""
+    assert len(page_keys(list(range(10)), 4)) == 2
+    assert page_keys([1, 2, 3], 4) == []
+
+
+def test_first_key_is_sha256_of_namespace_digest_and_tokens():
+    """The encoding is fixed: sha256(sha256(namespace) || u64le tokens)."""
+    seed = hashlib.sha256(b"").digest()
+    expected = hashlib.sha256(seed + struct.pack("<2Q", 7, 9)).hexdigest()
+    assert page_keys([7, 9], 2) == [expected]
+
+
+def test_keys_chain_the_whole_prefix():
+    """The same page after a different prefix gets a different key; a shared prefix shares keys."""
+    a = page_keys([1, 2, 3, 4, 5, 6], 2)
+    b = page_keys([9, 9, 3, 4, 5, 6], 2)
+    c = page_keys([1, 2, 3, 4, 8, 8], 2)
+    assert a[1] != b[1] and a[2] != b[2]
+    assert a[:2] == c[:2] and a[2] != c[2]
+
+
+def test_namespace_separates_layouts():
+    """Two layouts never share a key for the same tokens."""
+    assert page_keys([1, 2], 2, namespace="a") != page_keys([1, 2], 2, namespace="b")
+
+
+def test_tensor_and_list_inputs_agree():
+    """Token ids may be a tensor."""
+    assert page_keys(torch.tensor([5, 6, 7, 8]), 2) == page_keys([5, 6, 7, 8], 2)
+
+
+def test_page_size_below_one_is_refused():
+    """A page size of 0 is a ValueError with the value."""
+    with pytest.raises(ValueError, match=r"^page_size must be at least 1 \(got 0\)$"):
+        page_keys([1], 0)
+
+
+def test_keys_are_stable_across_processes():
+    """A process with a different hash seed computes the same keys."""
+    code = "from mem_cache.hicache import page_keys; print(page_keys(list(range(12)), 4, namespace='x'))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == repr(page_keys(list(range(12)), 4, namespace="x"))
+
+
+def test_codec_round_trip():
+    """A framed page decodes to its payload."""
+    framed = encode_page("abc", b"\x00\x01payload")
+    assert len(framed) == HEADER_SIZE + 3 + 9
+    assert decode_page("abc", framed) == b"\x00\x01payload"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda b: b[:10], "page abc: 10 bytes is shorter than the 20-byte header"),
+        (lambda b: b[:-1], "page abc: 30 bytes, header says 31 (torn or truncated write)"),
+        (lambda b: b + b"x", "page abc: 32 bytes, header says 31 (torn or truncated write)"),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "page abc: checksum mismatch"),
+        (lambda b: b"XXXX" + b[4:], "page abc: bad magic b'XXXX' (expected b'SGKV')"),
+    ],
+)
+def test_codec_detects_damage(damage, message):
+    """Truncation, extra bytes, flipped bits and a foreign magic are all reported."""
+    framed = encode_page("abc", b"12345678")
+    with pytest.raises(CorruptPageError) as exc:
+        decode_page("abc", damage(framed))
+    assert str(exc.value) == message
+    assert isinstance(exc.value, ValueError)
+
+
+def test_codec_detects_a_page_stored_under_another_name():
+    """A file renamed to another key does not decode as that key."""
+    with pytest.raises(CorruptPageError, match="not the requested key"):
+        decode_page("abd", encode_page("abc", b"1"))

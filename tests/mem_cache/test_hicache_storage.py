@@ -1,0 +1,233 @@
+"""Storage backends: the factory's errors, the file backend's atomic, checked pages, the memory backend."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mem_cache.hicache import MemoryStorage, StorageAttachError, create_storage_backend
+from mem_cache.hicache.file_storage import FileStorage
+from mem_cache.hicache.memory_storage import clear_shared_stores
+
+KEY = "ab" + "0" * 62
+KEY2 = "cd" + "1" * 62
+
+
+@pytest.fixture
+def store(tmp_path):
+    backend = create_storage_backend("file", {"dir": str(tmp_path / "pages")})
+    yield backend
+    backend.close()
+
+
+def test_unknown_backend_names_the_field_and_the_choices():
+    """An unknown name is refused with the known names and a suggestion."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("fiel", {})
+    assert str(exc.value) == (
+        "unknown storage backend 'fiel' for 'hicache_storage_backend' -- use one of file, memory; did you mean 'file'?"
+    )
+    assert exc.value.field == "hicache_storage_backend"
+    assert isinstance(exc.value, OSError)
+
+
+def test_file_backend_requires_dir():
+    """A missing dir key names hicache_storage_backend_extra_config.dir."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", {})
+    assert str(exc.value) == (
+        "the file storage backend needs 'hicache_storage_backend_extra_config.dir'"
+        ' -- pass {"dir": "/path/to/cache"}'
+    )
+    assert exc.value.field == "hicache_storage_backend_extra_config.dir"
+
+
+def test_dir_that_cannot_be_created_is_refused_and_nothing_is_created(tmp_path):
+    """A dir below a regular file cannot be created; the error names field and value."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    target = blocker / "sub"
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", {"dir": str(target)})
+    assert str(exc.value) == (
+        f"cannot create the storage directory 'hicache_storage_backend_extra_config.dir' = {str(target)!r}:"
+        " not a directory -- pick a writable directory"
+    )
+    assert exc.value.value == str(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_dir_that_is_a_file_is_refused(tmp_path):
+    """An existing regular file is not a directory."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StorageAttachError, match="exists and is not a directory -- pick a directory path$"):
+        create_storage_backend("file", {"dir": str(blocker)})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_read_only_dir_is_refused(tmp_path):
+    """A directory without write permission is refused at open."""
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    with pytest.raises(StorageAttachError, match="cannot write to the storage directory"):
+        create_storage_backend("file", {"dir": str(ro)})
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "message"),
+    [
+        ({"dri": "/x"}, "hicache_storage_backend_extra_config.dri", "unknown option 'dri'"),
+        ({"dir": ""}, "hicache_storage_backend_extra_config.dir", "must be a non-empty path string"),
+        ({"dir": 5}, "hicache_storage_backend_extra_config.dir", "must be a non-empty path string"),
+        ({"dir": "/tmp", "fsync": "yes"}, "hicache_storage_backend_extra_config.fsync", "must be true or false"),
+        ({"dir": "/tmp", "stale_temp_s": -1}, "hicache_storage_backend_extra_config.stale_temp_s", ">= 0"),
+    ],
+)
+def test_bad_file_options_name_their_field(options, field, message):
+    """Every bad option is one StorageAttachError naming the leaf."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", options)
+    assert exc.value.field == field
+    assert message in str(exc.value)
+
+
+def test_unknown_option_suggests_the_right_one():
+    """A misspelt option gets a did-you-mean."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", {"dri": "/x"})
+    assert str(exc.value) == (
+        "unknown option 'dri' in 'hicache_storage_backend_extra_config' for the file backend"
+        " -- known options: dir, fsync, stale_temp_s; did you mean 'dir'?"
+    )
+
+
+def test_extra_config_must_be_a_mapping():
+    """A list is not an options object."""
+    with pytest.raises(StorageAttachError, match="must be a JSON object"):
+        create_storage_backend("memory", ["dir"])  # type: ignore[arg-type]
+
+
+def test_file_put_get_round_trip_and_layout(store):
+    """A page lands at <dir>/<key[:2]>/<key>.kvpage with no temp file left."""
+    assert store.get(KEY) is None
+    assert store.put(KEY, b"kv-bytes") is True
+    assert store.exists(KEY)
+    assert store.get(KEY) == b"kv-bytes"
+    page_dir = store.root / "ab"
+    assert [p.name for p in page_dir.iterdir()] == [f"{KEY}.kvpage"]
+    s = store.stats
+    assert (s.gets, s.hits, s.misses, s.puts, s.bytes_written, s.bytes_read) == (2, 1, 1, 1, 8, 8)
+
+
+def test_second_put_of_a_key_is_skipped(store):
+    """Keys name a prefix, so an existing page is not rewritten."""
+    store.put(KEY, b"a")
+    assert store.put(KEY, b"a") is True
+    assert (store.stats.puts, store.stats.puts_skipped) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda b: b[: len(b) // 2], id="truncated"),
+        pytest.param(lambda b: b[:-3] + bytes([b[-3] ^ 0xFF]) + b[-2:], id="flipped"),
+        pytest.param(lambda b: b"", id="empty"),
+        pytest.param(lambda b: b"\x00" * len(b), id="zeroed"),
+    ],
+)
+def test_damaged_page_is_skipped_counted_and_removed(store, damage):
+    """A damaged file reads as missing, counts once, and is deleted so it can be rewritten."""
+    store.put(KEY, b"0123456789" * 10)
+    path = store.path_for(KEY)
+    path.write_bytes(damage(path.read_bytes()))
+    assert store.get(KEY) is None
+    assert store.stats.corrupt_skipped == 1
+    assert not path.exists()
+    assert store.get(KEY) is None
+    assert store.stats.corrupt_skipped == 1
+    assert store.put(KEY, b"fresh") is True
+    assert store.get(KEY) == b"fresh"
+
+
+def test_leftover_temp_files_are_counted_and_stale_ones_removed(tmp_path):
+    """Temp files from a killed writer are counted at open; only stale ones are deleted."""
+    root = tmp_path / "pages"
+    (root / "ab").mkdir(parents=True)
+    fresh = root / "ab" / f".{KEY}.x1.tmp"
+    stale = root / "ab" / f".{KEY2}.x2.tmp"
+    fresh.write_bytes(b"SGKV partial")
+    stale.write_bytes(b"SGKV partial")
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    backend = create_storage_backend("file", {"dir": str(root), "stale_temp_s": 60})
+    assert backend.stats.corrupt_skipped == 2
+    assert fresh.exists() and not stale.exists()
+    assert backend.get(KEY) is None and backend.get(KEY2) is None
+    backend.close()
+
+
+def test_unsafe_key_is_refused(store):
+    """A key that could escape the directory is a ValueError."""
+    with pytest.raises(ValueError, match="is not a safe file name"):
+        store.put("../evil", b"x")
+
+
+def test_closed_backend_reads_empty_and_refuses_writes(store):
+    """After close, get is None and put returns False."""
+    store.put(KEY, b"x")
+    store.close()
+    store.close()
+    assert store.get(KEY) is None
+    assert store.put(KEY2, b"y") is False
+    assert not store.exists(KEY)
+
+
+def test_abandon_removes_the_directories_opening_created(tmp_path):
+    """An unused backend removes the new directory chain, never a pre-existing one."""
+    backend = create_storage_backend("file", {"dir": str(tmp_path / "a" / "b")})
+    assert isinstance(backend, FileStorage)
+    backend.abandon()
+    assert list(tmp_path.iterdir()) == []
+    existing = create_storage_backend("file", {"dir": str(tmp_path)})
+    existing.abandon()
+    assert tmp_path.is_dir()
+
+
+def test_abandon_keeps_a_directory_with_pages(tmp_path):
+    """A backend that wrote pages keeps them."""
+    backend = create_storage_backend("file", {"dir": str(tmp_path / "a")})
+    backend.put(KEY, b"x")
+    backend.abandon()
+    assert (tmp_path / "a" / "ab" / f"{KEY}.kvpage").is_file()
+
+
+def test_memory_backend_shares_named_stores():
+    """Two memory backends with the same store name see the same pages."""
+    clear_shared_stores()
+    a = create_storage_backend("memory", {"store": "t"})
+    b = create_storage_backend("memory", {"store": "t"})
+    c = create_storage_backend("memory", {})
+    a.put(KEY, b"x")
+    assert b.get(KEY) == b"x"
+    assert c.get(KEY) is None
+    clear_shared_stores()
+
+
+def test_memory_backend_detects_damage_like_files():
+    """Pages in memory are framed, so damage is detected the same way."""
+    m = MemoryStorage()
+    m.put(KEY, b"payload")
+    m.pages[KEY] = m.pages[KEY][:-1]
+    assert m.get(KEY) is None
+    assert m.stats.corrupt_skipped == 1
+    assert KEY not in m.pages
+
+
+def test_bad_memory_store_name():
+    """The store option must be a non-empty string."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("memory", {"store": 3})
+    assert exc.value.field == "hicache_storage_backend_extra_config.store"
