@@ -77,13 +77,25 @@ def load(
     given: dict[str, Any] = {}
     problems: list[Problem] = []
     if argv is not None:
-        parser = config_parser("sgconf")
+        parser = _argv_parser()
         ns, extra = parser.parse_known_args(list(argv))
         if extra:
             problems.extend(parser._unknown(extra))  # type: ignore[attr-defined]
         given = given_fields(ns)
         config_file = ns.config or config_file
     return load_layers(given, env=env, config_file=config_file, problems=problems)
+
+
+_parsers: dict[int, Any] = {}
+
+
+def _argv_parser() -> Any:
+    # Building ~70 flags dominates a load; parsing leaves the parser unchanged, so keep one per field set.
+    key = len(fields())
+    parser = _parsers.get(key)
+    if parser is None:
+        parser = _parsers[key] = config_parser("sgconf")
+    return parser
 
 
 def load_layers(
