@@ -18,6 +18,7 @@ from attention.forward_batch import ForwardBatch, ForwardMode
 from attention.layer import AttentionLayer
 from attention.runner import ModelRunnerLike
 from attention.torch_native import TorchNativeBackend
+from runtime import attention_backends
 from sgconf.errors import Problem
 
 B = TypeVar("B", bound=type[AttentionBackend])
@@ -96,19 +97,17 @@ BackendLike = AttentionBackend | HybridAttnBackend
 
 
 def create_attention_backend(
-    runner: ModelRunnerLike, *, names: tuple[str, str] | None = None
+    runner: ModelRunnerLike, *, snapshot: Any = None, names: tuple[str, str] | None = None
 ) -> BackendLike:
     """Build the backend(s) for `runner` from `attention_backends()` (or explicit `names`).
 
-    One backend when prefill and decode name the same one, else a HybridAttnBackend.
-    Raises AttentionBackendUnavailable for an unknown or unavailable name (both checked
-    before anything is built).
+    `snapshot` (from `get_context().snapshot()`) lets a caller that plans from one
+    snapshot pick the backends from that same generation. One backend when prefill and
+    decode name the same one, else a HybridAttnBackend. Raises
+    AttentionBackendUnavailable for an unknown or unavailable name (both checked before
+    anything is built).
     """
-    if names is None:
-        from runtime import attention_backends
-
-        names = tuple(attention_backends())  # type: ignore[assignment]
-    prefill_name, decode_name = names  # type: ignore[misc]
+    prefill_name, decode_name = names if names is not None else attention_backends(snapshot)
     prefill_cls = backend_class(prefill_name, role="prefill")
     decode_cls = backend_class(decode_name, role="decode")
     if prefill_cls is decode_cls:

@@ -1,0 +1,122 @@
+"""Backend selection by name through the attention_backends() accessor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention
+from attention import (
+    AttentionBackendUnavailable,
+    HybridAttnBackend,
+    TorchNativeBackend,
+    available_backends,
+    create_attention_backend,
+    register_backend,
+    registered_backends,
+)
+from attention.registry import _BACKENDS
+from mem_cache.allocator import TokenToKVPoolAllocator
+from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool
+from runtime import get_context, override_server_args
+
+
+class AltBackend(TorchNativeBackend):
+    name = "test_alt"
+
+
+class GpuOnlyBackend(TorchNativeBackend):
+    name = "test_gpu_only"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return "needs a CUDA device"
+
+
+@pytest.fixture
+def extra_backends(monkeypatch):
+    monkeypatch.setitem(_BACKENDS, AltBackend.name, AltBackend)
+    monkeypatch.setitem(_BACKENDS, GpuOnlyBackend.name, GpuOnlyBackend)
+
+
+@pytest.fixture
+def runner():
+    pool = MHATokenToKVPool(16, 1, torch.float32, 1, 4, layer_ids=(0,))
+    return attention.SimpleRunner(pool, TokenToKVPoolAllocator(16, kvcache=pool), ReqToTokenPool(2, 8), None)
+
+
+def test_default_is_torch_native(runner):
+    """With no backend configured, resolution picks torch_native and one backend serves both phases."""
+    with override_server_args():
+        backend = create_attention_backend(runner)
+    assert type(backend) is TorchNativeBackend
+    assert backend.runner is runner
+
+
+def test_torch_native_is_always_available():
+    assert "torch_native" in registered_backends()
+    assert "torch_native" in available_backends()
+
+
+def test_different_prefill_and_decode_backends(runner, extra_backends):
+    """Distinct prefill and decode names give a hybrid that routes by batch mode."""
+    with override_server_args(attention_backend="torch_native", decode_attention_backend="test_alt"):
+        backend = create_attention_backend(runner)
+    assert isinstance(backend, HybridAttnBackend)
+    assert type(backend.prefill_backend) is TorchNativeBackend
+    assert type(backend.decode_backend) is AltBackend
+    assert backend.name == "torch_native+test_alt"
+
+
+def test_override_is_seen_at_next_construction(runner, extra_backends):
+    """The names are read through the accessor, so a scoped change is honoured."""
+    with override_server_args(attention_backend="torch_native"):
+        assert type(create_attention_backend(runner)) is TorchNativeBackend
+        with override_server_args(attention_backend="test_alt"):
+            assert type(create_attention_backend(runner)) is AltBackend
+
+
+def test_snapshot_selects_from_that_generation(runner, extra_backends):
+    """A snapshot passed in decides, even when the live context says otherwise."""
+    with override_server_args(attention_backend="test_alt"):
+        snap = get_context().snapshot()
+        with override_server_args(attention_backend="torch_native"):
+            assert type(create_attention_backend(runner, snapshot=snap)) is AltBackend
+
+
+def test_unknown_backend_lists_the_available_ones(runner, extra_backends):
+    """An unknown decode backend is a ConfigError naming the field, the name and what would work."""
+    with override_server_args(decode_attention_backend="flashinfer"):
+        with pytest.raises(AttentionBackendUnavailable) as info:
+            create_attention_backend(runner)
+    assert info.value.lines() == [
+        "$.exec.kernel.decode_attention_backend: unknown attention backend 'flashinfer' for decode "
+        "-- choose one of: test_alt, torch_native"
+    ]
+    assert isinstance(info.value, LookupError)
+
+
+def test_unavailable_backend_says_why(runner, extra_backends):
+    """A registered backend that cannot run here is refused with its reason; nothing is built."""
+    with pytest.raises(AttentionBackendUnavailable) as info:
+        create_attention_backend(runner, names=("test_gpu_only", "torch_native"))
+    assert info.value.lines() == [
+        "$.exec.kernel.prefill_attention_backend: attention backend 'test_gpu_only' for prefill cannot run here: "
+        "needs a CUDA device -- choose one of: test_alt, torch_native"
+    ]
+
+
+def test_registering_a_taken_name_fails():
+    class Impostor(TorchNativeBackend):
+        name = "torch_native"
+
+    with pytest.raises(ValueError, match="attention backend 'torch_native' is already registered by TorchNativeBackend"):
+        register_backend(Impostor)
+    assert register_backend(TorchNativeBackend) is TorchNativeBackend
+
+
+def test_front_door_exports():
+    """Every name in attention.__all__ imports, and the list is sorted."""
+    assert attention.__all__ == sorted(attention.__all__)
+    for name in attention.__all__:
+        assert getattr(attention, name) is not None
