@@ -40,7 +40,7 @@ def _assemble() -> type:
     )
     cls.__module__ = __name__
     cls.__doc__ = "The flat raw record of every declared field; frozen. Read the bags, not this."
-    cls.__repr__ = _redacted_repr  # type: ignore[method-assign]
+    cls.__repr__ = _redacted_repr  # type: ignore[method-assign,assignment]
     return cls
 
 

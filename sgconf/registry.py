@@ -66,11 +66,11 @@ def namespace(path: str) -> Callable[[type[T]], type[T]]:
 
     def wrap(cls: type[T]) -> type[T]:
         bag = attrs.frozen(slots=True)(cls)
-        attrs.resolve_types(bag)
+        attrs.resolve_types(bag)  # type: ignore[type-var]
         if path in _NAMESPACES:
             raise DeclarationError(f"namespace '{path}' declared twice ({_NAMESPACES[path].__name__}, {bag.__name__})")
         new: dict[str, FieldInfo] = {}
-        for a in attrs.fields(bag):
+        for a in attrs.fields(bag):  # type: ignore[arg-type]
             spec = spec_of(a)
             if spec is None:
                 raise DeclarationError(
@@ -83,7 +83,7 @@ def namespace(path: str) -> Callable[[type[T]], type[T]]:
                     "field names are routed flat and must be unique across namespaces"
                 )
                 raise DeclarationError(msg)
-            default = a.default.factory() if isinstance(a.default, attrs.Factory) else a.default  # type: ignore[union-attr]
+            default = a.default.factory() if isinstance(a.default, attrs.Factory) else a.default  # type: ignore[union-attr,arg-type]
             new[a.name] = FieldInfo(a.name, path, bag, a.type, default, spec)
         if any(info.spec.secret for info in new.values()):
             bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign]
@@ -109,7 +109,7 @@ def group(path: str, children: dict[str, str]) -> Callable[[type[T]], type[T]]:
 
     def wrap(cls: type[T]) -> type[T]:
         bag = attrs.frozen(slots=True)(cls)
-        attrs.resolve_types(bag)
+        attrs.resolve_types(bag)  # type: ignore[type-var]
         _NAMESPACES[path] = bag
         _GROUPS[path] = dict(children)
         return bag

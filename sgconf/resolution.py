@@ -210,7 +210,11 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
 
 def _remember(record: Any, result: Resolved | ResolutionError) -> None:
     key = id(record)
-    _done[key] = (weakref.ref(record, lambda _, k=key: _done.pop(k, None)), result)
+
+    def forget(_: Any, key: int = key) -> None:
+        _done.pop(key, None)
+
+    _done[key] = (weakref.ref(record, forget), result)
 
 
 def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
