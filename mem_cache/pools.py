@@ -187,7 +187,8 @@ class SWAKVPool:
     `full_to_swa_index_mapping` (length `size + page_size + 1`; the last entry is -1 so a
     -1 location, "no previous token", translates to -1). The SWA allocator writes the map.
     With `identity_map=True` (a full-capacity draft depth) the SWA sub-pool has the full
-    size and the map is the identity, so SWA slots equal full slots.
+    size and the map is the identity, so SWA slots equal full slots. `index_mapping`
+    shares another pool's map (a draft pool following its target's allocator).
     """
 
     def __init__(
@@ -207,6 +208,7 @@ class SWAKVPool:
         swa_head_dim: int | None = None,
         swa_v_head_dim: int | None = None,
         identity_map: bool = False,
+        index_mapping: torch.Tensor | None = None,
     ) -> None:
         overlap = set(swa_attention_layer_ids) & set(full_attention_layer_ids)
         if overlap:
@@ -237,8 +239,14 @@ class SWAKVPool:
         self.dtype = self.full_kv_pool.dtype
         self._swa_layers = frozenset(self.swa_attention_layer_ids)
         self.layer_ids = tuple(sorted((*self.full_attention_layer_ids, *self.swa_attention_layer_ids)))
-        self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=torch.int64, device=self.device)
-        self.clear_mapping()
+        if index_mapping is not None:
+            # a draft pool shares its target's map: the target's allocator keeps it current
+            if index_mapping.numel() != size + page_size + 1 or identity_map:
+                raise ValueError(f"a shared index map must have {size + page_size + 1} entries and no identity_map")
+            self.full_to_swa_index_mapping = index_mapping
+        else:
+            self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=torch.int64, device=self.device)
+            self.clear_mapping()
 
     def clear_mapping(self) -> None:
         """Reset the map: identity for a full-capacity pool, else every slot unmapped (0)."""
