@@ -60,9 +60,13 @@ def config_parser(prog: str, description: str = "") -> argparse.ArgumentParser:
     """
     parser = ConfigArgumentParser(
         prog=prog,
+        usage="%(prog)s [options]",  # ~70 settings: the full synopsis would bury the help
         description=description or None,
         allow_abbrev=False,
-        epilog="Every flag FLAG can also be set as env SGCONF_<FIELD> or in the config file.",
+        epilog=(
+            "Every setting can also come from the config file or env SGCONF_<FIELD> (e.g. SGCONF_PAGE_SIZE); "
+            "precedence: defaults < config file < env < flags."
+        ),
     )
     parser.add_argument(
         "--config",
