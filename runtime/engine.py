@@ -73,10 +73,14 @@ class GenerateResult:
 class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
-    def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None) -> None:
+    def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None, configure_logs: bool = False) -> None:
         from runtime.context import publish
 
         self.context = publish(record, role="scheduler", model=model_config)
+        if configure_logs:
+            from runtime.logs import configure_from_config
+
+            configure_from_config()
         snap = self.context.snapshot()
         if model_config is None:
             from sgconf.models import load_model_config
@@ -90,6 +94,7 @@ class Engine:
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations
         self._wake = threading.Condition(self._lock)
         self._stopping = False
+        self._paused = False
         self._started = time.time()
 
         from runtime.memory import build_memory
@@ -173,7 +178,7 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self.scheduler.has_work():
+                while not self._stopping and (self._paused or not self.scheduler.has_work()):
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -282,6 +287,22 @@ class Engine:
         if self.hicache is not None:
             out["hicache"] = self.hicache.stats()
         return out
+
+    def pause(self) -> None:
+        """Stop stepping (requests queue up but do not run) until `resume()`; for draining and tests."""
+        with self._wake:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._wake:
+            self._paused = False
+            self._wake.notify_all()
+
+    def override_config(self, source: str, **fields: Any) -> Any:
+        """A post-publish override of `hot` fields while idle; raises EngineBusy, ConfigError (nothing changes)."""
+        with self._lock:
+            self._require_idle("override config")
+            return self.context.override(source, **fields)
 
     # -- HiCache storage -----------------------------------------------------------------
 

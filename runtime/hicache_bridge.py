@@ -1,0 +1,172 @@
+"""The engine's side of HiCache: feed the prefix cache from host/storage, back finished prefixes up.
+
+`mem_cache.hicache.HiCacheController` moves pages; this module decides when, and keeps
+the config in step: attaching storage is one post-publish override with source
+`hicache.attach`, detaching one with `hicache.detach`. Attach is all or nothing: the
+override is validated first, then the backend is opened (`prepare_attach`), then the
+override is committed and only then the backend; any failure aborts the opened backend
+and leaves config and cache exactly as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+ATTACH_SOURCE = "hicache.attach"
+DETACH_SOURCE = "hicache.detach"
+
+
+class HiCacheBridge:
+    """Connects the engine's prefix cache and allocator to a HiCacheController."""
+
+    def __init__(self, engine: Any, controller: Any) -> None:
+        self.engine = engine
+        self.controller = controller
+        self.prefix_hits = 0  # requests that got pages from host/storage
+        self.loaded_tokens = 0
+        self.prefetched_pages = 0
+
+    @classmethod
+    def create(cls, engine: Any, snap: Any) -> HiCacheBridge:
+        """Build the controller from the snapshot's memory bag; attach the launch-time backend if one is set."""
+        from mem_cache.hicache import HiCacheController
+
+        mem = snap.memory
+        controller = HiCacheController(
+            engine.memory.kv_pool,
+            page_size=engine.memory.page_size,
+            device_tokens=engine.memory.max_total_tokens,
+            hicache_ratio=float(mem.hicache_ratio),
+            hicache_size=int(mem.hicache_size),
+            write_policy=mem.hicache_write_policy,
+            prefetch_policy=mem.hicache_storage_prefetch_policy,
+        )
+        if mem.hicache_storage_backend is not None:
+            try:
+                controller.attach_storage_backend(mem.hicache_storage_backend, mem.hicache_storage_backend_extra_config)
+            except OSError as exc:
+                controller.close()
+                raise _as_config_error(exc) from None
+        return cls(engine, controller)
+
+    # -- scheduler hooks -------------------------------------------------------------------
+
+    def load_prefix(self, ids: list[int], matched: int, limit: int, sched: Any) -> int:
+        """Extend a device prefix match of `matched` tokens from host/storage; returns tokens loaded.
+
+        Loaded pages go into fresh device slots and into the prefix cache, so the caller's
+        next match sees them. Nothing is loaded when the slots cannot be found.
+        """
+        ctl = self.controller
+        want = ids[:limit]
+        available = ctl.lookup(want)
+        if available <= matched:
+            return 0
+        if ctl.storage_backend is not None:
+            result = ctl.prefetch(want)
+            self.prefetched_pages += result.fetched_pages
+            available = max(matched, min(available, result.ready_tokens)) if result.ready_tokens else available
+        need = available - matched
+        cache = sched.cache
+        match = cache.match(ids, limit=matched)
+        cache.lock(match.node)  # eviction below must not take the prefix we extend
+        try:
+            slots = sched.alloc_with_eviction(lambda: sched.allocator.alloc(need), need)
+        finally:
+            cache.unlock(match.node)
+        if slots is None:
+            return 0
+        loaded = ctl.load(want, available, slots, start=matched)
+        if loaded < need:
+            sched.allocator.free(slots[loaded:])
+        if loaded == 0:
+            return 0
+        spare = cache.insert(ids[: matched + loaded], [*match.slots, *slots[:loaded].tolist()])
+        if spare:
+            sched.allocator.free(spare)
+        self.prefix_hits += 1
+        self.loaded_tokens += loaded
+        log.debug("hicache.load", tokens=loaded, matched=matched)
+        return loaded
+
+    def backup_prefix(self, ids: list[int], sched: Any) -> None:
+        """Copy the cached pages of a finished request's tokens to host (and storage per policy)."""
+        match = sched.cache.match(ids)
+        if match.length:
+            self.controller.backup(ids[: match.length], list(match.slots))
+
+    # -- attach / detach ---------------------------------------------------------------------
+
+    def attach(
+        self,
+        backend: str,
+        *,
+        extra_config: dict[str, Any] | None = None,
+        prefetch_policy: str | None = None,
+        write_policy: str | None = None,
+    ) -> Any:
+        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
+        from runtime.context import get_context
+
+        ctx = get_context()
+        values: dict[str, Any] = {
+            "hicache_storage_backend": backend,
+            "hicache_storage_backend_extra_config": extra_config,
+        }
+        if prefetch_policy is not None:
+            values["hicache_storage_prefetch_policy"] = prefetch_policy
+        if write_policy is not None:
+            values["hicache_write_policy"] = write_policy
+        proposal = ctx.validate_override(ATTACH_SOURCE, **values)
+        try:
+            prepared = self.controller.prepare_attach(
+                backend, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
+            )
+        except OSError as exc:
+            raise _as_config_error(exc) from None
+        try:
+            receipt = ctx.commit(proposal)
+        except BaseException:
+            self.controller.abort_attach(prepared)
+            raise
+        self.controller.commit_attach(prepared)
+        return receipt
+
+    def detach(self) -> Any:
+        """Flush and close the backend, then set it back to None; a no-op (returns None) when none is attached."""
+        from runtime.accessors import get_memory
+        from runtime.context import get_context
+
+        attached = self.controller.storage_backend is not None
+        if not attached and get_memory().hicache_storage_backend is None:
+            return None
+        ctx = get_context()
+        proposal = ctx.validate_override(
+            DETACH_SOURCE, hicache_storage_backend=None, hicache_storage_backend_extra_config=None
+        )
+        self.controller.detach_storage_backend()
+        return ctx.commit(proposal)
+
+    def stats(self) -> dict[str, Any]:
+        import attrs
+
+        out = attrs.asdict(self.controller.stats)
+        out.update(prefix_loads=self.prefix_hits, loaded_tokens=self.loaded_tokens, prefetch_fetched_pages=self.prefetched_pages)
+        return out
+
+    def close(self) -> None:
+        self.controller.close()
+
+
+def _as_config_error(exc: OSError) -> Exception:
+    """A storage error as a ConfigError with the `$.memory.<field>` path it names."""
+    from sgconf.errors import ConfigError, Problem
+
+    field = getattr(exc, "field", None) or "hicache_storage_backend"
+    top = field.split(".")[0]
+    path = f"$.memory.{field}" if top.startswith("hicache_") else f"$.{field}"
+    return ConfigError([Problem(path, str(exc))], header="storage backend refused")
