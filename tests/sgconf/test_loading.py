@@ -298,3 +298,17 @@ def test_malformed_table_is_large_enough() -> None:
     kinds = {c[0].split("_")[0] for c in MALFORMED}
     assert len({c[0] for c in MALFORMED}) == len(MALFORMED) >= 25
     assert {"toml", "json", "yaml", "file", "env", "cli"} <= kinds
+
+
+def test_explain_of_a_record_not_built_by_load() -> None:
+    """A directly built record explains as defaults, its own value, then resolution's decision."""
+    from sgconf import explain, resolve_once
+
+    record = ServerArgs(page_size=8, api_key="k-1")
+    resolved = resolve_once(record)
+    assert explain(record, "page_size", resolved) == (
+        Origin("default", "defaults", None),
+        Origin("record", "given", 8),
+    )
+    assert explain(record, "dtype", resolved)[-1] == Origin("resolution", "dtype (default for cpu)", "float32")
+    assert "k-1" not in repr(explain(record, "api_key"))
