@@ -13,13 +13,13 @@ from tools.ratchet.settings import ScanSettings  # noqa: E402
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site  # noqa: E402
 
 __all__ = [
-    "KINDS",
-    "RULES",
     "AllowComment",
     "BaselineRefused",
     "Exempt",
     "FileScan",
+    "KINDS",
     "Outcome",
+    "RULES",
     "RatchetConfig",
     "RatchetConfigError",
     "RatchetError",

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # usage errors exit 2, --help exits 0
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         config = load_config(args.config) if args.config else load_config(find_config(Path.cwd()))
         settings = config.settings()

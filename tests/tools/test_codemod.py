@@ -1,0 +1,164 @@
+"""The fix codemod: before/after snippets, idempotence, skipped sites, and a clean check after."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from sgconf.registry import field_names
+from tools.ratchet.accessors import registry_accessor
+from tools.ratchet.codemod import fix_text
+from tools.ratchet.settings import ScanSettings
+
+SETTINGS = ScanSettings(fields=frozenset(field_names()))
+ACCESSORS = {name: registry_accessor(name) for name in field_names()}
+
+CASES = [
+    pytest.param(
+        """
+        def size(self):
+            return self.server_args.page_size
+        """,
+        """
+        from runtime import get_schedule
+
+        def size(self):
+            return get_schedule().page_size
+        """,
+        id="attribute",
+    ),
+    pytest.param(
+        """
+        import os
+
+        def f(sa):
+            return getattr(sa.server_args, "page_size", 1), getattr(get_server_args(), 'tp_size')
+        """,
+        """
+        import os
+        from runtime import get_parallel, get_schedule
+
+        def f(sa):
+            return get_schedule().page_size, get_parallel().tp_size
+        """,
+        id="getattr",
+    ),
+    pytest.param(
+        """
+        from runtime import get_exec
+
+
+        def backend():
+            sa = get_server_args()
+            # the prefill side may differ
+            return (sa.attention_backend, sa.prefill_attention_backend)  # pair
+        """,
+        """
+        from runtime import get_exec
+
+
+        def backend():
+            # the prefill side may differ
+            return (get_exec().kernel.attention_backend, get_exec().kernel.prefill_attention_backend)  # pair
+        """,
+        id="alias-removed-comments-kept",
+    ),
+    pytest.param(
+        """
+        def f(server_args: ServerArgs):
+            if server_args.enable_hierarchical_cache:
+                sa = server_args
+                return sa.hicache_ratio
+        """,
+        """
+        from runtime import get_memory
+
+        def f(server_args: ServerArgs):
+            if get_memory().enable_hierarchical_cache:
+                return get_memory().hicache_ratio
+        """,
+        id="parameter-and-alias-of-parameter",
+    ),
+    pytest.param(
+        """
+        def f():
+            sa = get_server_args()
+            return sa.page_size
+        """,
+        """
+        from runtime import get_schedule
+
+        def f():
+            return get_schedule().page_size
+        """,
+        id="alias-only-statement-removed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), CASES)
+def test_before_after(before, after):
+    """Each raw read becomes its accessor read, the import is added once, formatting is kept."""
+    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS)
+    assert result.skipped == ()
+    assert result.new == textwrap.dedent(after).lstrip("\n")
+    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS)
+    assert (again.changed, again.fixed, again.skipped) == (False, (), ())
+
+
+def test_unsafe_sites_are_listed_not_touched():
+    """Writes, walrus bindings and aliases used otherwise are listed with the reason and left as they are."""
+    code = textwrap.dedent(
+        """
+        def f(self):
+            cfg = self.server_args
+            launch(cfg)
+            n = cfg.tp_size
+            self.server_args.page_size = 4
+            m = (sa := get_server_args()).dp_size
+        """
+    ).lstrip("\n")
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert result.new == code
+    assert [(s.line, s.kind, reason) for s, reason in result.skipped] == [
+        (4, "alias", "alias 'cfg' is used for more than field reads"),
+        (5, "write", "a write to the record; change it by hand (post-publish changes go through an override)"),
+        (6, "direct", "the record is also bound by `:=` here"),
+    ]
+
+
+def test_allowed_reads_are_not_rewritten():
+    """A read under an allow comment is not counted, so the codemod leaves it."""
+    code = "x = get_server_args().page_size  # ratchet: allow(raw startup value)\n"
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert (result.changed, result.skipped) == (False, ())
+
+
+def test_fix_then_check_is_clean(repo):
+    """After `fix`, `check` passes; `--diff` prints the change without writing it."""
+    source = "class W:\n    def f(self):\n        return self.server_args.page_size\n"
+    repo.write("pkg/w.py", source)
+    assert repo.run("check")[0] == 1
+    code, out, _ = repo.run("fix", "--diff")
+    assert code == 0
+    assert "-        return self.server_args.page_size\n+        return get_schedule().page_size\n" in out
+    assert out.endswith("sgconf-ratchet: would fix 1 site(s) in 1 file(s)\n")
+    assert repo.read("pkg/w.py") == source
+    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n", "")
+    assert repo.read("pkg/w.py") == (
+        "from runtime import get_schedule\n\nclass W:\n    def f(self):\n        return get_schedule().page_size\n"
+    )
+    assert repo.run("check")[0] == 0
+    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 0 site(s) in 0 file(s)\n", "")
+
+
+def test_fix_exits_one_when_sites_are_left(repo):
+    """Sites the codemod cannot fix are printed and the exit status is 1."""
+    repo.write("pkg/w.py", "def f(server_args):\n    del server_args.page_size\n")
+    code, out, _ = repo.run("fix")
+    assert code == 1
+    assert out.splitlines()[0] == (
+        "pkg/w.py:2:9  write  page_size  not fixed: a write to the record; change it by hand "
+        "(post-publish changes go through an override)"
+    )
