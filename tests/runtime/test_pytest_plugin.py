@@ -1,0 +1,149 @@
+"""Tests for runtime.pytest_plugin: the server_args fixture, the marker and leak detection."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from runtime import NotPublishedError, get_schedule
+
+pytest_plugins = ["pytester"]
+
+
+def run(pytester: pytest.Pytester, body: str) -> pytest.RunResult:
+    pytester.makepyfile(test_inner=textwrap.dedent(body))
+    return pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "-p", "no:anyio", "-p", "no:hypothesispytest")
+
+
+def test_plugin_is_registered(pytestconfig):
+    """The pytest11 entry point loads the plugin and registers the marker."""
+    assert pytestconfig.pluginmanager.has_plugin("sgconf")
+    assert any(line.startswith("server_args(") for line in pytestconfig.getini("markers"))
+
+
+def test_fixture_and_marker(pytester):
+    """The fixture publishes a test config; the marker sets fields with or without the fixture; both reset."""
+    result = run(
+        pytester,
+        """
+        import pytest
+        from runtime import get_schedule, get_serving, get_context, is_published
+
+        def test_fixture(server_args):
+            assert server_args is get_context() and server_args.role == "test"
+            assert get_schedule().page_size == 1
+            server_args.override("http", stream_interval=4)  # owned by the fixture: not a leak
+
+        @pytest.mark.server_args(page_size=16)
+        def test_marker_with_fixture(server_args):
+            assert get_schedule().page_size == 16 and server_args is get_context()
+
+        @pytest.mark.server_args(page_size=8, stream_interval="2")
+        def test_marker_alone():
+            assert get_schedule().page_size == 8 and get_serving().stream_interval == 2
+
+        def test_nothing_leaked():
+            assert not is_published()
+        """,
+    )
+    result.assert_outcomes(passed=4)
+
+
+def test_leaked_publish_fails_and_is_cleaned(pytester):
+    """A test that publishes without cleanup errors at teardown; the next test starts clean."""
+    result = run(
+        pytester,
+        """
+        from runtime import publish, is_published
+        from sgconf.record import ServerArgs
+
+        def test_leaks():
+            publish(ServerArgs(), role="scheduler")
+
+        def test_after():
+            assert not is_published()
+        """,
+    )
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test leaked runtime config state: published a new context (role 'scheduler') and left it live "
+            "-- the previous context was restored; use the server_args fixture*",
+        ]
+    )
+
+
+def test_leaked_override_on_shared_context(pytester):
+    """Overrides left on a module-scoped context are caught, and the context's state comes back."""
+    result = run(
+        pytester,
+        """
+        import pytest
+        from runtime import publish, reset, get_serving
+        from sgconf.record import ServerArgs
+
+        @pytest.fixture(scope="module")
+        def shared():
+            ctx = publish(ServerArgs(), role="scheduler")
+            yield ctx
+            reset()
+
+        def test_leaks(shared):
+            shared.override("http", stream_interval=5)
+            shared.subscribe(print)
+
+        def test_after(shared):
+            assert shared.generation == 0 and get_serving().stream_interval == 1
+            assert shared.subscribers() == ()
+
+        def test_scoped_is_fine(shared):
+            with shared.scoped(stream_interval=7):
+                assert get_serving().stream_interval == 7
+        """,
+    )
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*left overrides on the live context (generation 0 -> 1); left the subscribers changed (+1)*"]
+    )
+
+
+def test_unrestored_install_is_caught(pytester):
+    """An override_server_args install never restored is reported and undone."""
+    result = run(
+        pytester,
+        """
+        from runtime import override_server_args, is_published
+        from runtime.testing import install_depth
+
+        def test_leaks():
+            override_server_args(page_size=4).install()
+
+        def test_after():
+            assert not is_published() and install_depth() == 0
+        """,
+    )
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*1 override_server_args install(s) never restored*"])
+
+
+def test_marker_rejects_positional_args(pytester):
+    """The marker takes keywords only."""
+    result = run(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.server_args(16)
+        def test_bad():
+            pass
+        """,
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*takes field=value keywords only, got (16,)*"])
+
+
+def test_outer_state_is_untouched():
+    """After the inner runs, nothing is published in this process."""
+    with pytest.raises(NotPublishedError):
+        get_schedule()
