@@ -1,0 +1,586 @@
+"""Propagate a post-publish override to every rank of a group: all ranks change, or none.
+
+`ConfigGroup.propagate(source, **fields)` runs a two-phase commit. The coordinator
+(rank 0 of the group by default) posts the proposal with its base generation; every
+rank validates it against its own context without applying it
+(`validate_override`) and prepares the side effects that go with it (a storage
+attach), then votes yes or no with its reasons. Only when every rank voted yes do
+all ranks commit, ending at the same generation; otherwise every rank that prepared
+something releases it and the caller gets one `PropagationFailed` naming each
+refusing rank and its reasons, and each rank that stayed silent.
+
+Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every
+rank inside the same call at once: a follower would have to sit in a `broadcast`
+waiting for the next proposal, and gloo's timeout is fixed when the group is built,
+so an idle follower would time out while nothing is wrong, and after a timeout the
+gloo group is no longer usable. A dead rank would also hang every collective it
+belongs to. The board instead gives each follower an inbox queue it blocks on for as
+long as it likes (the blocking call releases the GIL), and gives the coordinator
+per-key waits with a deadline, so a silent rank costs the others exactly the
+configured timeout and is then named. The decision of a round is one key written
+with compare-and-set: the coordinator sets it to commit or abort, and a follower
+whose own deadline passes without a decision sets it to abort. Whoever writes first
+wins and everyone reads the same answer, so a late commit can never meet an early
+abort and no rank ever commits alone. The torch.distributed process group is used
+once, at construction, to broadcast the board's address from the coordinator; pass
+a gloo group (`dist.new_group(backend="gloo")` beside NCCL on GPU machines).
+
+After each commit every rank posts its generation, fingerprint and per-field digests
+(an all-gather over the board, bounded by the same deadline); a fingerprint that
+differs from the coordinator's is logged as an error with the differing fields and
+kept in `status()` for `/server_info`.
+
+Limits: the board lives in the coordinator's process, so if the coordinator dies
+between writing a commit and a follower reading it, that follower cannot tell and
+aborts; it logs `config_group.board_lost` and stops taking part.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import structlog
+import torch.distributed as dist
+
+from runtime.overrides import shown
+from sgconf.errors import ConfigError, Problem
+from sgconf.registry import field_info
+from sgconf.registry import fields as declared_fields
+
+log = structlog.get_logger(__name__)
+
+_PREFIX = "sgconf/config_group/"
+_FOREVER = datetime.timedelta(days=365)
+_COMMIT = "commit"
+_ABORT = "abort"
+_HOST_BYTES = 255
+
+
+class PreparedEffect(Protocol):
+    """A side effect that is ready to go: `commit()` makes it live, `abort()` releases it."""
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+# A side effect is a callable taking the source and the proposed values; it prepares
+# what it needs (opens a storage directory) and returns the prepared effect, or None
+# when the override does not concern it. Raising refuses the override on this rank.
+SideEffect = Callable[[str, Mapping[str, Any]], "PreparedEffect | None"]
+
+
+class PropagationFailed(ConfigError):
+    """Raised when a propagated override was applied on no rank; lists each refusing or silent rank."""
+
+    def __init__(
+        self,
+        source: str,
+        refusals: Mapping[int, Sequence[str]],
+        silent: Sequence[int] = (),
+        *,
+        timeout_s: float,
+        late: bool = False,
+    ) -> None:
+        self.source = source
+        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
+        self.silent = tuple(sorted(silent))
+        problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
+        problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
+        if late:
+            msg = f"a rank's deadline ({timeout_s:g}s) passed before the decision reached it -- raise config_sync_timeout_s"
+            problems.append(Problem("$round", msg))
+        ranks = sorted({*self.refusals, *self.silent})
+        who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
+        header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
+        super().__init__(problems, header=header)
+
+
+class RanksSilent(PropagationFailed, TimeoutError):
+    """Raised when a propagated override was applied on no rank because some rank did not answer in time."""
+
+
+@attrs.frozen(slots=True)
+class RankState:
+    """What one rank reported: its generation and fingerprint, or that it did not answer."""
+
+    rank: int
+    alive: bool
+    generation: int | None = None
+    fingerprint: str | None = None
+    values: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "alive": self.alive,
+            "generation": self.generation,
+            "fingerprint": self.fingerprint,
+            **({"values": dict(self.values)} if self.values else {}),
+        }
+
+
+@attrs.frozen(slots=True)
+class Mismatch:
+    """Ranks whose fingerprint differed from the coordinator's after a commit, and the fields that differ."""
+
+    round: int
+    source: str
+    ranks: tuple[int, ...]
+    fields: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"round": self.round, "source": self.source, "ranks": list(self.ranks), "fields": list(self.fields)}
+
+
+@attrs.frozen(slots=True)
+class Propagated:
+    """The receipt of a committed round: the shared generation and what every rank reported after it."""
+
+    round: int
+    source: str
+    fields: tuple[str, ...]
+    generation: int
+    ranks: tuple[RankState, ...]
+    mismatch: Mismatch | None
+
+    @property
+    def consistent(self) -> bool:
+        """True when every rank answered with the coordinator's generation and fingerprint."""
+        return self.mismatch is None and all(r.alive for r in self.ranks)
+
+
+@attrs.define(slots=True)
+class _Prepared:
+    proposal: Any
+    effects: list[PreparedEffect]
+
+
+def _default_host() -> str:
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+
+def _reasons(exc: BaseException) -> list[str]:
+    if isinstance(exc, ConfigError):
+        return exc.lines()
+    return [str(exc) or type(exc).__name__]
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+class ConfigGroup:
+    """One rank's membership in a group whose post-publish overrides are applied everywhere or nowhere.
+
+    Construct it on every rank at once (it broadcasts the board's address over
+    `process_group`, a collective), then call `start()` on followers so they answer
+    rounds in a background thread. Only the coordinator may `propagate` and ask for
+    `ranks()`. `context` is a callable returning the rank's runtime context (default:
+    `runtime.context.get_context`, looked up on each round so a re-publish is seen).
+    `timeout_s` bounds how long a round waits for any rank; None reads
+    `get_parallel().config_sync_timeout_s` when a round starts.
+    """
+
+    def __init__(
+        self,
+        process_group: Any,
+        rank: int,
+        world_size: int,
+        timeout_s: float | None = None,
+        *,
+        context: Callable[[], Any] | None = None,
+        coordinator: int = 0,
+        host: str | None = None,
+    ) -> None:
+        if not 0 <= rank < world_size or not 0 <= coordinator < world_size:
+            msg = f"rank {rank} and coordinator {coordinator} must be in [0, {world_size}) -- pass the group's own rank"
+            raise ValueError(msg)
+        self.rank = rank
+        self.world_size = world_size
+        self.coordinator = coordinator
+        self._timeout_s = timeout_s
+        self._context = context or _runtime_context
+        self._effects: list[SideEffect] = []
+        self._lock = threading.Lock()
+        self._round = 0
+        self._mismatch: Mismatch | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._server: dist.TCPStore | None = None
+        if rank == coordinator:
+            bind = host or _default_host()
+            self._server = dist.TCPStore(bind, 0, world_size, True, timeout=_FOREVER, wait_for_workers=False)
+            self.address: tuple[str, int] = (bind, self._server.port)
+        else:
+            self.address = ("", 0)
+        if world_size > 1:
+            self.address = _broadcast_address(self.address, process_group, coordinator)
+        self._store = self._connect()
+
+    # -- public API ----------------------------------------------------------------
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.rank == self.coordinator
+
+    def add_effect(self, effect: SideEffect) -> None:
+        """Register a side effect prepared with every override on this rank (see `SideEffect`)."""
+        self._effects.append(effect)
+
+    def timeout_s(self) -> float:
+        """The vote timeout a round started now would use."""
+        if self._timeout_s is not None:
+            return self._timeout_s
+        from runtime import get_parallel
+
+        return float(get_parallel().config_sync_timeout_s)
+
+    def start(self) -> None:
+        """Start answering rounds in a daemon thread (followers only; a no-op on the coordinator)."""
+        if self.is_coordinator or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._listen, name=f"config-group-rank{self.rank}", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for a follower's listener to end (the coordinator closed the group); True when it has."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def propagate(self, source: str, **fields: Any) -> Propagated:
+        """Apply `fields` as an override from `source` on every rank, or on none.
+
+        Raises PropagationFailed (every refusing rank with its reasons) or RanksSilent
+        (some rank did not answer within the timeout); nothing changed on any rank then.
+        Values travel as JSON and are structured by each rank's own converter.
+        """
+        self._require_coordinator("propagate")
+        timeout_s = self.timeout_s()
+        with self._lock:
+            self._round += 1
+            return self._coordinate(self._round, source, dict(fields), timeout_s)
+
+    def ranks(self, *fields: str, timeout_s: float | None = None) -> tuple[RankState, ...]:
+        """Every rank's generation and fingerprint now (plus the named fields' values); silent ranks marked."""
+        self._require_coordinator("ranks")
+        timeout_s = self.timeout_s() if timeout_s is None else timeout_s
+        for name in fields:
+            field_info(name)  # an unknown name fails here, before any rank is asked
+        with self._lock:
+            self._round += 1
+            n = self._round
+            for rank in self._followers():
+                self._send(rank, {"kind": "status", "round": n, "fields": list(fields)})
+            own = self._state(fields)
+            replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s)
+        states = [RankState(self.rank, True, own["generation"], own["fingerprint"], own["values"])]
+        for rank in self._followers():
+            reply = replies.get(rank)
+            if reply is None:
+                states.append(RankState(rank, False))
+            else:
+                states.append(RankState(rank, True, reply["generation"], reply["fingerprint"], reply["values"]))
+        return tuple(sorted(states, key=lambda s: s.rank))
+
+    def status(self) -> dict[str, Any]:
+        """This rank's view for `/server_info`: rank, world size, last fingerprint mismatch (or None)."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "coordinator": self.coordinator,
+            "fingerprint_mismatch": self._mismatch.to_dict() if self._mismatch else None,
+        }
+
+    def close(self) -> None:
+        """Stop taking part: the coordinator tells every follower to stop; a follower stops its listener."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.is_coordinator:
+                with self._lock:
+                    for rank in self._followers():
+                        self._send(rank, {"kind": "stop"})
+            elif self._thread is not None and self._thread.is_alive():
+                # The listener's own connection is blocked in its inbox; wake it through a second one.
+                self._connect().queue_push(f"inbox/{self.rank}", json.dumps({"kind": "stop"}))
+                self._thread.join(5.0)
+        except dist.DistError:
+            log.warning("config_group.close_unreachable", rank=self.rank)
+
+    # -- coordinator -----------------------------------------------------------------
+
+    def _coordinate(self, n: int, source: str, fields: dict[str, Any], timeout_s: float) -> Propagated:
+        ctx = self._context()
+        message = {
+            "kind": "override",
+            "round": n,
+            "source": source,
+            "fields": fields,
+            "base_generation": ctx.generation,
+            "timeout_s": timeout_s,
+        }
+        payload = json.dumps(message)  # before anything is sent: a value JSON cannot carry refuses the round here
+        try:
+            # the coordinator checks first: input every rank would refuse never reaches the others
+            prepared = self._prepare(source, fields)
+        except Exception as exc:
+            log.warning("config_group.aborted", round=n, source=source, fields=sorted(fields), refused=[self.rank])
+            raise PropagationFailed(source, {self.rank: _reasons(exc)}, timeout_s=timeout_s) from None
+        try:
+            deadline = time.monotonic() + timeout_s
+            for rank in self._followers():
+                self._send(rank, payload)
+            votes = self._gather(f"vote/{n}", self._followers(), deadline)
+            silent = [r for r in self._followers() if r not in votes]
+            refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
+            wanted = _COMMIT if not refusals and not silent else _ABORT
+            decision = self._decide(n, wanted)
+        except BaseException:
+            _quietly(lambda: self._decide(n, _ABORT), "abort")
+            self._abort(prepared)
+            raise
+        if decision != _COMMIT:
+            self._abort(prepared)
+            # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
+            ready = [rank for rank, vote in votes.items() if vote["ok"]]
+            self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s)
+            late = wanted == _COMMIT  # every rank voted yes, but one's deadline passed before the decision
+            log.warning(
+                "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
+            )
+            error = RanksSilent if silent or late else PropagationFailed
+            raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
+        own = self._commit(prepared)
+        acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
+        return self._compare(n, source, fields, own, acks)
+
+    def _decide(self, n: int, wanted: str) -> str:
+        return self._store.compare_set(f"decision/{n}", "", wanted).decode()
+
+    def _compare(
+        self, n: int, source: str, fields: Mapping[str, Any], own: dict[str, Any], acks: Mapping[int, dict[str, Any]]
+    ) -> Propagated:
+        states = [RankState(self.rank, True, own["generation"], own["fingerprint"])]
+        differing: set[str] = set()
+        bad: list[int] = []
+        for rank in self._followers():
+            ack = acks.get(rank)
+            if ack is None:
+                states.append(RankState(rank, False))
+                bad.append(rank)
+                continue
+            states.append(RankState(rank, True, ack["generation"], ack["fingerprint"]))
+            if ack["fingerprint"] != own["fingerprint"] or ack["generation"] != own["generation"] or ack.get("error"):
+                bad.append(rank)
+                digests = ack["digests"]
+                differing.update(k for k in {*digests, *own["digests"]} if digests.get(k) != own["digests"].get(k))
+        mismatch = None
+        if bad:
+            mismatch = Mismatch(n, source, tuple(bad), tuple(sorted(differing)))
+            self._mismatch = mismatch
+            log.error(
+                "config_group.fingerprint_mismatch",
+                round=n,
+                source=source,
+                ranks=list(bad),
+                fields=sorted(differing),
+                errors={r: acks[r]["error"] for r in bad if r in acks and acks[r].get("error")},
+            )
+        else:
+            self._mismatch = None
+        log.info("config_group.committed", round=n, source=source, fields=sorted(fields), generation=own["generation"])
+        return Propagated(n, source, tuple(sorted(fields)), own["generation"], tuple(states), mismatch)
+
+    # -- follower ----------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        store = self._connect()
+        while True:
+            try:
+                message = json.loads(store.queue_pop(f"inbox/{self.rank}", True))
+            except dist.DistError:
+                if not self._closed:
+                    log.error("config_group.board_lost", rank=self.rank)
+                return
+            kind = message["kind"]
+            if kind == "stop":
+                return
+            try:
+                if kind == "status":
+                    reply = self._state(message["fields"])
+                    store.set(f"status/{message['round']}/{self.rank}", json.dumps(reply, default=repr))
+                elif kind == "override":
+                    self._follow(store, message)
+            except dist.DistError:
+                log.error("config_group.board_lost", rank=self.rank, round=message.get("round"))
+                return
+            except Exception as exc:  # keep listening: one bad round must not take the rank out of the group
+                log.error("config_group.round_failed", rank=self.rank, round=message.get("round"), error=str(exc))
+
+    def _follow(self, store: Any, message: Mapping[str, Any]) -> None:
+        n, source, fields = message["round"], message["source"], message["fields"]
+        generation = self._context().generation
+        prepared: _Prepared | None = None
+        try:
+            if generation != message["base_generation"]:
+                msg = (
+                    f"this rank is at generation {generation}, the coordinator at {message['base_generation']} "
+                    "-- the ranks diverged; restart this rank or publish the same config on every rank"
+                )
+                raise ConfigError([Problem("$generation", msg)])
+            prepared = self._prepare(source, fields)
+            vote: dict[str, Any] = {"ok": True, "generation": generation}
+        except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
+            vote = {"ok": False, "generation": generation, "reasons": _reasons(exc)}
+        store.set(f"vote/{n}/{self.rank}", json.dumps(vote))
+        if prepared is None:
+            return
+        key = f"decision/{n}"
+        try:
+            store.wait([key], datetime.timedelta(seconds=float(message["timeout_s"])))
+        except dist.DistStoreError:
+            pass  # our deadline passed; the compare-and-set below settles the round for everyone
+        decision = store.compare_set(key, "", _ABORT).decode()
+        if decision == _COMMIT:
+            ack = self._commit(prepared)
+            store.set(f"ack/{n}/{self.rank}", json.dumps(ack, default=repr))
+        else:
+            self._abort(prepared)
+            store.set(f"ack/{n}/{self.rank}", json.dumps({"aborted": True}))
+            log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
+
+    # -- every rank ------------------------------------------------------------------
+
+    def _prepare(self, source: str, fields: Mapping[str, Any]) -> _Prepared:
+        proposal = self._context().validate_override(source, **fields)
+        values = getattr(proposal, "values", None) or fields
+        effects: list[PreparedEffect] = []
+        try:
+            for effect in self._effects:
+                done = effect(source, values)
+                if done is not None:
+                    effects.append(done)
+        except BaseException:
+            for done in reversed(effects):
+                _quietly(done.abort, "abort")
+            raise
+        return _Prepared(proposal, effects)
+
+    def _commit(self, prepared: _Prepared) -> dict[str, Any]:
+        ctx = self._context()
+        error = None
+        try:
+            ctx.commit(prepared.proposal)
+        except Exception as exc:  # kept and reported: the ranks now differ and the coordinator must say so
+            error = f"commit failed on rank {self.rank}: {exc}"
+            log.error("config_group.commit_failed", rank=self.rank, error=str(exc))
+            for done in reversed(prepared.effects):
+                _quietly(done.abort, "abort")
+        else:
+            for done in prepared.effects:
+                if not _quietly(done.commit, "commit"):
+                    error = f"side effect failed to commit on rank {self.rank}"
+        return {**self._state(()), "digests": _digests(ctx), "error": error}
+
+    def _abort(self, prepared: _Prepared) -> None:
+        for done in reversed(prepared.effects):
+            _quietly(done.abort, "abort")
+
+    def _state(self, names: Sequence[str]) -> dict[str, Any]:
+        ctx = self._context()
+        values = {name: shown(name, ctx.value(name)) for name in names}
+        return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
+
+    # -- board plumbing --------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        host, port = self.address
+        store = dist.TCPStore(host, port, self.world_size, False, timeout=_FOREVER)
+        return dist.PrefixStore(f"{_PREFIX}{port}/", store)
+
+    def _followers(self) -> list[int]:
+        return [r for r in range(self.world_size) if r != self.coordinator]
+
+    def _send(self, rank: int, message: Mapping[str, Any] | str) -> None:
+        payload = message if isinstance(message, str) else json.dumps(message)
+        self._store.queue_push(f"inbox/{rank}", payload)
+
+    def _gather(self, prefix: str, ranks: Sequence[int], deadline: float) -> dict[int, dict[str, Any]]:
+        """Read `prefix/<rank>` for each rank, waiting until `deadline` at most; missing ranks are left out."""
+        out: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            key = f"{prefix}/{rank}"
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                try:
+                    self._store.wait([key], datetime.timedelta(seconds=remaining))
+                except dist.DistStoreError:
+                    continue
+            elif not self._store.check([key]):
+                continue
+            out[rank] = json.loads(self._store.get(key))
+        return out
+
+    def _require_coordinator(self, what: str) -> None:
+        if not self.is_coordinator:
+            msg = f"{what} is only available on the coordinator (rank {self.coordinator}), not rank {self.rank}"
+            raise RuntimeError(msg)
+
+
+def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator: int) -> tuple[str, int]:
+    # a plain int64 tensor, not broadcast_object_list: that needs numpy, which a CPU install may lack
+    host, port = address
+    data = host.encode()
+    if len(data) > _HOST_BYTES:
+        raise ValueError(f"board host name {host!r} is longer than {_HOST_BYTES} bytes -- pass host= an address")
+    import torch
+
+    tensor = torch.zeros(2 + _HOST_BYTES, dtype=torch.int64)
+    tensor[0], tensor[1] = port, len(data)
+    tensor[2 : 2 + len(data)] = torch.tensor(list(data), dtype=torch.int64)
+    dist.broadcast(tensor, group=process_group, group_src=coordinator)
+    size = int(tensor[1])
+    return bytes(tensor[2 : 2 + size].tolist()).decode(), int(tensor[0])
+
+
+def _digests(ctx: Any) -> dict[str, str]:
+    return {name: _digest(shown(name, ctx.value(name))) for name in declared_fields()}
+
+
+def _quietly(step: Callable[[], None], what: str) -> bool:
+    try:
+        step()
+    except Exception as exc:  # one effect failing must not stop the others from being released
+        log.error("config_group.effect_failed", step=what, error=str(exc))
+        return False
+    return True
+
+
+def _runtime_context() -> Any:
+    from runtime.context import get_context
+
+    return get_context()
+
+
+__all__ = [
+    "ConfigGroup",
+    "Mismatch",
+    "PreparedEffect",
+    "Propagated",
+    "PropagationFailed",
+    "RankState",
+    "RanksSilent",
+    "SideEffect",
+]

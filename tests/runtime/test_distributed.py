@@ -1,0 +1,322 @@
+"""Config group over real gloo ranks on loopback: an override lands on every rank or on none.
+
+The pytest process is rank 0, the coordinator; the other ranks are real processes running
+this file as a script (see `follower_main`). Each rank works in its own directory, so a
+relative storage directory exists on some ranks and not on others: a rank-local refusal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PUBLISHED = {"enable_hierarchical_cache": True, "config_sync_timeout_s": 20.0}
+ATTACH = {
+    "hicache_storage_backend": "file",
+    "hicache_storage_backend_extra_config": {"dir": "kv"},
+}
+
+
+class DirAttach:
+    """A storage attach as a side effect: prepare claims `dir/prepared`, commit makes it `dir/attached`."""
+
+    def __init__(self, root: Path, rank: int, *, die_on_prepare: bool = False) -> None:
+        self.root = root
+        self.rank = rank
+        self.die_on_prepare = die_on_prepare
+
+    def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
+        if not values.get("hicache_storage_backend_extra_config"):
+            return None  # not an attach (a detach needs nothing prepared here)
+        if self.die_on_prepare:
+            os._exit(17)  # killed in the middle of a round, before it votes
+        path = self.root / values["hicache_storage_backend_extra_config"]["dir"]
+        if not path.is_dir():
+            raise FileNotFoundError(f"storage directory '{path.name}' does not exist on rank {self.rank}")
+        (path / "prepared").write_text(source)
+        return _Claim(path)
+
+
+class _Claim:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def commit(self) -> None:
+        (self.path / "prepared").rename(self.path / "attached")
+
+    def abort(self) -> None:
+        (self.path / "prepared").unlink()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def follower_main(argv: list[str]) -> None:
+    """One follower rank: join the group, answer rounds, and take test commands on stdin.
+
+    Commands (`NAME K`, acknowledged by writing `done-K`): `publish` publishes a fresh
+    config, so each test starts every rank at generation 0; `die-on-prepare` makes the
+    next attach kill this process mid-round. EOF on stdin ends the rank.
+    """
+    rank, size, port = int(argv[0]), int(argv[1]), int(argv[2])
+    import torch.distributed as dist
+
+    from runtime import publish
+    from runtime.distributed import ConfigGroup
+    from sgconf.validation import build_record
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
+    )
+    group = ConfigGroup(None, rank, size)
+    effect = DirAttach(Path.cwd(), rank)
+    group.add_effect(effect)
+    group.start()
+    for line in sys.stdin:
+        command, number = line.split()
+        if command == "publish":
+            publish(build_record(PUBLISHED), role="scheduler")
+        elif command == "die-on-prepare":
+            effect.die_on_prepare = True
+        Path(f"done-{number}").write_text("")
+    group.close()
+    dist.destroy_process_group()
+
+
+class World:
+    """`size` ranks on loopback: rank 0 in this process, the others child processes."""
+
+    def __init__(self, tmp: Path, size: int) -> None:
+        import torch.distributed as dist
+
+        from runtime.distributed import ConfigGroup
+
+        self.dist = dist
+        self.dirs = [tmp / f"rank{r}" for r in range(size)]
+        for d in self.dirs:
+            d.mkdir()
+        port = free_port()
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, str(r), str(size), str(port)],
+                cwd=self.dirs[r],
+                stdin=subprocess.PIPE,
+                text=True,
+            )
+            for r in range(1, size)
+        ]
+        self.commands = 0
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=size, timeout=datetime.timedelta(seconds=60)
+        )
+        self.group = ConfigGroup(None, 0, size)
+        self.group.add_effect(DirAttach(self.dirs[0], 0))
+
+    def command(self, ranks: range | list[int], name: str) -> None:
+        """Send a test command to follower ranks and wait until each has done it."""
+        self.commands += 1
+        for rank in ranks:
+            stdin = self.procs[rank - 1].stdin
+            assert stdin is not None
+            stdin.write(f"{name} {self.commands}\n")
+            stdin.flush()
+        for rank in ranks:
+            done = self.dirs[rank] / f"done-{self.commands}"
+            for _ in range(3000):
+                if done.exists():
+                    break
+                time.sleep(0.01)
+            assert done.exists(), f"rank {rank} did not finish {name!r}"
+
+    def publish_everywhere(self, **fields: Any) -> Iterator[Any]:
+        """Publish a fresh config on every follower, then on rank 0 for the test; restored after it."""
+        from runtime.testing import override_server_args
+
+        self.command(range(1, len(self.dirs)), "publish")
+        with override_server_args(**{**PUBLISHED, **fields}) as ctx:
+            yield ctx
+
+    def make_storage(self, ranks: range | list[int]) -> None:
+        for r in ranks:
+            (self.dirs[r] / "kv").mkdir()
+
+    def clear_storage(self) -> None:
+        for d in self.dirs:
+            kv = d / "kv"
+            if kv.is_dir():
+                for f in kv.iterdir():
+                    f.unlink()
+                kv.rmdir()
+
+    def markers(self) -> list[list[str]]:
+        return [sorted(f.name for f in (d / "kv").iterdir()) if (d / "kv").is_dir() else [] for d in self.dirs]
+
+    def close(self) -> None:
+        self.group.close()
+        for p in self.procs:
+            if p.stdin is not None:
+                p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    w = World(tmp_path_factory.mktemp(f"world{request.param}"), request.param)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+@pytest.fixture
+def clean(world: World) -> Iterator[World]:
+    """The world freshly published on every rank, with no storage directories; cleaned after the test."""
+    world.clear_storage()
+    yield from _published(world)
+    world.clear_storage()
+
+
+def _published(world: World, **fields: Any) -> Iterator[World]:
+    for _ in world.publish_everywhere(**fields):
+        yield world
+
+
+def test_accepted_override_lands_on_every_rank(clean: World) -> None:
+    """A hot field set on the coordinator is set on every rank, at one generation and fingerprint."""
+    from runtime import get_context, get_schedule
+
+    group = clean.group
+    before = get_context().generation
+    result = group.propagate("test.tune", schedule_conservativeness=0.25)
+    assert result.generation == before + 1
+    assert result.consistent
+    assert get_schedule().schedule_conservativeness == 0.25
+    states = group.ranks("schedule_conservativeness")
+    assert [s.rank for s in states] == list(range(group.world_size))
+    assert {(s.alive, s.generation, s.fingerprint) for s in states} == {(True, before + 1, get_context().fingerprint())}
+    assert [s.values["schedule_conservativeness"] for s in states] == [0.25] * group.world_size
+
+
+def test_attach_with_side_effect_commits_everywhere(clean: World) -> None:
+    """An attach whose storage exists on every rank commits the config and the side effect on all of them."""
+    from runtime import get_memory
+
+    clean.make_storage(range(clean.group.world_size))
+    result = clean.group.propagate("hicache.attach", **ATTACH)
+    assert result.consistent
+    assert get_memory().hicache_storage_backend == "file"
+    assert clean.markers() == [["attached"]] * clean.group.world_size
+    states = clean.group.ranks("hicache_storage_backend")
+    assert [s.values["hicache_storage_backend"] for s in states] == ["file"] * clean.group.world_size
+    clean.group.propagate("hicache.detach", hicache_storage_backend=None, hicache_storage_backend_extra_config=None)
+    assert get_memory().hicache_storage_backend is None
+
+
+def test_rank_local_refusal_changes_no_rank(clean: World) -> None:
+    """The last rank lacks the storage directory: nobody attaches, others release, the error names it."""
+    from runtime import get_context, get_memory
+    from runtime.distributed import PropagationFailed
+
+    size = clean.group.world_size
+    last = size - 1
+    clean.make_storage(range(last))
+    before = get_context().generation
+    fingerprint = get_context().fingerprint()
+    with pytest.raises(PropagationFailed) as info:
+        clean.group.propagate("hicache.attach", **ATTACH)
+    assert info.value.refusals == {last: (f"storage directory 'kv' does not exist on rank {last}",)}
+    assert info.value.silent == ()
+    assert info.value.lines() == [f"rank {last}: storage directory 'kv' does not exist on rank {last}"]
+    assert str(info.value).splitlines()[0] == (
+        f"override from 'hicache.attach' applied on no rank: rank {last} did not accept it -- nothing changed on any rank"
+    )
+    assert get_memory().hicache_storage_backend is None
+    assert clean.markers() == [[]] * size  # ranks that prepared released their claim
+    states = clean.group.ranks("hicache_storage_backend")
+    assert {(s.generation, s.fingerprint, s.values["hicache_storage_backend"]) for s in states} == {
+        (before, fingerprint, None)
+    }
+
+
+def test_bad_value_is_refused_by_the_coordinator_first(clean: World) -> None:
+    """A value every rank would refuse is refused on rank 0 with the validation message; no rank changes."""
+    from runtime import get_context
+    from runtime.distributed import PropagationFailed
+
+    before = get_context().generation
+    with pytest.raises(PropagationFailed) as info:
+        clean.group.propagate("test.tune", schedule_conservativeness=-1)
+    assert list(info.value.refusals) == [0]
+    assert info.value.lines() == [
+        "rank 0: $.schedule.schedule_conservativeness: must be >= 0, got -1.0 (from override test.tune)"
+    ]
+    assert {s.generation for s in clean.group.ranks()} == {before}
+
+
+def test_follower_rejects_a_diverged_generation(clean: World) -> None:
+    """A coordinator ahead of its followers (a local override) is refused by every follower with the reason."""
+    from runtime import get_context
+    from runtime.distributed import PropagationFailed
+
+    ctx = get_context()
+    base = ctx.generation
+    with ctx.scoped(schedule_policy="lpm"):  # restores rank 0's exact state on exit
+        with pytest.raises(PropagationFailed) as info:
+            clean.group.propagate("test.tune", schedule_policy="random")
+        assert ctx.value("schedule_policy") == "lpm"
+    followers = list(range(1, clean.group.world_size))
+    assert sorted(info.value.refusals) == followers
+    assert info.value.refusals[1] == (
+        f"$generation: this rank is at generation {base}, the coordinator at {base + 1} -- the ranks diverged; "
+        "restart this rank or publish the same config on every rank",
+    )
+    assert {s.generation for s in clean.group.ranks()} == {base}
+
+
+def test_rank_killed_mid_round_changes_no_rank(world: World) -> None:
+    """A rank dies while preparing: the others abort at the timeout and release; the dead rank is named.
+
+    Runs last on each world, which loses a rank.
+    """
+    from runtime import get_memory
+    from runtime.distributed import RanksSilent
+
+    size = world.group.world_size
+    victim = size // 2
+    world.clear_storage()
+    world.make_storage(range(size))
+    for _ in _published(world, config_sync_timeout_s=1.5):
+        world.command([victim], "die-on-prepare")
+        with pytest.raises(RanksSilent) as info:
+            world.group.propagate("hicache.attach", **ATTACH)
+        assert info.value.silent == (victim,)
+        assert info.value.refusals == {}
+        assert info.value.lines() == [f"rank {victim}: did not answer within 1.5s"]
+        assert get_memory().hicache_storage_backend is None
+        states = world.group.ranks("hicache_storage_backend")
+        assert [(s.rank, s.alive) for s in states] == [(r, r != victim) for r in range(size)]
+        assert {(s.generation, s.values["hicache_storage_backend"]) for s in states if s.alive} == {(0, None)}
+        assert world.markers() == [[]] * size  # every rank that prepared released its claim
+        assert world.procs[victim - 1].wait(timeout=10) == 17
+
+
+if __name__ == "__main__":
+    follower_main(sys.argv[1:])
