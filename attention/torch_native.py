@@ -2,9 +2,9 @@
 
 Extend runs request by request over the request's slots in the req-to-token table;
 decode gathers every request's slots into one padded `[batch, span]` table and attends
-in one batched step. Grouped-query heads are handled by viewing q as
-`[kv_heads, group, ...]` instead of repeating K/V, so no K/V copy is made beyond the
-gather itself. Scores and softmax run in float32 (float64 inputs stay float64).
+in one batched step. The attention itself is `scaled_dot_product_attention` with a
+boolean mask and grouped-query heads (`enable_gqa`), so K/V are never repeated per
+query head. Math runs in float32 (float64 inputs stay float64).
 
 Sliding-window layers read only the keys inside the window: a key older than the
 window may already have been freed from the SWA pool, and its map entry no longer
@@ -14,6 +14,7 @@ points at it.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from attention.base import AttentionBackend, ForwardMetadata, LayerKV
 from attention.forward_batch import ForwardBatch
@@ -37,20 +38,19 @@ def attend(
     """Masked GQA attention of q `[tq, hq, d]` over k/v `[tk, hkv, d|dv]` at the given positions.
 
     A query at position i sees keys j with `j <= i` and, with a window, `i - j < window`.
-    Every query must see at least one key. Returns `[tq, hq, dv]` in the compute dtype.
+    Every query must see at least one key (its own, in practice). Returns `[tq, hq, dv]`
+    in the compute dtype.
     """
-    tq, hq, d = q.shape
-    tk, hkv, dv = v.shape
     ct = _compute_dtype(q.dtype)
-    qg = q.to(ct).view(tq, hkv, hq // hkv, d).permute(1, 2, 0, 3)  # [hkv, g, tq, d]
-    scores = torch.matmul(qg, k.to(ct).permute(1, 2, 0).unsqueeze(1)) * scaling  # [hkv, g, tq, tk]
     rel = q_pos[:, None] - k_pos[None, :]
     allowed = rel >= 0
     if window is not None:
         allowed &= rel < window
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.matmul(scores.softmax(-1), v.to(ct).permute(1, 0, 2).unsqueeze(1))  # [hkv, g, tq, dv]
-    return out.permute(2, 0, 1, 3).reshape(tq, hq, dv)
+    out = F.scaled_dot_product_attention(
+        q.to(ct).transpose(0, 1), k.to(ct).transpose(0, 1), v.to(ct).transpose(0, 1),
+        attn_mask=allowed, scale=scaling, enable_gqa=True,
+    )  # [hq, tq, dv]
+    return out.transpose(0, 1)
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -88,16 +88,16 @@ class TorchNativeBackend(AttentionBackend):
     ) -> torch.Tensor:
         scaling = layer.scaling if layer.scaling is not None else q.shape[-1] ** -0.5
         slots, valid = self._decode_slots(meta, kv)
-        k = kv.k_buffer[slots]  # [b, span, hkv, d]
-        v = kv.v_buffer[slots]
-        b, hq, d = q.shape
-        hkv, dv = v.shape[2], v.shape[3]
+        b, span = slots.shape
+        # index_select on the flat slot list: one contiguous gather per buffer
+        k = kv.k_buffer.index_select(0, slots.reshape(-1)).view(b, span, *kv.k_buffer.shape[1:])
+        v = kv.v_buffer.index_select(0, slots.reshape(-1)).view(b, span, *kv.v_buffer.shape[1:])
         ct = _compute_dtype(q.dtype)
-        qg = q.to(ct).view(b, hkv, hq // hkv, d)
-        scores = torch.einsum("bhgd,blhd->bhgl", qg, k.to(ct)) * scaling
-        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-        out = torch.einsum("bhgl,blhd->bhgd", scores.softmax(-1), v.to(ct))
-        return out.reshape(b, hq, dv).to(q.dtype)
+        out = F.scaled_dot_product_attention(
+            q.to(ct)[:, :, None], k.to(ct).transpose(1, 2), v.to(ct).transpose(1, 2),
+            attn_mask=valid[:, None, None, :], scale=scaling, enable_gqa=True,
+        )  # [b, hq, 1, dv]
+        return out[:, :, 0].to(q.dtype)
 
     @staticmethod
     def _decode_slots(meta: ForwardMetadata, kv: LayerKV) -> tuple[torch.Tensor, torch.Tensor]:
