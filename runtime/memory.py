@@ -12,7 +12,7 @@ import attrs
 
 from runtime.model import ModelShape
 
-DEFAULT_KV_TOKENS = 8192
+CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64
 
 
@@ -53,63 +53,58 @@ class EngineMemory:
         return out
 
 
-def draft_shape_for(shape: ModelShape, draft_config: dict[str, Any] | None) -> ModelShape:
-    """The draft model's shape: its own config when given, else the target's first layer (an early-exit draft)."""
-    if draft_config is not None:
-        return ModelShape.from_config(draft_config)
-    return attrs.evolve(shape, num_layers=1, layer_types=shape.layer_types[:1])
+def draft_config_for(model_config: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """The draft model's HF-style config: its own when the spec bag names one, else the target's
+    first layer (an early-exit draft that shares the target's embedding and head weights)."""
+    from sgconf.models import load_model_config
+
+    if spec.speculative_draft_model_config is not None or spec.speculative_draft_model_path is not None:
+        return load_model_config(spec.speculative_draft_model_path or "", spec.speculative_draft_model_config)
+    cfg = dict(model_config)
+    cfg["num_hidden_layers"] = 1
+    if isinstance(cfg.get("layer_types"), list):
+        cfg["layer_types"] = cfg["layer_types"][:1]
+    cfg.pop("swa_attention_layer_ids", None)
+    return cfg
 
 
 def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> EngineMemory:
-    """Size and build the pools for `shape` from the snapshot's schedule, memory and spec bags."""
-    from mem_cache.allocator import PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator
-    from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool, SWAKVPool
+    """Plan and build the pools through the KV-cache configurator, from one config snapshot.
 
-    sched, spec = snap.schedule, snap.spec
-    page = int(sched.page_size or 1)
-    context_len = int(snap.model.context_length or shape.max_position_embeddings)
+    Without `max_total_tokens` the budget is the configurator's default, capped at
+    `CPU_KV_BUDGET_BYTES` on CPU: the embedded model needs little, and zero-filled
+    gigabytes would only slow start-up.
+    """
+    from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
+    from mem_cache.model_shape import model_shape_from_config
+
+    target_shape = model_shape_from_config(model_config, name="target")
+    budget = default_available_bytes(snap)
+    if str(snap.device.device) == "cpu":
+        budget = min(budget, CPU_KV_BUDGET_BYTES)
+    spec = snap.spec
     algorithm = spec.speculative_algorithm
-    steps = int(spec.speculative_num_steps or 0) if algorithm else 0
-    extra = max(4 + steps + 1, 2 * (steps + 1) + page - 1) if algorithm else 4
-    max_context_len = context_len + extra
-    tokens = int(sched.max_total_tokens or DEFAULT_KV_TOKENS) // page * page
-    max_running = int(sched.max_running_requests or DEFAULT_MAX_RUNNING)
-    dtype = snap.model.kv_cache_dtype
-    req_pool = ReqToTokenPool(max_running, max_context_len)
-    swa_ids = shape.swa_layer_ids
-    if swa_ids and shape.full_layer_ids and not sched.disable_hybrid_swa_memory:
-        ratio = float(sched.swa_full_tokens_ratio or 0.8)
-        swa_tokens = max(int(tokens * ratio) // page * page, page)
-        pool: Any = SWAKVPool(
-            tokens,
-            swa_tokens,
-            page,
-            dtype,
-            shape.num_kv_heads,
-            shape.head_dim,
-            swa_attention_layer_ids=swa_ids,
-            full_attention_layer_ids=shape.full_layer_ids,
-        )
-        allocator: Any = SWATokenToKVPoolAllocator(tokens, swa_tokens, page, pool)
-    else:
-        pool = MHATokenToKVPool(tokens, page, dtype, shape.num_kv_heads, shape.head_dim, layer_ids=range(shape.num_layers))
-        allocator = PagedTokenToKVPoolAllocator(tokens, page, pool)
-    memory = EngineMemory(page, tokens, max_running, max_context_len, req_pool, pool, allocator, algorithm)
-    if algorithm:
-        draft_cfg = _draft_config(spec)
-        dshape = draft_shape_for(shape, draft_cfg)
-        memory.draft_shape = dshape
-        # A draft keeps a full-only pool at the target's slots: its sliding layers are
-        # masked by window but stored at full slots (attention.swa: draft_with_full_pool).
-        memory.draft_kv_pool = MHATokenToKVPool(
-            tokens, page, dtype, dshape.num_kv_heads, dshape.head_dim, layer_ids=range(dshape.num_layers)
-        )
+    draft_cfg = draft_config_for(model_config, spec) if algorithm else None
+    draft_mshape = model_shape_from_config(draft_cfg, name="draft") if draft_cfg is not None else None
+    target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
+    plan = target.plan
+    rows, cols = plan.req_to_token_shape
+    limit = snap.schedule.max_running_requests
+    memory = EngineMemory(
+        page_size=plan.page_size,
+        max_total_tokens=plan.max_total_num_tokens,
+        max_running_requests=min(int(limit), rows - 1) if limit else min(rows - 1, DEFAULT_MAX_RUNNING),
+        max_context_len=cols,
+        req_to_token_pool=target.req_to_token_pool,
+        kv_pool=target.kv_pool,
+        allocator=target.allocator,
+        spec_algorithm=algorithm,
+        plan=plan,
+    )
+    if draft_cfg is not None:
+        draft = KVCacheConfigurator(
+            target_shape, budget, is_draft_worker=True, target=target, draft_shape=draft_mshape, snapshot=snap
+        ).build()
+        memory.draft_shape = ModelShape.from_config(draft_cfg)
+        memory.draft_kv_pool = draft.kv_pool
     return memory
-
-
-def _draft_config(spec: Any) -> dict[str, Any] | None:
-    from sgconf.models import load_model_config
-
-    if spec.speculative_draft_model_config is None and spec.speculative_draft_model_path is None:
-        return None
-    return load_model_config(spec.speculative_draft_model_path or "", spec.speculative_draft_model_config)
