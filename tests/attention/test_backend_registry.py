@@ -120,3 +120,18 @@ def test_front_door_exports():
     assert attention.__all__ == sorted(attention.__all__)
     for name in attention.__all__:
         assert getattr(attention, name) is not None
+
+
+def test_hybrid_routes_by_batch_mode(runner, extra_backends):
+    """Extend batches reach the prefill backend and decode batches the decode backend."""
+    backend = create_attention_backend(runner, names=("torch_native", "test_alt"))
+    table = runner.req_to_token_pool
+    row = table.alloc(1)[0]
+    table.write(row, 0, torch.tensor([1, 2, 3]))
+    extend = attention.ForwardBatch.extend(req_pool_indices=[row], seq_lens=[2], extend_prefix_lens=[0], out_cache_loc=[1, 2])
+    decode = attention.ForwardBatch.decode(req_pool_indices=[row], seq_lens=[3], out_cache_loc=[3])
+    x = torch.ones(2, 1, 4)
+    backend.forward(x, x, x, 0, extend)
+    backend.forward(x[:1], x[:1], x[:1], 0, decode)
+    assert backend.prefill_backend._meta.batch is extend
+    assert backend.decode_backend._meta.batch is decode
