@@ -384,8 +384,9 @@ class ConfigGroup:
             states.append(RankState(rank, True, ack["generation"], ack["fingerprint"]))
             if ack["fingerprint"] != own["fingerprint"] or ack["generation"] != own["generation"] or ack.get("error"):
                 bad.append(rank)
+                mine = own.get("digests") or _digests(self._context())
                 digests = ack["digests"]
-                differing.update(k for k in {*digests, *own["digests"]} if digests.get(k) != own["digests"].get(k))
+                differing.update(k for k in {*digests, *mine} if digests.get(k) != mine.get(k))
         mismatch = None
         if bad:
             mismatch = Mismatch(n, source, tuple(bad), tuple(sorted(differing)))
@@ -492,7 +493,10 @@ class ConfigGroup:
             for done in prepared.effects:
                 if not _quietly(done.commit, "commit"):
                     error = f"side effect failed to commit on rank {self.rank}"
-        return {**self._state(()), "digests": _digests(ctx), "error": error}
+        state = self._state(())
+        if not self.is_coordinator:  # the coordinator computes its own digests only when a rank differs
+            state["digests"] = _digests(ctx)
+        return {**state, "error": error}
 
     def _abort(self, prepared: _Prepared) -> None:
         for done in reversed(prepared.effects):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 PUBLISHED = {"enable_hierarchical_cache": True, "config_sync_timeout_s": 20.0}
 ATTACH = {
@@ -88,6 +89,8 @@ def follower_main(argv: list[str]) -> None:
         command, number = line.split()
         if command == "publish":
             publish(build_record(PUBLISHED), role="scheduler")
+        elif command == "publish-skewed":  # same generation, one launch value differs from rank 0
+            publish(build_record({**PUBLISHED, "max_prefill_tokens": 8192}), role="scheduler")
         elif command == "die-on-prepare":
             effect.die_on_prepare = True
         Path(f"done-{number}").write_text("")
@@ -289,6 +292,37 @@ def test_follower_rejects_a_diverged_generation(clean: World) -> None:
         "restart this rank or publish the same config on every rank",
     )
     assert {s.generation for s in clean.group.ranks()} == {base}
+
+
+def test_fingerprint_mismatch_after_commit_is_reported(clean: World) -> None:
+    """A rank launched with a different value commits, but its fingerprint differs and the field is named."""
+    from runtime.distributed import Mismatch
+
+    skewed = clean.group.world_size - 1
+    clean.command([skewed], "publish-skewed")
+    with capture_logs() as logs:
+        result = clean.group.propagate("test.tune", schedule_conservativeness=0.5)
+    assert not result.consistent
+    assert result.mismatch == Mismatch(result.round, "test.tune", (skewed,), ("max_prefill_tokens",))
+    assert {s.generation for s in result.ranks} == {1}
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert errors == [
+        {
+            "event": "config_group.fingerprint_mismatch",
+            "log_level": "error",
+            "round": result.round,
+            "source": "test.tune",
+            "ranks": [skewed],
+            "fields": ["max_prefill_tokens"],
+            "errors": {},
+        }
+    ]
+    assert clean.group.status()["fingerprint_mismatch"] == {
+        "round": result.round,
+        "source": "test.tune",
+        "ranks": [skewed],
+        "fields": ["max_prefill_tokens"],
+    }
 
 
 def test_rank_killed_mid_round_changes_no_rank(world: World) -> None:
