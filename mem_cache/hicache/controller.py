@@ -208,9 +208,15 @@ class HiCacheController:
             self.host.touch(sel)
         return copied
 
-    def lookup(self, token_ids: Sequence[int]) -> int:
-        """How many leading tokens (whole pages) host and storage together could supply."""
-        keys = self.keys(token_ids)
+    def lookup(self, token_ids: Sequence[int], *, start: int = 0) -> int:
+        """How many leading tokens host and storage together could supply, as an end offset.
+
+        Counting starts at token `start` (a page multiple: what the device already
+        holds); the result is `start` plus the whole pages available contiguously after
+        it, so `lookup(ids, start=m) - m` tokens are worth loading.
+        """
+        self._check_start(start)
+        keys = self.keys(token_ids)[start // self.page_size :]
         with self._lock:
             n = self.host.prefix_length(keys)
             backend = self._backend
@@ -222,18 +228,21 @@ class HiCacheController:
                 if not (known or backend.exists(key)):
                     break
                 n += 1
-        return n * self.page_size
+        return start + n * self.page_size
 
-    def prefetch(self, token_ids: Sequence[int], *, policy: str | None = None) -> PrefetchResult:
+    def prefetch(self, token_ids: Sequence[int], *, start: int = 0, policy: str | None = None) -> PrefetchResult:
         """Start reading the storage pages that extend the host prefix, wait per policy.
 
         best_effort returns at once; wait_complete waits until every requested page is
         read; timeout waits up to `prefetch_timeout_s`. Pages keep arriving in host
         after a best_effort/timeout return. `policy` overrides the controller's.
+        Pages before token `start` are taken as held by the device and skipped;
+        `ready_tokens` is an end offset like lookup's.
         """
         policy = policy or self.prefetch_policy
         _check_choice(PREFETCH_POLICY_FIELD, policy, PREFETCH_POLICIES, ValueError)
-        keys = self.keys(token_ids)
+        self._check_start(start)
+        keys = self.keys(token_ids)[start // self.page_size :]
         with self._lock:
             backend = self._backend
             n = self.host.prefix_length(keys)
@@ -258,7 +267,7 @@ class HiCacheController:
             ready = self.host.prefix_length(keys)
         fetched = sum(1 for f in futures if f.done() and not f.cancelled() and f.result())
         pending = sum(1 for f in futures if not f.done())
-        return PrefetchResult(ready * self.page_size, len(futures), fetched, pending, timed_out)
+        return PrefetchResult(start + ready * self.page_size, len(futures), fetched, pending, timed_out)
 
     def load(self, token_ids: Sequence[int], n_tokens: int, device_indices: Any, *, start: int = 0) -> int:
         """Copy the pages of `token_ids[start:n_tokens]` into the device slots given.
@@ -443,20 +452,21 @@ class HiCacheController:
         prepared.state = state
 
     def _detach_locked(self) -> None:
-        # caller holds _attach_lock; pending writes land before the backend closes
+        # caller holds _attach_lock. Store what host has that storage lacks, then
+        # unhook the backend so no new I/O targets it, then let in-flight I/O land
+        # before closing it (close flushes).
         self.flush()
-        with self._lock:
-            reads = list(self._inflight.values())
-        cf.wait(reads)
         with self._lock:
             backend, self._backend = self._backend, None
             self._backend_name = None
             self._extra_config = None
             self.host.mark_all_unstored()
-            if backend is not None:
-                self._retired_corrupt += backend.stats.corrupt_skipped
+            pending = [*self._pending_writes, *self._inflight.values()]
+        cf.wait(pending)
         if backend is not None:
             backend.close()
+            with self._lock:
+                self._retired_corrupt += backend.stats.corrupt_skipped
 
     def _saves_on_evict(self) -> bool:
         return self._backend is not None and self.write_policy == "write_back"

@@ -171,6 +171,23 @@ def test_lookup_stops_at_the_first_gap(controllers):
     assert controllers().lookup(PROMPT) == 0
 
 
+def test_lookup_and_prefetch_from_a_device_prefix(controllers):
+    """With start, counting begins after what the device holds and results are end offsets."""
+    a = controllers()
+    a.attach_storage_backend("memory", {"store": "start"})
+    a.backup(PROMPT, torch.arange(1, 15))
+    a.flush()
+    b = controllers()
+    b.attach_storage_backend("memory", {"store": "start"})
+    b.backup(PROMPT[:4], torch.arange(1, 5))
+    b.host.remove(b.keys(PROMPT)[0])  # page 0 only on the device now
+    assert b.lookup(PROMPT, start=4) == 12
+    res = b.prefetch(PROMPT, start=4, policy="wait_complete")
+    assert (res.ready_tokens, res.requested_pages, res.fetched_pages) == (12, 2, 2)
+    with pytest.raises(ValueError, match="start must be a non-negative multiple"):
+        b.lookup(PROMPT, start=3)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
