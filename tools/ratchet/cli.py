@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", type=Path, help="ratchet.toml to use (default: nearest in . or a parent)")
     common.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
     common.add_argument("-j", "--jobs", type=int, default=0, help="worker processes for cold runs (0: auto, 1: none)")

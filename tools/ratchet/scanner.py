@@ -365,7 +365,7 @@ class ReadVisitor(cst.CSTVisitor):
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
-            bound = alias.asname.name if alias.asname is not None else alias.name
+            bound: cst.BaseExpression = alias.asname.name if alias.asname is not None else alias.name
             while isinstance(bound, cst.Attribute):
                 bound = bound.value
             if isinstance(bound, cst.Name):
