@@ -26,7 +26,7 @@ from attention.swa import decide_swa_kv_pool
 log = structlog.get_logger(__name__)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, eq=False)
 class LayerKV:
     """Where one layer's K/V lives: the pool to write, the buffers to read, the slot map, the window."""
 
@@ -43,7 +43,7 @@ class LayerKV:
         return full_slots if self.full_to_swa is None else self.full_to_swa[full_slots]
 
 
-@attrs.define(slots=True)
+@attrs.define(slots=True, eq=False)
 class ForwardMetadata:
     """Per-batch state shared by every layer: the resolved SWA pool and the batch's pools.
 

@@ -34,12 +34,13 @@ def _as_index(t: torch.Tensor | list[int], name: str) -> torch.Tensor:
     return out.to(torch.int64)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, eq=False)
 class ForwardBatch:
     """One batch of requests as attention sees it; build it with `extend()` or `decode()`.
 
     Lengths are kept on the CPU as tuples too, because the reference backend loops over
-    requests and slicing by Python ints avoids a device sync per request.
+    requests and slicing by Python ints avoids a device sync per request. Batches
+    compare by identity (they hold tensors), which is how backends tell a new batch.
     """
 
     mode: ForwardMode

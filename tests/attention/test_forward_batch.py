@@ -58,3 +58,12 @@ def test_inconsistent_batches_are_refused(kwargs, message):
         ForwardBatch.extend(**kwargs)
     assert str(info.value) == message
     assert isinstance(info.value, ValueError)
+
+
+def test_batches_compare_by_identity():
+    """Batches hold tensors, so they compare and hash by identity (no tensor comparisons)."""
+    kw = {"req_pool_indices": [1], "seq_lens": [2], "out_cache_loc": [5]}
+    a, b = ForwardBatch.decode(**kw), ForwardBatch.decode(**kw)
+    assert a == a
+    assert a != b
+    assert len({a, b}) == 2
