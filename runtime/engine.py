@@ -119,6 +119,7 @@ class Engine:
             page_size=self.memory.page_size,
             max_context_len=self.memory.max_context_len,
             eos_token_id=self.shape.eos_token_id,
+            context_length=snap.model.context_length,
         )
         self.scheduler = Scheduler(
             self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache

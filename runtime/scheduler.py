@@ -52,6 +52,7 @@ class SchedulerLimits:
     page_size: int
     max_context_len: int
     eos_token_id: int | None
+    context_length: int | None = None
 
 
 @attrs.define(slots=True, eq=False)
@@ -139,11 +140,13 @@ class Scheduler:
         if not prompt:
             raise RequestRejected("'prompt' is empty -- send at least one token")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
-        need = len(prompt) + max_new_tokens + headroom
-        if need > self.limits.max_context_len:
+        limit = self.limits.max_context_len - headroom
+        if self.limits.context_length is not None:
+            limit = min(limit, self.limits.context_length)
+        if len(prompt) + max_new_tokens > limit:
             msg = (
                 f"prompt of {len(prompt)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
-                f"length {self.limits.max_context_len - headroom} -- shorten the prompt or lower max_new_tokens"
+                f"length {limit} -- shorten the prompt or lower max_new_tokens"
             )
             raise RequestRejected(msg)
         gen = None

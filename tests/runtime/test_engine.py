@@ -1,0 +1,131 @@
+"""The embedded engine: paged generation equals the dense reference, with and without caches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from runtime.engine import Engine
+from runtime.model import reference_generate
+from runtime.scheduler import RequestRejected
+from sgconf.models import builtin_model_config
+
+PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture
+def make_engine() -> Iterator:
+    engines: list[Engine] = []
+
+    def make(*argv: str) -> Engine:
+        engine = Engine.from_args(["--max-total-tokens", "1024", *argv])
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("page_size", ["1", "4"])
+def test_paged_output_equals_dense_reference(make_engine, page_size: str) -> None:
+    """Greedy tokens from chunked paged prefill and decode equal a dense no-cache forward."""
+    engine = make_engine("--page-size", page_size, "--chunked-prefill-size", "8")
+    ref = reference_generate(engine.model, engine.tokenizer.encode(PROMPT), 24)
+    result = engine.generate(PROMPT, max_new_tokens=24, ignore_eos=False)
+    assert result.token_ids == tuple(ref)
+    assert result.text == engine.tokenizer.decode(ref)
+    # 57 prompt tokens need KV before decoding: chunks of at most 8 give 8 prefill batches
+    assert engine.stats()["counters"]["prefill_batches"] == 8
+    assert result.stats.prompt_tokens == 58 and result.stats.completion_tokens == 24
+
+
+def test_prefix_cache_reuse_keeps_output(make_engine) -> None:
+    """A repeated prompt reuses its cached pages and produces the same tokens, greedy and sampled."""
+    cached = make_engine("--page-size", "4")
+    first = cached.generate(PROMPT, max_new_tokens=16)
+    second = cached.generate(PROMPT, max_new_tokens=16)
+    sampled = cached.generate(PROMPT, max_new_tokens=16, temperature=0.9, seed=7)
+    assert first.stats.cached_tokens == 0
+    assert second.stats.cached_tokens == 56  # 57 tokens need KV; whole pages of 4 are reused
+    assert second.token_ids == first.token_ids
+    cached.shutdown()
+    plain = make_engine("--disable-radix-cache")
+    assert plain.prefix_cache is None
+    assert plain.generate(PROMPT, max_new_tokens=16).token_ids == first.token_ids
+    assert plain.generate(PROMPT, max_new_tokens=16, temperature=0.9, seed=7).token_ids == sampled.token_ids
+
+
+def test_concurrent_requests_are_batched(make_engine) -> None:
+    """Concurrent callers share decode batches and each gets its own reference output."""
+    engine = make_engine("--chunked-prefill-size", "256")
+    prompts = [PROMPT[: 10 + 3 * i] for i in range(6)]
+    engine.pause()
+    with ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(engine.generate, p, max_new_tokens=12) for p in prompts]
+        while engine.busy_counts() != (6, 0):
+            pass
+        engine.resume()
+        results = [f.result(timeout=60) for f in futures]
+    for p, r in zip(prompts, results, strict=True):
+        assert r.token_ids == tuple(reference_generate(engine.model, engine.tokenizer.encode(p), 12))
+    counters = engine.stats()["counters"]
+    assert counters["decode_tokens"] == 72
+    assert counters["decode_batches"] == 12  # all six decode together, one batch per token
+
+
+def test_memory_pressure_retracts_and_keeps_output(make_engine) -> None:
+    """With a tiny KV pool, requests are retracted and recomputed, and outputs stay exact."""
+    engine = make_engine("--max-total-tokens", "160", "--disable-radix-cache", "--chunked-prefill-size", "64")
+    prompts = [PROMPT[:40] + str(i) for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: engine.generate(p, max_new_tokens=30, ignore_eos=True), prompts))
+    for p, r in zip(prompts, results, strict=True):
+        assert len(r.token_ids) == 30
+        dense = reference_generate(engine.model, engine.tokenizer.encode(p), 30)
+        assert r.token_ids[: len(dense)] == tuple(dense)
+    assert engine.stats()["counters"]["retractions"] >= 1
+
+
+def test_bad_requests_are_rejected(make_engine) -> None:
+    """Empty prompts, out-of-vocab ids and over-long requests fail before queueing."""
+    engine = make_engine()
+    with pytest.raises(RequestRejected, match="'prompt' is empty"):
+        engine.generate([], max_new_tokens=1)
+    with pytest.raises(RequestRejected, match="token id 300 is outside the vocabulary 0..255"):
+        engine.generate([1, 300], max_new_tokens=1)
+    with pytest.raises(RequestRejected, match="exceeds the context length 2048"):
+        engine.generate([1] * 2000, max_new_tokens=100)
+    assert engine.busy_counts() == (0, 0)
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "STANDALONE"])
+def test_speculative_greedy_equals_target_only(make_engine, algorithm: str) -> None:
+    """Draft-and-verify decoding emits exactly the target's greedy tokens and reports the accept length."""
+    engine = make_engine("--speculative-algorithm", algorithm, "--speculative-num-steps", "3", "--page-size", "2")
+    ref = reference_generate(engine.model, engine.tokenizer.encode(PROMPT), 30)
+    result = engine.generate(PROMPT, max_new_tokens=30)
+    assert result.token_ids == tuple(ref)
+    assert result.stats.spec_verify_steps >= 8
+    assert 1.0 <= result.stats.spec_accept_length <= 4.0
+    assert engine.stats()["speculative"]["algorithm"] == algorithm
+
+
+def test_identical_draft_accepts_everything(make_engine, tmp_path: Path) -> None:
+    """A draft with the target's config and seed is the target: every step emits steps + 1 tokens."""
+    cfg = tmp_path / "draft.json"
+    cfg.write_text(json.dumps(builtin_model_config("tiny")))
+    engine = make_engine(
+        "--speculative-algorithm", "STANDALONE", "--speculative-num-steps", "3", "--speculative-draft-model-config", str(cfg)
+    )
+    result = engine.generate(PROMPT, max_new_tokens=40, ignore_eos=True)
+    assert result.stats.spec_accept_length == 4.0
+    assert result.stats.spec_verify_steps == 10
+    sampled = engine.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True)
+    engine.shutdown()
+    plain = make_engine()
+    assert plain.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True).token_ids == sampled.token_ids
