@@ -1,0 +1,64 @@
+"""torch.compile: accessor reads inside compiled code do not graph-break and never go stale."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runtime import (  # noqa: E402
+    get_context,
+    get_schedule,
+    get_spec,
+    max_speculative_num_draft_tokens,
+    override_server_args,
+)
+
+
+def scale(x):
+    return x * get_schedule().schedule_conservativeness + get_schedule().page_size
+
+
+def spec_width(x):
+    return x * max_speculative_num_draft_tokens() + get_spec().speculative_accept_threshold_single
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("fn", [scale, spec_width])
+def test_no_graph_breaks(server_args, fn):
+    """dynamo traces through accessors and derived accessors without a graph break."""
+    explained = torch._dynamo.explain(fn)(torch.ones(3))
+    assert explained.graph_break_count == 0
+    assert explained.graph_count == 1
+
+
+def test_compiled_function_sees_overrides(server_args):
+    """After an override, a scoped override and its restore, the compiled function returns fresh values."""
+    compiled = torch.compile(scale, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    assert compiled(x).tolist() == [2.0, 2.0]
+    server_args.override("tuner", schedule_conservativeness=0.5)
+    assert compiled(x).tolist() == [1.5, 1.5]
+    with server_args.scoped(page_size=16):
+        assert compiled(x).tolist() == [16.5, 16.5]
+    assert compiled(x).tolist() == [1.5, 1.5]
+    with override_server_args(page_size=4):  # a different published context
+        assert compiled(x).tolist() == [5.0, 5.0]
+    assert get_context() is server_args
+    assert compiled(x).tolist() == [1.5, 1.5]
+
+
+@pytest.mark.server_args(speculative_algorithm="EAGLE", speculative_num_steps=3, speculative_eagle_topk=2)
+def test_compiled_derived_accessor_follows_overrides():
+    """A derived accessor inside compiled code follows spec overrides."""
+    compiled = torch.compile(spec_width, backend="eager", fullgraph=True)
+    x = torch.ones(1)
+    assert compiled(x).tolist() == [8.0]  # 7 draft tokens + threshold 1.0
+    get_context().override("tuner", speculative_accept_threshold_single=0.5)
+    assert compiled(x).tolist() == [7.5]
