@@ -433,3 +433,18 @@ def test_bad_constructor_policy_is_refused():
     """An unknown write policy fails at construction."""
     with pytest.raises(ValueError, match="'hicache_write_policy' must be one of"):
         HiCacheController(make_pool(), write_policy="sometimes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_pool_round_trips_through_pinned_host(controllers):
+    """With CUDA, host tensors are pinned and device pages round-trip exactly."""
+    pool = MHATokenToKVPool(64, PAGE, "bfloat16", 2, 8, layer_ids=LAYERS, device="cuda")
+    for lid in LAYERS:
+        for buf in pool.get_kv_buffer(lid):
+            buf.copy_(torch.randn(buf.shape, device="cuda").bfloat16())
+    c = controllers(pool, pin_memory=None)
+    assert c.host.pin_memory and c.host.k[0].is_pinned()
+    c.backup(PROMPT, torch.arange(1, 15))
+    assert c.load(PROMPT, 12, torch.arange(30, 42)) == 12
+    torch.cuda.synchronize()
+    assert same_kv(kv_at(pool, torch.arange(30, 42).cuda()), kv_at(pool, torch.arange(1, 13).cuda()))

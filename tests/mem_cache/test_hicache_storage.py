@@ -231,3 +231,44 @@ def test_bad_memory_store_name():
     with pytest.raises(StorageAttachError) as exc:
         create_storage_backend("memory", {"store": 3})
     assert exc.value.field == "hicache_storage_backend_extra_config.store"
+
+
+WRITER = """
+import os, sys
+from mem_cache.hicache import create_storage_backend
+backend = create_storage_backend("file", {"dir": sys.argv[1]})
+payload = os.urandom(1 << 20)
+print("ready", flush=True)
+i = 0
+while True:
+    backend.put(f"{i:064x}", payload)
+    i += 1
+"""
+
+
+def test_writer_killed_mid_write_leaves_only_whole_pages(tmp_path):
+    """After SIGKILL of a writing process, every page file is whole; leftovers are only temp files."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")
+        assert any(line.strip() == "ready" for line in lines)  # log lines may come first
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("*/*.kvpage"))) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    pages = sorted(tmp_path.glob("*/*.kvpage"))
+    temps = list(tmp_path.glob("*/*.tmp"))
+    assert len(pages) >= 5
+    backend = create_storage_backend("file", {"dir": str(tmp_path), "stale_temp_s": 0})
+    assert backend.stats.corrupt_skipped == len(temps)
+    for page in pages:
+        assert backend.get(page.name.removesuffix(".kvpage")) is not None
+    assert backend.stats.corrupt_skipped == len(temps)
+    assert list(tmp_path.glob("*/*.tmp")) == []
+    backend.close()
