@@ -128,6 +128,16 @@ def test_unparsable_file_exits_two_and_blocks_update(repo):
     assert repo.read("ratchet.toml") == before
 
 
+def test_unparsable_file_without_any_token_is_still_reported(repo):
+    """The prefilter skips libcst, not the syntax check: a broken file with no token fails too."""
+    repo.write("pkg/plain.py", "def f(:\n")
+    code, out, _ = repo.run("check")
+    assert code == 2
+    assert any(line.startswith("pkg/plain.py: cannot parse: ") for line in out.splitlines())
+    code, out, _ = repo.run("check")  # and not hidden by the cache on a second run
+    assert code == 2
+
+
 def test_undecodable_file_exits_two(repo):
     """Bytes that are not valid source text are an error, even without any token in them."""
     (repo.root / "pkg").mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -113,15 +114,24 @@ def scan_files(
         except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
             results[file.rel] = FileScan(file.rel, error=f"cannot decode: {exc}")
             continue
-        if not may_contain_read(text, tokens):
-            stats.prefiltered_out += 1
-            results[file.rel] = FileScan(file.rel)
-            continue
         digest = content_hash(data)
         entry = cache.get(digest) if cache is not None else None
         if entry is not None:
             stats.cache_hits += 1
             results[file.rel] = FileScan.from_json(file.rel, entry)
+            continue
+        if not may_contain_read(text, tokens):
+            # No read can hide here, so libcst is not needed; the C parser still checks the
+            # syntax, because a file that does not parse is reported, never skipped.
+            stats.prefiltered_out += 1
+            try:
+                compile(text, file.rel, "exec", ast.PyCF_ONLY_AST)
+            except (SyntaxError, ValueError) as exc:
+                results[file.rel] = FileScan(file.rel, error=f"cannot parse: {exc}")
+                continue
+            results[file.rel] = FileScan(file.rel)
+            if cache is not None:
+                cache.put(digest, results[file.rel].to_json())
             continue
         todo.append((file.rel, text, digest))
 
