@@ -1,0 +1,234 @@
+"""The HTTP control plane through httpx: generate, server_info, HiCache attach/detach, overrides, auth."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from runtime.accessors import get_memory
+from runtime.engine import Engine
+from runtime.server import create_app
+
+KEY = "admin-secret"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+PROMPT = "The storage tier keeps pages of this prompt for the next engine."
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    engines: list[Engine] = []
+
+    def start(*argv: str) -> tuple[Engine, TestClient]:
+        engine = Engine.from_args(
+            ["--max-total-tokens", "1024", "--page-size", "4", "--enable-hierarchical-cache", "--admin-api-key", KEY, *argv]
+        )
+        engines.append(engine)
+        return engine, TestClient(create_app(engine))
+
+    yield start
+    for engine in engines:
+        engine.shutdown()
+
+
+def attach_body(directory: Path, **extra: str) -> dict:
+    return {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": f'{{"dir": "{directory}"}}', **extra}
+
+
+def test_attach_store_and_reuse_in_a_fresh_engine(serve, tmp_path: Path) -> None:
+    """Pages written after attach are prefetched by a fresh engine on the same directory; output is identical."""
+    engine, client = serve()
+    first = client.post("/generate", json={"text": PROMPT, "max_new_tokens": 12}).json()
+    r = client.put("/hicache/storage-backend", json=attach_body(tmp_path), headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["hicache_storage_backend"] == "file"
+    assert get_memory().hicache_storage_backend == "file"
+    assert engine.context.record.hicache_storage_backend is None  # the raw record keeps the startup value
+    info = client.get("/server_info").json()
+    assert info["config"]["memory"]["hicache_storage_backend"] == "file"
+    assert info["generation"] == 1
+    assert info["overrides"][0]["source"] == "hicache.attach"
+    assert info["provenance"]["hicache_storage_backend"][-1]["layer"] == "override"
+    assert info["provenance"]["hicache_storage_backend"][-1]["detail"] == "hicache.attach"
+    assert info["startup_values"]["hicache_storage_backend"] is None
+    again = client.post("/generate", json={"text": PROMPT, "max_new_tokens": 12}).json()
+    assert again["output_ids"] == first["output_ids"]
+    engine.shutdown()  # closing the controller flushes the pending writes
+
+    engine2, client2 = serve()
+    r = client2.put("/hicache/storage-backend", json=attach_body(tmp_path, hicache_storage_prefetch_policy="wait_complete"), headers=AUTH)
+    assert r.status_code == 200, r.text
+    reused = client2.post("/generate", json={"text": PROMPT, "max_new_tokens": 12}).json()
+    assert reused["output_ids"] == first["output_ids"]
+    assert reused["meta_info"]["prefetched_tokens"] > 0
+    assert engine2.stats()["hicache"]["storage_hits"] > 0
+    r = client2.delete("/hicache/storage-backend", headers=AUTH)
+    assert r.status_code == 200 and r.json()["status"] == "detached"
+    assert client2.get("/hicache/storage-backend", headers=AUTH).json()["hicache_storage_backend"] is None
+    assert get_memory().hicache_storage_backend is None
+    assert [o["source"] for o in client2.get("/server_info").json()["overrides"]] == ["hicache.attach", "hicache.detach"]
+    again = client2.delete("/hicache/storage-backend", headers=AUTH).json()
+    assert again["status"] == "not_attached" and again["generation"] == 2
+
+
+ADMIN_ROUTES = [
+    ("GET", "/hicache/storage-backend"),
+    ("PUT", "/hicache/storage-backend"),
+    ("DELETE", "/hicache/storage-backend"),
+    ("POST", "/config/overrides"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ROUTES)
+def test_auth_matrix(serve, method: str, path: str) -> None:
+    """No bearer is 401, a wrong one 403, and nothing changes either way."""
+    engine, client = serve()
+    missing = client.request(method, path)
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json() == {"detail": "admin routes needs 'Authorization: Bearer <key>'"}
+    wrong = client.request(method, path, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403
+    assert wrong.json() == {"detail": "the bearer key is not valid for admin routes -- use the key given with --admin-api-key"}
+    assert engine.context.generation == 0
+
+
+def test_admin_routes_refused_without_admin_key() -> None:
+    """A server started without admin_api_key refuses admin routes, even with a bearer."""
+    engine = Engine.from_args(["--max-total-tokens", "256", "--enable-hierarchical-cache"])
+    try:
+        r = TestClient(create_app(engine)).delete("/hicache/storage-backend", headers=AUTH)
+        assert r.status_code == 403
+        assert r.json()["detail"] == (
+            "admin routes are disabled: this server has no admin_api_key -- restart it with --admin-api-key KEY"
+        )
+    finally:
+        engine.shutdown()
+
+
+def test_busy_engine_answers_409_with_counts(serve, tmp_path: Path) -> None:
+    """While a request is queued, attach, detach and overrides are refused with the counts."""
+    engine, client = serve()
+    engine.pause()
+    worker = threading.Thread(target=engine.generate, args=(PROMPT,), kwargs={"max_new_tokens": 4})
+    worker.start()
+    while engine.busy_counts() != (1, 0):
+        pass
+    for method, path, body in [
+        ("PUT", "/hicache/storage-backend", attach_body(tmp_path)),
+        ("DELETE", "/hicache/storage-backend", None),
+        ("POST", "/config/overrides", {"schedule_conservativeness": 0.5}),
+    ]:
+        r = client.request(method, path, json=body, headers=AUTH)
+        assert r.status_code == 409
+        assert r.json()["queued"] == 1 and r.json()["running"] == 0
+        assert "while requests run (1 queued, 0 running) -- retry when idle" in r.json()["detail"]
+    engine.resume()
+    worker.join(timeout=60)
+    assert engine.context.generation == 0
+    assert client.put("/hicache/storage-backend", json=attach_body(tmp_path), headers=AUTH).status_code == 200
+
+
+def test_bad_attach_bodies_change_nothing(serve, tmp_path: Path) -> None:
+    """422 lists each bad field with its path, 400 covers bad JSON and unusable directories."""
+    engine, client = serve()
+    r = client.put(
+        "/hicache/storage-backend",
+        json={"hicache_storage_backend": "nfs", "hicache_write_policy": "sometimes"},
+        headers=AUTH,
+    )
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        "$.memory.hicache_storage_backend: expected one of 'file', 'memory', got 'nfs' (from override hicache.attach)",
+        "$.memory.hicache_write_policy: expected one of 'write_through', 'write_back', 'write_through_selective',"
+        " got 'sometimes' (from override hicache.attach)",
+    ]
+    r = client.put("/hicache/storage-backend", json={"hicache_storage_backend": "file", "hicache_write_polcy": "x"}, headers=AUTH)
+    assert r.status_code == 422
+    assert r.json()["errors"] == ["$.memory.hicache_write_polcy: unknown field 'hicache_write_polcy' -- did you mean 'hicache_write_policy'?"]
+    r = client.put("/hicache/storage-backend", content=b"{not json", headers=AUTH)
+    assert r.status_code == 400
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = client.put("/hicache/storage-backend", json=attach_body(blocker / "sub"), headers=AUTH)
+    assert r.status_code == 400
+    assert r.json()["errors"][0].startswith("$.memory.hicache_storage_backend_extra_config.dir: ")
+    assert engine.context.generation == 0
+    assert get_memory().hicache_storage_backend is None
+    assert engine.hicache.controller.storage_backend is None
+
+
+def test_concurrent_attach_detach_is_serialised(serve, tmp_path: Path) -> None:
+    """Racing attach/detach calls all succeed one at a time; the final state matches the last one."""
+    engine, client = serve()
+
+    def call(i: int) -> int:
+        if i % 2:
+            return client.delete("/hicache/storage-backend", headers=AUTH).status_code
+        return client.put("/hicache/storage-backend", json=attach_body(tmp_path / str(i)), headers=AUTH).status_code
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(call, range(12)))
+    assert statuses == [200] * 12
+    log = engine.context.overrides_log()
+    last = log[-1].source
+    expected = "file" if last == "hicache.attach" else None
+    assert get_memory().hicache_storage_backend == expected
+    assert (engine.hicache.controller.storage_backend is not None) == (expected is not None)
+    assert [rec.generation for rec in log] == list(range(1, len(log) + 1))
+
+
+def test_torn_storage_files_are_skipped(serve, tmp_path: Path) -> None:
+    """A truncated page and a stray temp file (a crash mid-write) are skipped on the next attach."""
+    engine, client = serve()
+    client.put("/hicache/storage-backend", json=attach_body(tmp_path), headers=AUTH)
+    first = client.post("/generate", json={"text": PROMPT, "max_new_tokens": 8}).json()
+    client.post("/generate", json={"text": PROMPT, "max_new_tokens": 8})  # backs the finished prefix up
+    engine.shutdown()
+    pages = sorted(tmp_path.rglob("*.kvpage"))
+    assert len(pages) >= 10
+    torn = pages[0]
+    torn.write_bytes(torn.read_bytes()[:37])
+    (torn.parent / f".{torn.stem}.crash.tmp").write_bytes(b"partial")
+
+    engine2, client2 = serve()
+    body = attach_body(tmp_path, hicache_storage_prefetch_policy="wait_complete")
+    assert client2.put("/hicache/storage-backend", json=body, headers=AUTH).status_code == 200
+    again = client2.post("/generate", json={"text": PROMPT, "max_new_tokens": 8})
+    assert again.status_code == 200
+    assert again.json()["output_ids"] == first["output_ids"]
+    assert engine2.stats()["hicache"]["corrupt_skipped"] >= 1
+
+
+def test_config_overrides_hot_fields_only(serve) -> None:
+    """Hot fields change with provenance; a non-hot field is refused and nothing changes."""
+    engine, client = serve()
+    r = client.post("/config/overrides", json={"schedule_conservativeness": 0.5}, headers=AUTH)
+    assert r.status_code == 200
+    assert r.json() == {"status": "applied", "generation": 1, "fields": {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}}
+    before = engine.context.fingerprint()
+    r = client.post("/config/overrides", json={"page_size": 8, "schedule_conservativeness": 0.1}, headers=AUTH)
+    assert r.status_code == 422
+    assert len(r.json()["errors"]) == 1 and r.json()["errors"][0].startswith("$.schedule.page_size: ")
+    assert engine.context.generation == 1 and engine.context.fingerprint() == before
+
+
+def test_generate_validates_its_body(serve) -> None:
+    """Bad generate bodies get 422 lines; over-long requests 400; token ids work as input."""
+    engine, client = serve()
+    r = client.post("/generate", json={"max_new_tokens": 0, "temperature": -1})
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        "$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'",
+        "$.generate.max_new_tokens: expected an integer >= 1, got 0",
+        "$.generate.temperature: expected a number >= 0, got -1",
+    ]
+    r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
+    assert r.status_code == 400
+    ok = client.post("/generate", json={"input_ids": [72, 105], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}})
+    assert ok.status_code == 200 and len(ok.json()["output_ids"]) == 3
+    assert client.get("/health").json() == {"status": "ok", "queued": 0, "running": 0}
