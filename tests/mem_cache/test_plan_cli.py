@@ -1,0 +1,49 @@
+"""`sgconf plan`: table and JSON output, example names, and bad input without a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mem_cache.plan_cli import main, parse_size
+from runtime import is_published
+
+
+def test_json_plan_for_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """An example name is accepted and the JSON plan fits the given budget; nothing stays published."""
+    assert main(["--model-config", "small-hybrid-5to1", "--available-memory", "16MiB", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "small-hybrid-5to1" and out["configurator"] == "hybrid_swa"
+    assert out["budget_bytes"] == 16 << 20 and 0.99 * (16 << 20) <= out["total_bytes"] <= 16 << 20
+    assert out["swa_max_total_num_tokens"] == int(out["full_max_total_num_tokens"] * 0.8)
+    assert not is_published()
+
+
+def test_table_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table names the configurator, per-token bytes and the total against the budget."""
+    assert main(["--model-config", "small-dense", "--available-memory", "8MiB", "--page-size", "16"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["configurator", "default"]
+    assert lines[4].split() == ["bytes", "per", "token", "full", "2,048", "swa", "0", "draft", "0"]
+    assert lines[-1].split() == ["bytes", "total", "8,386,544", "of", "8,388,608", "budget", "(99.98%)"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--available-memory", "lots"], "'--available-memory' must be a positive size like 24GiB"),
+        (["--model-config", "smal-dense"], "(did you mean 'small-dense'?)"),
+        (["--model-config", "small-dense", "--available-memory", "1KiB"], "not enough memory for the KV cache"),
+    ],
+)
+def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad input prints one clear message on stderr and exits 2, without a traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_parse_size() -> None:
+    """Binary and decimal units and plain byte counts are understood."""
+    assert (parse_size("24GiB"), parse_size("1.5GB"), parse_size("512")) == (24 << 30, 1_500_000_000, 512)
