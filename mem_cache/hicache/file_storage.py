@@ -7,7 +7,9 @@ name, so a reader sees either no page or a complete one. A process killed mid-wr
 leaves only a temp file; those are counted in `stats.corrupt_skipped` when the
 directory is opened and removed once older than `stale_temp_s` (another process
 may still be writing a fresh one). Damaged page files (torn, truncated, flipped
-bytes) fail the checksum, are counted, removed and read as missing.
+bytes) fail the checksum, are counted, removed and read as missing. (Processes sharing
+a directory may race here: a page rewritten between the failed read and the removal
+is lost too. That costs a recompute, never a wrong page.)
 
 Options (`hicache_storage_backend_extra_config`): `dir` (required), `fsync`
 (default true; false trades durability for speed, e.g. on tmpfs), `stale_temp_s`
