@@ -239,31 +239,39 @@ class KVCacheConfigurator:
         target_pool = target.kv_pool
         full_size = plan.full_max_total_num_tokens if plan.costs.F else plan.swa_max_total_num_tokens
         d = draft
-        geometry = (dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim)
-        swa_geometry = {"swa_head_num": d.swa_num_key_value_heads, "swa_head_dim": d.swa_head_dim, "swa_v_head_dim": d.swa_v_head_dim}
-        meta = {"is_draft_worker": True, "draft_model_idx": idx, "disable_hybrid_swa_memory": self.inputs.disable_hybrid_swa_memory}
+        no_hybrid = self.inputs.disable_hybrid_swa_memory
+
+        def swa_pool(size_swa: int, *, identity: bool, mapping: torch.Tensor | None = None) -> SWAKVPool:
+            return SWAKVPool(
+                full_size, size_swa, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, swa_layers, full_layers, dev,
+                swa_head_num=d.swa_num_key_value_heads, swa_head_dim=d.swa_head_dim, swa_v_head_dim=d.swa_v_head_dim,
+                identity_map=identity, index_mapping=mapping,
+            )
+
+        full_capacity = draft_swa_full_capacity(
+            self.shape, draft, is_draft_worker=True, draft_model_idx=idx, disable_hybrid_swa_memory=no_hybrid
+        )
         pool: KVPool
         if not swa_layers:
             # a full-only draft (e.g. EAGLE3 on an SWA target): a plain pool at the target's full slots
-            pool = MHATokenToKVPool(full_size, page, *geometry, full_layers, dev)
+            pool = MHATokenToKVPool(full_size, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, full_layers, dev)
             kind = "mha"
-        elif plan.costs.Dsf and (idx is None or draft_swa_full_capacity(self.shape, draft, **meta)):
+        elif plan.costs.Dsf and (idx is None or full_capacity):
             # banded MTP depths: a full-capacity SWA ring, slots equal full slots
-            pool = SWAKVPool(full_size, full_size, page, *geometry, swa_layers, full_layers, dev, identity_map=True, **swa_geometry)
+            pool = swa_pool(full_size, identity=True)
             kind = "swa_full_capacity"
         else:
             # SWA draft layers share the target's window pool size and its full-to-SWA map
             assert isinstance(target_pool, SWAKVPool)
-            pool = SWAKVPool(
-                full_size, target_pool.size_swa, page, *geometry, swa_layers, full_layers, dev,
-                index_mapping=target_pool.full_to_swa_index_mapping, **swa_geometry,
-            )
+            pool = swa_pool(target_pool.size_swa, identity=False, mapping=target_pool.full_to_swa_index_mapping)
             kind = "swa_shared_map"
         log.info(
             "kv_cache.draft_built",
             pool=kind,
             draft_model_idx=idx,
-            hybrid_swa_mtp_draft=is_hybrid_swa_mtp_draft(self.shape, **meta),
+            hybrid_swa_mtp_draft=is_hybrid_swa_mtp_draft(
+                self.shape, is_draft_worker=True, draft_model_idx=idx, disable_hybrid_swa_memory=no_hybrid
+            ),
             layers=list(layers),
         )
         return KVCacheMemory(

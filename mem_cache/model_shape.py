@@ -216,6 +216,7 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     if problems:
         raise ModelShapeError(problems, header=f"invalid model config{f' {name!r}' if name else ''}")
     assert n is not None and heads is not None and head_dim is not None and v_head_dim is not None
+    assert kv_heads is not None
     return ModelShape(
         num_hidden_layers=n,
         num_attention_heads=heads,
