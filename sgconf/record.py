@@ -38,10 +38,14 @@ def _assemble() -> type:
         weakref_slot=True,
         repr=False,
     )
-    cls.__module__ = __name__
-    cls.__doc__ = "The flat raw record of every declared field; frozen. Read the bags, not this."
     cls.__repr__ = _redacted_repr  # type: ignore[method-assign,assignment]
-    return cls
+    # One private slot, outside the attrs fields, where resolve_once() keeps its result: the
+    # outcome lives and dies with the record, so no global table can leak or go stale.
+    record = type("ServerArgs", (cls,), {"__slots__": ("_sgconf_resolution",)})
+    record.__module__ = __name__
+    record.__qualname__ = "ServerArgs"
+    record.__doc__ = "The flat raw record of every declared field; frozen. Read the bags, not this."
+    return record
 
 
 def _redacted_repr(self: Any) -> str:

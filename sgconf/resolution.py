@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -175,8 +174,8 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# Serializes first resolutions, so two threads resolving one record get one result.
 _lock = threading.Lock()
-_done: dict[int, tuple[weakref.ref[Any], Resolved | ResolutionError]] = {}
 
 
 def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> Resolved:
@@ -189,32 +188,21 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
     """
     if not isinstance(record, ServerArgs):
         raise TypeError(f"resolve_once() takes a ServerArgs, got {type(record).__name__}")
-    key = id(record)
     with _lock:
-        hit = _done.get(key)
-        if hit is not None and hit[0]() is record:
-            result = hit[1]
-            if isinstance(result, ResolutionError):
-                msg = "resolution of this record already failed -- fix the input and build a new ServerArgs"
-                raise ResolutionError(list(result.problems), header=msg)
+        result = getattr(record, "_sgconf_resolution", None)
+        if isinstance(result, ResolutionError):
+            msg = "resolution of this record already failed -- fix the input and build a new ServerArgs"
+            raise ResolutionError(list(result.problems), header=msg)
+        if result is not None:
             return result
         try:
             result = _resolve(record, _model_config(record, model))
         except ConfigError as exc:
             failure = ResolutionError(list(exc.problems), header="resolution failed")
-            _remember(record, failure)
+            object.__setattr__(record, "_sgconf_resolution", failure)
             raise failure from None
-        _remember(record, result)
+        object.__setattr__(record, "_sgconf_resolution", result)
         return result
-
-
-def _remember(record: Any, result: Resolved | ResolutionError) -> None:
-    key = id(record)
-
-    def forget(_: Any, key: int = key) -> None:
-        _done.pop(key, None)
-
-    _done[key] = (weakref.ref(record, forget), result)
 
 
 def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
