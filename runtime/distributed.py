@@ -62,6 +62,7 @@ _FOREVER = datetime.timedelta(days=365)
 _COMMIT = "commit"
 _ABORT = "abort"
 _HOST_BYTES = 255
+_CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
 
 
 class PreparedEffect(Protocol):
@@ -313,9 +314,10 @@ class ConfigGroup:
                     for rank in self._followers():
                         self._send(rank, {"kind": "stop"})
             elif self._thread is not None and self._thread.is_alive():
-                # The listener's own connection is blocked in its inbox; wake it through a second one.
-                self._connect().queue_push(f"inbox/{self.rank}", json.dumps({"kind": "stop"}))
-                self._thread.join(5.0)
+                # The listener's own connection is blocked in its inbox; wake it through a second one
+                # (a short connect timeout: the board may be gone with the coordinator).
+                self._connect(_CLOSE_TIMEOUT).queue_push(f"inbox/{self.rank}", json.dumps({"kind": "stop"}))
+                self._thread.join(_CLOSE_TIMEOUT.total_seconds())
         except dist.DistError:
             log.warning("config_group.close_unreachable", rank=self.rank)
 
@@ -509,9 +511,10 @@ class ConfigGroup:
 
     # -- board plumbing --------------------------------------------------------------
 
-    def _connect(self) -> Any:
+    def _connect(self, connect_timeout: datetime.timedelta = datetime.timedelta(seconds=60)) -> Any:
         host, port = self.address
-        store = dist.TCPStore(host, port, self.world_size, False, timeout=_FOREVER)
+        store = dist.TCPStore(host, port, self.world_size, False, timeout=connect_timeout)
+        store.set_timeout(_FOREVER)  # every wait on the board passes its own deadline
         return dist.PrefixStore(f"{_PREFIX}{port}/", store)
 
     def _followers(self) -> list[int]:

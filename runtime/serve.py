@@ -40,6 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from runtime.engine import Engine
 
     record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+    from runtime.dp_controller import serve_dp
+
+    status = serve_dp(record)  # --dp-size N > 1: replicas behind a controller; None otherwise
+    if status is not None:
+        return status
     engine = Engine(record, configure_logs=True)
     try:
         return serve(engine)

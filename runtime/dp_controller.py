@@ -1,0 +1,470 @@
+"""`sgconf serve --dp-size N`: N engine replicas behind one HTTP controller.
+
+The controller runs in the HTTP process with role `dp_controller` (it reads only the
+namespaces of that role: model, parallel, serving, observability, disagg). It starts
+N replica processes with torch.multiprocessing (spawn; each builds its own engine and
+pools, see `runtime.replica`), and forms one gloo group with them: the controller is
+rank 0 and coordinator of the config group, replica i is rank i + 1.
+
+- `/generate` goes to one replica, round robin or to the shortest queue
+  (`load_balance_method`, a hot field read per request).
+- Attach/detach and `/config/overrides` are propagated through the config group: every
+  replica validates and prepares, then all commit or none does. A failure on one replica
+  is a 400 naming each refusing rank and its reason; nothing changed anywhere then.
+- `/server_info` shows the controller's resolved config and, for every rank, its
+  generation and fingerprint, plus the last fingerprint mismatch if any.
+- `/health` is 503 as soon as a replica process has exited.
+- Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
+  replica: a stop message, then terminate, then kill; a replica whose controller dies
+  sees its pipe close and exits, so no replica is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+log = structlog.get_logger(__name__)
+
+ROLE = "dp_controller"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STATUS_TIMEOUT_S = 2.0  # /server_info waits this long for a rank; a dead rank shows as not alive
+
+
+class ReplicaFailed(RuntimeError):
+    """Raised when a request cannot be served because its replica exited or none is alive."""
+
+
+class Replica:
+    """The controller's handle on one replica process: its pipe, in-flight requests and liveness."""
+
+    def __init__(self, index: int, process: Any, conn: Any) -> None:
+        self.index = index
+        self.rank = index + 1
+        self.process = process
+        self.conn = conn
+        self.pid: int | None = None
+        self.pending: dict[int, Future[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        self.gone = False
+        self.stopping = False
+
+    @property
+    def inflight(self) -> int:
+        return len(self.pending)
+
+    def alive(self) -> bool:
+        return not self.gone and self.process.is_alive()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        if not self.conn.poll(timeout_s):
+            msg = f"replica {self.index} did not start within {timeout_s:g}s (exit code {self.process.exitcode})"
+            raise ReplicaFailed(msg)
+        kind, _rank, pid = self.conn.recv()
+        assert kind == "ready"
+        self.pid = pid
+        self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
+        self._reader.start()
+
+    def submit(self, rid: int, args: dict[str, Any]) -> Future[dict[str, Any]]:
+        future: Future[dict[str, Any]] = Future()
+        with self._lock:
+            if self.gone:
+                raise ReplicaFailed(self._exit_text())
+            self.pending[rid] = future
+            try:
+                self.conn.send(("generate", rid, args))
+            except (BrokenPipeError, OSError):
+                del self.pending[rid]
+                raise ReplicaFailed(self._exit_text()) from None
+        return future
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, rid, *rest = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._lock:
+                future = self.pending.pop(rid, None)
+            if future is None:
+                continue
+            if kind == "result":
+                future.set_result(rest[0])
+            else:
+                status, detail = rest
+                future.set_exception(_ReplicaError(status, detail))
+        with self._lock:
+            self.gone = True
+            pending, self.pending = self.pending, {}
+        self.process.join(1.0)
+        if self.stopping:
+            log.info("dp.replica_stopped", replica=self.index, exitcode=self.process.exitcode)
+        else:
+            log.error("dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending))
+        for future in pending.values():
+            future.set_exception(ReplicaFailed(self._exit_text()))
+
+    def _exit_text(self) -> str:
+        return f"replica {self.index} exited (exit code {self.process.exitcode}) -- the request was not served"
+
+    def stop(self, timeout_s: float) -> None:
+        """Ask the replica to stop; terminate, then kill it if it does not."""
+        self.stopping = True
+        try:
+            self.conn.send(("stop",))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout_s)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5.0)
+        self.conn.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "replica": self.index,
+            "rank": self.rank,
+            "pid": self.pid,
+            "alive": self.alive(),
+            "exitcode": self.process.exitcode,
+            "inflight": self.inflight,
+        }
+
+
+class _ReplicaError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class DPController:
+    """Starts `dp_size` replicas of the published record and routes to them; see the module docstring.
+
+    Publish the record with role `dp_controller` first; the controller reads the
+    record (to hand it to the replicas) and its accessors, never the raw fields.
+    `workdirs`, when given, maps a replica index to its working directory.
+    """
+
+    def __init__(self, *, workdirs: Callable[[int], str] | None = None, start_timeout_s: float = 300.0) -> None:
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+        from runtime.accessors import get_parallel
+        from runtime.context import get_server_args
+        from runtime.distributed import ConfigGroup
+        from runtime.replica import replica_main
+
+        parallel = get_parallel()
+        self.dp_size = int(parallel.dp_size)
+        world_size = self.dp_size + 1
+        init_method = f"tcp://{parallel.dist_init_addr or f'127.0.0.1:{_free_port()}'}"
+        record = get_server_args()
+        spawn = mp.get_context("spawn")
+        self.replicas: list[Replica] = []
+        self._rids = itertools.count(1)
+        self._rr = itertools.count()
+        self._closed = False
+        try:
+            for index in range(self.dp_size):
+                ours, theirs = spawn.Pipe()
+                workdir = workdirs(index) if workdirs is not None else None
+                process = spawn.Process(
+                    target=replica_main,
+                    args=(index + 1, world_size, init_method, record, theirs, workdir),
+                    name=f"sgconf-replica{index}",
+                    daemon=True,
+                )
+                process.start()
+                theirs.close()
+                self.replicas.append(Replica(index, process, ours))
+            dist.init_process_group(
+                "gloo",
+                init_method=init_method,
+                rank=0,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=start_timeout_s),
+            )
+            self.group = ConfigGroup(None, 0, world_size)
+            for replica in self.replicas:
+                replica.wait_ready(start_timeout_s)
+        except BaseException:
+            self._stop_replicas()
+            raise
+        log.info("dp.start", dp_size=self.dp_size, pids=[r.pid for r in self.replicas])
+
+    # -- routing -------------------------------------------------------------------------
+
+    def pick(self) -> Replica:
+        """The replica for the next request, by `load_balance_method`; raises ReplicaFailed when none is alive."""
+        from runtime.accessors import get_parallel
+
+        alive = [r for r in self.replicas if r.alive()]
+        if not alive:
+            raise ReplicaFailed("no replica is alive -- restart the server")
+        if get_parallel().load_balance_method == "shortest_queue":
+            return min(alive, key=lambda r: (r.inflight, r.index))
+        return alive[next(self._rr) % len(alive)]
+
+    async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Route one request and await its answer (raises ReplicaFailed or a replica's error)."""
+        replica = self.pick()
+        future = replica.submit(next(self._rids), args)
+        return await asyncio.wrap_future(future)
+
+    def busy(self) -> tuple[int, int]:
+        """(replicas with requests in flight, requests in flight)."""
+        counts = [r.inflight for r in self.replicas]
+        return sum(1 for c in counts if c), sum(counts)
+
+    # -- config ------------------------------------------------------------------------
+
+    def propagate(self, source: str, **fields: Any) -> Any:
+        """Apply an override on the controller and every replica, or on none (see ConfigGroup.propagate)."""
+        return self.group.propagate(source, **fields)
+
+    def ranks(self, *fields: str) -> list[dict[str, Any]]:
+        """Every rank's generation and fingerprint (and the named fields), with its replica index."""
+        states = self.group.ranks(*fields, timeout_s=STATUS_TIMEOUT_S)
+        out = []
+        for state in states:
+            row = state.to_dict()
+            row["role"] = ROLE if state.rank == 0 else "scheduler"
+            if state.rank:
+                row["replica"] = state.rank - 1
+            out.append(row)
+        return out
+
+    def health(self) -> tuple[bool, list[dict[str, Any]]]:
+        rows = [r.describe() for r in self.replicas]
+        return all(row["alive"] for row in rows), rows
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop every replica, then leave the groups; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_replicas()
+        import torch.distributed as dist
+
+        group = getattr(self, "group", None)
+        if group is not None:
+            group.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        log.info("dp.stop")
+
+    def _stop_replicas(self) -> None:
+        threads = [threading.Thread(target=r.stop, args=(30.0,)) for r in self.replicas]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def create_dp_app(controller: DPController) -> Any:
+    """The FastAPI app in front of the replicas; same routes and error shapes as `runtime.server`."""
+    from runtime.distributed import PropagationFailed, RanksSilent
+    from runtime.server import (
+        ATTACH_FIELDS,
+        GENERATE_FIELDS,
+        OVERRIDE_SOURCE,
+        HTTPProblem,
+        _attach_args,
+        _body_of,
+        _generate_args,
+        _json_object,
+        require_admin,
+        require_api_key,
+    )
+
+    app = FastAPI(title="sgconf data-parallel controller", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.controller = controller
+
+    @app.exception_handler(HTTPProblem)
+    async def _problem(request: Request, exc: HTTPProblem) -> JSONResponse:
+        return JSONResponse(_body_of(exc), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("http.error", path=request.url.path, error=repr(exc))
+        return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
+
+    def require_idle(what: str) -> None:
+        replicas, requests = controller.busy()
+        if requests:
+            msg = f"cannot {what} while requests run ({requests} in flight on {replicas} replicas) -- retry when idle"
+            raise HTTPProblem(409, msg, extra={"queued": 0, "running": requests})
+
+    async def propagate(source: str, fields: dict[str, Any]) -> Any:
+        try:
+            return await run_in_threadpool(lambda: controller.propagate(source, **fields))
+        except RanksSilent as exc:
+            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
+        except PropagationFailed as exc:
+            # refused by the controller itself: the input is bad (422); by a replica: that rank failed (400)
+            status = 422 if list(exc.refusals) == [0] else 400
+            raise HTTPProblem(status, exc.header, errors=exc.lines()) from None
+
+    def receipt(result: Any) -> dict[str, Any]:
+        return {
+            "generation": result.generation,
+            "consistent": result.consistent,
+            "ranks": [s.to_dict() for s in result.ranks],
+        }
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ok, rows = controller.health()
+        body = {"status": "ok" if ok else "unhealthy", "replicas": rows}
+        if not ok:
+            dead = [row["replica"] for row in rows if not row["alive"]]
+            body["detail"] = f"replica(s) {', '.join(map(str, dead))} exited -- restart the server"
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/server_info")
+    async def server_info(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        from runtime.context import get_context
+
+        ctx = get_context()
+        ranks = await run_in_threadpool(lambda: controller.ranks("hicache_storage_backend"))
+        return {
+            "config": ctx.resolved_dict(redact=True),
+            "generation": ctx.generation,
+            "fingerprint": ctx.fingerprint(),
+            "overrides": [rec.as_dict(redact=True) for rec in ctx.overrides_log()],
+            "dp_size": controller.dp_size,
+            "ranks": ranks,
+            "config_group": controller.group.status(),
+            "replicas": controller.health()[1],
+        }
+
+    @app.post("/generate")
+    async def generate(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        args = _generate_args(await _json_object(request, GENERATE_FIELDS, "generate"))
+        try:
+            return await controller.generate(args)
+        except ReplicaFailed as exc:
+            raise HTTPProblem(503, str(exc)) from None
+        except _ReplicaError as exc:
+            raise HTTPProblem(exc.status, exc.detail) from None
+
+    @app.get("/hicache/storage-backend")
+    async def storage_status(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        fields = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
+        return {"ranks": await run_in_threadpool(lambda: controller.ranks(*fields))}
+
+    @app.put("/hicache/storage-backend")
+    async def attach(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        args = _attach_args(await _json_object(request, ATTACH_FIELDS, "memory"))
+        fields = {
+            "hicache_storage_backend": args["backend"],
+            "hicache_storage_backend_extra_config": args["extra_config"],
+        }
+        if args["prefetch_policy"] is not None:
+            fields["hicache_storage_prefetch_policy"] = args["prefetch_policy"]
+        if args["write_policy"] is not None:
+            fields["hicache_write_policy"] = args["write_policy"]
+        require_idle("attach a storage backend")
+        result = await propagate("hicache.attach", fields)
+        return {"status": "attached", **receipt(result)}
+
+    @app.delete("/hicache/storage-backend")
+    async def detach(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        require_idle("detach the storage backend")
+        fields = {"hicache_storage_backend": None, "hicache_storage_backend_extra_config": None}
+        result = await propagate("hicache.detach", fields)
+        return {"status": "detached", **receipt(result)}
+
+    @app.post("/config/overrides")
+    async def overrides(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        body = await _json_object(request, None)
+        if not body:
+            raise HTTPProblem(422, "no fields to override", errors=["$: give at least one hot field"])
+        require_idle("override config")
+        result = await propagate(OVERRIDE_SOURCE, body)
+        return {"status": "applied", **receipt(result)}
+
+    return app
+
+
+def serve_dp(record: Any) -> int | None:
+    """Serve `record` with data-parallel replicas when its dp_size is above 1; None (nothing done) otherwise.
+
+    Publishes the record with role `dp_controller`, starts the replicas, runs uvicorn
+    until SIGTERM/SIGINT, then stops every replica. Returns the exit status.
+    """
+    from runtime.accessors import get_parallel, get_serving
+    from runtime.context import publish, reset
+
+    publish(record, role=ROLE)
+    if get_parallel().dp_size <= 1:
+        reset()
+        return None
+    import uvicorn
+
+    from runtime.logs import configure_from_config
+
+    configure_from_config()
+    controller = DPController()
+    try:
+        serving = get_serving()
+        config = uvicorn.Config(
+            create_dp_app(controller),
+            host=serving.host,
+            port=serving.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+        server = uvicorn.Server(config)
+        log.info("server.listen", url=f"http://{serving.host}:{serving.port}", dp_size=controller.dp_size, pid=os.getpid())
+        # uvicorn re-raises the stop signal once it has shut down, which would kill this process
+        # before it stops the replicas; these handlers take that second delivery instead
+        received: list[int] = []
+        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+        try:
+            server.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("dp.stopping", signals=[signal.Signals(s).name for s in received])
+        return 0 if server.started else 1
+    finally:
+        controller.shutdown()
+        reset()
+
+
+__all__ = ["DPController", "ReplicaFailed", "create_dp_app", "serve_dp"]

@@ -1,0 +1,190 @@
+"""One data-parallel engine replica: its own engine and pools, a follower of the config group.
+
+`replica_main` runs in a child process started by the data-parallel controller
+(`runtime.dp_controller`). It builds an `Engine` (role `scheduler`), joins the gloo
+group and the config group, then serves requests that arrive on a pipe until the
+controller says stop or the pipe closes (the controller died): a replica never
+outlives its controller. SIGINT is ignored so a Ctrl-C in the terminal reaches the
+controller, which then stops every replica in order.
+
+`StorageEffect` is the replica's side of a propagated HiCache attach or detach: the
+backend is opened on every replica before anyone commits (`prepare_attach`), made live
+on commit and released on abort, so replicas end all attached or all detached.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+# Requests one replica runs at once; concurrent ones are batched by the engine.
+MAX_CONCURRENT = 64
+# Seconds a stopping replica may spend cleaning up before it exits regardless.
+CLEANUP_TIMEOUT_S = 30.0
+
+
+class StorageEffect:
+    """Prepare a HiCache attach or detach with every propagated override that sets the storage backend."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
+        if "hicache_storage_backend" not in values:
+            return None
+        queued, running = self.engine.busy_counts()
+        if queued or running:
+            msg = f"{queued} queued and {running} running requests -- retry when idle"
+            raise RuntimeError(f"cannot change the storage backend while requests run: {msg}")
+        hicache = self.engine.hicache
+        if hicache is None:
+            msg = "the hierarchical cache is off on this replica -- start with --enable-hierarchical-cache"
+            raise RuntimeError(msg)
+        controller = hicache.controller
+        backend = values["hicache_storage_backend"]
+        if backend is None:
+            return _Detach(controller)
+        try:
+            prepared = controller.prepare_attach(
+                backend,
+                values.get("hicache_storage_backend_extra_config"),
+                prefetch_policy=values.get("hicache_storage_prefetch_policy"),
+                write_policy=values.get("hicache_write_policy"),
+            )
+        except OSError as exc:  # the backend cannot open here: reported with the field path, as on one engine
+            from runtime.hicache_bridge import _as_config_error
+
+            raise _as_config_error(exc) from None
+        return _Attach(controller, prepared)
+
+
+class _Attach:
+    def __init__(self, controller: Any, prepared: Any) -> None:
+        self.controller = controller
+        self.prepared = prepared
+
+    def commit(self) -> None:
+        self.controller.commit_attach(self.prepared)
+
+    def abort(self) -> None:
+        self.controller.abort_attach(self.prepared)
+
+
+class _Detach:
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+
+    def commit(self) -> None:
+        self.controller.detach_storage_backend()
+
+    def abort(self) -> None:
+        pass  # nothing was touched at prepare
+
+
+def replica_main(rank: int, world_size: int, init_method: str, record: Any, conn: Any, workdir: str | None) -> None:
+    """Child-process entry point: build the engine, join the groups, serve the pipe, shut down cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if workdir is not None:
+        os.chdir(workdir)
+    import torch.distributed as dist
+
+    from runtime.distributed import ConfigGroup
+    from runtime.engine import Engine
+
+    engine = Engine(record, configure_logs=True)
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
+    )
+    group = ConfigGroup(None, rank, world_size)
+    group.add_effect(StorageEffect(engine))
+    group.start()
+    sender = _Sender(conn)
+    sender.send(("ready", rank, os.getpid()))
+    log.info("replica.ready", rank=rank, pid=os.getpid())
+    pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix=f"replica{rank}")
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                log.warning("replica.controller_gone", rank=rank)
+                break
+            if message[0] == "stop":
+                break
+            if message[0] == "generate":
+                _, rid, args = message
+                pool.submit(_generate, engine, rank, rid, args, sender)
+    finally:
+        # a replica must never outlive its controller: if cleanup hangs, leave anyway
+        watchdog = threading.Timer(CLEANUP_TIMEOUT_S, os._exit, args=(3,))
+        watchdog.daemon = True
+        watchdog.start()
+        group.close()
+        engine.shutdown()
+        pool.shutdown(wait=False, cancel_futures=True)
+        dist.destroy_process_group()
+        log.info("replica.stop", rank=rank)
+
+
+class _Sender:
+    """One pipe, many request threads: sends are serialized."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, message: Any) -> None:
+        with self.lock:
+            try:
+                self.conn.send(message)
+            except (BrokenPipeError, OSError):
+                pass  # the controller is gone; the main loop sees EOF and stops
+
+
+def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:
+    from runtime.engine import EngineStopped, GenerationError
+    from runtime.scheduler import RequestRejected
+
+    try:
+        result = engine.generate(**args)
+    except RequestRejected as exc:
+        sender.send(("error", rid, 400, str(exc)))
+        return
+    except (GenerationError, EngineStopped) as exc:
+        sender.send(("error", rid, 503, str(exc)))
+        return
+    except Exception as exc:  # reported, never a hung caller
+        log.error("replica.generate_failed", rank=rank, error=repr(exc))
+        sender.send(("error", rid, 500, "internal error -- see the replica log"))
+        return
+    stats = result.stats
+    sender.send(
+        (
+            "result",
+            rid,
+            {
+                "text": result.text,
+                "output_ids": list(result.token_ids),
+                "meta_info": {
+                    "prompt_tokens": stats.prompt_tokens,
+                    "completion_tokens": stats.completion_tokens,
+                    "cached_tokens": stats.cached_tokens,
+                    "prefetched_tokens": stats.prefetched_tokens,
+                    "finish_reason": stats.finish_reason,
+                    "spec_verify_steps": stats.spec_verify_steps,
+                    "spec_accept_length": stats.spec_accept_length,
+                    "latency_s": round(stats.latency_s, 6),
+                    "dp_rank": rank - 1,
+                },
+            },
+        )
+    )

@@ -1,0 +1,181 @@
+"""`--dp-size 2`: two engine replica processes behind the data-parallel controller, over real HTTP.
+
+One controller (in this process, role `dp_controller`, enforced) is reused for a sequence
+of checks, because starting replicas is the slow part; the stop test runs `sgconf serve`
+as a real process and signals it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ADMIN = {"Authorization": "Bearer admin-key"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Path]]:
+    """A 2-replica controller with enforced role namespaces; replica i works in tmp/replica<i>."""
+    from fastapi.testclient import TestClient
+
+    from runtime.dp_controller import DPController, create_dp_app
+    from runtime.testing import override_server_args
+
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
+    for i in range(2):
+        (tmp_path / f"replica{i}").mkdir()
+    with override_server_args(
+        role="dp_controller", dp_size=2, enable_hierarchical_cache=True, admin_api_key="admin-key"
+    ):
+        controller = DPController(workdirs=lambda i: str(tmp_path / f"replica{i}"))
+        try:
+            with TestClient(create_dp_app(controller)) as client:
+                yield controller, client, tmp_path
+        finally:
+            controller.shutdown()
+
+
+def _backends(client: Any) -> list[Any]:
+    info = client.get("/server_info").json()
+    return [r["values"]["hicache_storage_backend"] for r in info["ranks"]]
+
+
+def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path]) -> None:
+    """Routing, attach success and failure, overrides, server_info, role enforcement and replica death."""
+    from runtime import get_memory, get_parallel
+    from runtime.errors import RoleViolation
+
+    controller, client, tmp = dp_server
+
+    # the controller reads only its namespaces: memory is outside them
+    assert get_parallel().dp_size == 2
+    with pytest.raises(RoleViolation, match="role 'dp_controller' read namespace 'memory'"):
+        get_memory()
+
+    # round robin over both replicas; each answers with real tokens
+    ranks = []
+    for _ in range(4):
+        r = client.post("/generate", json={"text": "hello", "max_new_tokens": 3})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["output_ids"]) == 3
+        ranks.append(r.json()["meta_info"]["dp_rank"])
+    assert ranks == [0, 1, 0, 1]
+
+    # server_info: every rank at generation 0 with one fingerprint
+    info = client.get("/server_info").json()
+    assert [(r["rank"], r["role"], r["alive"], r["generation"]) for r in info["ranks"]] == [
+        (0, "dp_controller", True, 0),
+        (1, "scheduler", True, 0),
+        (2, "scheduler", True, 0),
+    ]
+    assert len({r["fingerprint"] for r in info["ranks"]}) == 1
+    assert info["config_group"]["fingerprint_mismatch"] is None
+
+    # induced failure on replica 1: its working directory holds a file where the storage dir would go
+    (tmp / "replica1" / "kv").write_text("not a directory")
+    body = {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": '{"dir": "kv"}'}
+    r = client.put("/hicache/storage-backend", json=body, headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"] == [
+        "rank 2: $.memory.hicache_storage_backend_extra_config.dir: "
+        "'hicache_storage_backend_extra_config.dir' = 'kv' exists and is not a directory -- pick a directory path"
+    ]
+    assert _backends(client) == [None, None, None]
+    assert not (tmp / "replica0" / "kv").exists()  # replica 0 prepared, then released what it created
+
+    # success: both replicas (and the controller) report the backend, at one generation
+    (tmp / "replica1" / "kv").unlink()
+    r = client.put("/hicache/storage-backend", json=body, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert r.json()["generation"] == 1
+    assert r.json()["consistent"] is True
+    assert _backends(client) == ["file", "file", "file"]
+    assert (tmp / "replica0" / "kv").is_dir() and (tmp / "replica1" / "kv").is_dir()
+
+    # a bad value is refused by the controller first: 422, nothing changes
+    r = client.post("/config/overrides", json={"schedule_conservativeness": -1}, headers=ADMIN)
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        "rank 0: $.schedule.schedule_conservativeness: must be >= 0, got -1.0 (from override http.config_overrides)"
+    ]
+
+    # a hot routing field changes on every rank; the controller routes by it at once
+    r = client.post("/config/overrides", json={"load_balance_method": "shortest_queue"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert {s["generation"] for s in r.json()["ranks"]} == {2}
+    assert get_parallel().load_balance_method == "shortest_queue"
+    picks = [client.post("/generate", json={"text": "hi", "max_new_tokens": 1}).json()["meta_info"]["dp_rank"]]
+    assert picks == [0]  # both idle: the lowest index wins
+
+    r = client.delete("/hicache/storage-backend", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert _backends(client) == [None, None, None]
+
+    # a replica dies: /health turns 503 and names it
+    assert client.get("/health").status_code == 200
+    victim = controller.replicas[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.process.join(10)
+    r = client.get("/health")
+    assert r.status_code == 503
+    assert r.json()["detail"] == "replica(s) 1 exited -- restart the server"
+
+
+def _pids_alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_dp_stops_every_replica_on_signal(sig: int, tmp_path: Path) -> None:
+    """`sgconf serve --dp-size 2` exits on SIGTERM or SIGINT and leaves no replica process behind."""
+    import httpx
+
+    port = _free_port()
+    exe = Path(sys.executable).with_name("sgconf")
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--dp-size", "2", "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        health = None
+        for _ in range(600):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, "the server exited before it listened"
+                time.sleep(0.1)
+        assert health is not None and health.status_code == 200
+        pids = [row["pid"] for row in health.json()["replicas"]]
+        assert len(pids) == 2 and _pids_alive(pids) == pids
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        assert _pids_alive(pids) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
