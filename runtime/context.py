@@ -72,9 +72,21 @@ class _State:
     snapshot: Snapshot
     view: Any
     flat: Mapping[str, Any]
-    log: tuple[OverrideRecord, ...]
+    # the overrides log as a persistent list, newest first: `(record, older)` pairs, so a
+    # commit is O(1) however long the log grows, and older states keep their own log
+    log_head: tuple[OverrideRecord, Any] | None
+    log_len: int
     # field -> the override that last set it (revert checks this)
     last_set: Mapping[str, OverrideRecord]
+
+    def log(self) -> tuple[OverrideRecord, ...]:
+        out = []
+        node = self.log_head
+        while node is not None:
+            out.append(node[0])
+            node = node[1]
+        out.reverse()
+        return tuple(out)
 
 
 class RuntimeContext:
@@ -97,7 +109,8 @@ class RuntimeContext:
             snapshot=snapshot,
             view=make_view(snapshot, role, role_mode),
             flat=types.MappingProxyType(snapshot.flat()),
-            log=(),
+            log_head=None,
+            log_len=0,
             last_set=types.MappingProxyType({}),
         )
         self._subscribers: tuple[Subscription, ...] = ()
@@ -146,7 +159,7 @@ class RuntimeContext:
 
     def overrides_log(self) -> tuple[OverrideRecord, ...]:
         """Every committed override since publish, oldest first (scoped ones while their scope is open)."""
-        return self._state.log
+        return self._state.log()
 
     def explain(self, name: str) -> list[Origin]:
         """The provenance chain of `name`: launch layers, resolution, then each override; winner last.
@@ -155,7 +168,7 @@ class RuntimeContext:
         """
         info = field_info(name)
         chain = _launch_chain(self.record, name, self.resolved, info)
-        for rec, change in iter_changes(self._state.log, name):
+        for rec, change in iter_changes(self._state.log(), name):
             chain.append(Origin(rec.layer, rec.source, change.new, rec.generation, rec.time, secret=info.spec.secret))
         return chain
 
@@ -302,7 +315,8 @@ class RuntimeContext:
             snapshot=proposal.snapshot,
             view=make_view(proposal.snapshot, self.role, self.role_mode),
             flat=proposal.flat,
-            log=(*state.log, rec),
+            log_head=(rec, state.log_head),
+            log_len=state.log_len + 1,
             last_set=types.MappingProxyType(last_set),
         )
         self._swap(new)
@@ -323,8 +337,9 @@ class RuntimeContext:
 
     def _notify(self, record: OverrideRecord, snapshot: Any) -> None:
         event = ConfigEvent(record, snapshot)
+        changed = record.fields
         for sub in self._subscribers:
-            if not sub.wants(record.fields):
+            if not sub.wants(changed):
                 continue
             try:
                 sub.callback(event)
@@ -349,7 +364,7 @@ class RuntimeContext:
                 if last is receipt.record:
                     continue
                 info = field_info(change.name)
-                if last is None or receipt.record not in state.log:
+                if last is None or receipt.record not in state.log():
                     why = "that override is no longer applied (a scope or restore dropped it)"
                 else:
                     why = f"changed since by {last.source!r} at generation {last.generation}"
@@ -367,7 +382,7 @@ class RuntimeContext:
         return new
 
     def __repr__(self) -> str:
-        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self._state.log)})"
+        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={self._state.log_len})"
 
 
 def _refusal(info: FieldInfo, raw: Any, source: str) -> str:

@@ -162,12 +162,14 @@ class ContextMachine(RuleBasedStateMachine):
         with capture_logs():
             cm.__enter__()
         self.frames.append(("scoped", cm, *saved))
-        # a scope is a commit in the scoped layer; its receipts are not revertible after exit
+        # a scope is a commit in the scoped layer: earlier receipts of its fields now conflict
+        scope_mark = object()
         self.model = attrs.evolve(
             self.model,
             values={**self.model.values, **values},
             generation=self.model.generation + 1,
             log_len=self.model.log_len + 1,
+            last_set={**self.model.last_set, **dict.fromkeys(values, scope_mark)},
         )
 
     @rule(values=st.sampled_from([{}, {"page_size": 4}, {"stream_interval": 3, "page_size": 2}]))
