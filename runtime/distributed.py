@@ -1,13 +1,15 @@
 """Propagate a post-publish override to every rank of a group: all ranks change, or none.
 
 `ConfigGroup.propagate(source, **fields)` runs a two-phase commit. The coordinator
-(rank 0 of the group by default) posts the proposal with its base generation; every
-rank validates it against its own context without applying it
-(`validate_override`) and prepares the side effects that go with it (a storage
-attach), then votes yes or no with its reasons. Only when every rank voted yes do
-all ranks commit, ending at the same generation; otherwise every rank that prepared
-something releases it and the caller gets one `PropagationFailed` naming each
-refusing rank and its reasons, and each rank that stayed silent.
+(rank 0 of the group by default) validates first, so input every rank would refuse
+never leaves it, then posts the proposal with its base generation; every rank checks
+that it is at that generation, validates the proposal against its own context
+without applying it (`validate_override`) and prepares the side effects that go with
+it (a storage attach), then votes yes or no with its reasons. Only when every rank
+voted yes do all ranks commit, ending at the same generation; otherwise every rank
+that prepared something releases it and the caller gets one `PropagationFailed`
+naming each refusing rank and its reasons, and each rank that stayed silent. Either
+way the call returns only once every rank that answered has finished the round.
 
 Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every
 rank inside the same call at once: a follower would have to sit in a `broadcast`
@@ -31,8 +33,10 @@ differs from the coordinator's is logged as an error with the differing fields a
 kept in `status()` for `/server_info`.
 
 Limits: the board lives in the coordinator's process, so if the coordinator dies
-between writing a commit and a follower reading it, that follower cannot tell and
-aborts; it logs `config_group.board_lost` and stops taking part.
+between writing a commit and a follower reading it, that follower cannot tell; it
+releases what it prepared, logs `config_group.board_lost` and stops taking part. A
+rank that died stays silent, so every later round fails until the group is rebuilt:
+all or nothing holds for the whole group, not for the ranks that happen to be up.
 """
 
 from __future__ import annotations
@@ -452,10 +456,14 @@ class ConfigGroup:
             return
         key = f"decision/{n}"
         try:
-            store.wait([key], datetime.timedelta(seconds=float(message["timeout_s"])))
-        except dist.DistStoreError:
-            pass  # our deadline passed; the compare-and-set below settles the round for everyone
-        decision = store.compare_set(key, "", _ABORT).decode()
+            try:
+                store.wait([key], datetime.timedelta(seconds=float(message["timeout_s"])))
+            except dist.DistStoreError:
+                pass  # our deadline passed; the compare-and-set below settles the round for everyone
+            decision = store.compare_set(key, "", _ABORT).decode()
+        except dist.DistError:
+            self._abort(prepared)  # the board is gone with the coordinator: release, then stop listening
+            raise
         if decision == _COMMIT:
             ack = self._commit(prepared)
             store.set(f"ack/{n}/{self.rank}", json.dumps(ack, default=repr))
@@ -566,7 +574,7 @@ def _digests(ctx: Any) -> dict[str, str]:
     return {name: _digest(shown(name, ctx.value(name))) for name in declared_fields()}
 
 
-def _quietly(step: Callable[[], None], what: str) -> bool:
+def _quietly(step: Callable[[], object], what: str) -> bool:
     try:
         step()
     except Exception as exc:  # one effect failing must not stop the others from being released

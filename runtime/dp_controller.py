@@ -426,13 +426,13 @@ def serve_dp(record: Any) -> int | None:
     Publishes the record with role `dp_controller`, starts the replicas, runs uvicorn
     until SIGTERM/SIGINT, then stops every replica. Returns the exit status.
     """
-    from runtime.accessors import get_parallel, get_serving
+    from runtime.accessors import get_serving
     from runtime.context import publish, reset
+    from sgconf.record import to_bags
 
-    publish(record, role=ROLE)
-    if get_parallel().dp_size <= 1:
-        reset()
+    if to_bags(record)["parallel"].dp_size <= 1:  # the launch value; nothing is published yet
         return None
+    publish(record, role=ROLE)
     import uvicorn
 
     from runtime.logs import configure_from_config
