@@ -415,11 +415,12 @@ def _evolve(snapshot: Snapshot, values: Mapping[str, Any], infos: Mapping[str, F
 
 
 def _launch_chain(record: Any, name: str, resolved: Resolved, info: FieldInfo) -> list[Origin]:
+    """Launch layers (from `sgconf.loading`'s provenance of the record) then resolution's decision."""
     try:
         from sgconf.loading import explain as launch_explain
-    except ImportError:  # loading not available: defaults, the record's own value, resolution
-        launch_explain = None
-    if launch_explain is not None:
+    except ImportError:
+        pass  # loading not available: defaults, the record's own value, resolution
+    else:
         return list(launch_explain(record, name, resolved))
     secret = info.spec.secret
     chain = [Origin("default", "defaults", info.default, secret=secret)]

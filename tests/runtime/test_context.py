@@ -24,6 +24,7 @@ from runtime import (
     get_server_args,
     get_serving,
     get_spec,
+    override_server_args,
     publish,
     reset,
 )
@@ -548,3 +549,43 @@ def test_bags_are_frozen(ctx):
     """Bags cannot be assigned to; changes go through override()."""
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         get_schedule().page_size = 4  # type: ignore[misc]
+
+
+def test_explain_falls_back_without_loading(ctx, monkeypatch):
+    """Without sgconf.loading, explain() shows defaults, the record's own value and resolution."""
+    monkeypatch.setitem(sys.modules, "sgconf.loading", None)  # makes the import fail
+    with override_server_args(stream_interval=3) as test_ctx:
+        chain = test_ctx.explain("stream_interval")
+        assert [(o.layer, o.detail, o.value) for o in chain] == [("default", "defaults", 1), ("record", "given", 3)]
+        page = test_ctx.explain("page_size")
+        assert [(o.layer, o.value) for o in page] == [("default", None), ("resolution", 1)]
+
+
+def test_value_reads_one_field(ctx):
+    """value() returns one flat field with overrides applied and rejects unknown names."""
+    ctx.override("http", stream_interval=6)
+    assert ctx.value("stream_interval") == 6
+    assert ctx.value("page_size") == 1
+    with pytest.raises(UnknownFieldError):
+        ctx.value("nope")
+
+
+def test_commit_checks_the_context(ctx):
+    """A proposal commits only on its own, still-live context."""
+    proposal = ctx.validate_override("http", stream_interval=2)
+    with override_server_args() as other:
+        with pytest.raises(StaleProposalError, match="validated on another context"):
+            other.commit(proposal)
+        with pytest.raises(ContextReplacedError):
+            ctx.commit(proposal)
+    assert ctx.commit(proposal).generation == 1
+
+
+def test_subscription_as_context_manager(ctx):
+    """A subscription used in a with-block unsubscribes on exit."""
+    seen = []
+    with ctx.subscribe(lambda e: seen.append(e.generation)) as sub:
+        assert ctx.subscribers() == (sub,)
+        ctx.override("http", stream_interval=2)
+    ctx.override("http", stream_interval=3)
+    assert seen == [1] and ctx.subscribers() == ()
