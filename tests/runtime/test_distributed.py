@@ -180,6 +180,68 @@ class World:
         self.dist.destroy_process_group()
 
 
+class Recording:
+    """A side effect that records what happened to it; `fail` makes its prepare refuse."""
+
+    def __init__(self, name: str, events: list[str], *, fail: bool = False) -> None:
+        self.name, self.events, self.fail = name, events, fail
+
+    def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
+        if self.fail:
+            raise RuntimeError(f"{self.name} cannot prepare {sorted(values)}")
+        self.events.append(f"{self.name}.prepare")
+        return self
+
+    def commit(self) -> None:
+        self.events.append(f"{self.name}.commit")
+
+    def abort(self) -> None:
+        self.events.append(f"{self.name}.abort")
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_single_rank_commits_config_then_effects() -> None:
+    """With one rank the round is local: config and every prepared effect commit, in order."""
+    from runtime import get_schedule
+    from runtime.distributed import ConfigGroup
+
+    events: list[str] = []
+    group = ConfigGroup(None, 0, 1, timeout_s=1.0)
+    group.add_effect(Recording("a", events))
+    group.add_effect(Recording("b", events))
+    result = group.propagate("test.tune", schedule_policy="lpm")
+    assert (result.generation, result.consistent, result.fields) == (1, True, ("schedule_policy",))
+    assert get_schedule().schedule_policy == "lpm"
+    assert events == ["a.prepare", "b.prepare", "a.commit", "b.commit"]
+    group.close()
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_failing_effect_releases_the_ones_prepared_before_it() -> None:
+    """A side effect that cannot prepare refuses the round; effects prepared before it are aborted."""
+    from runtime import get_context
+    from runtime.distributed import ConfigGroup, PropagationFailed
+
+    events: list[str] = []
+    group = ConfigGroup(None, 0, 1, timeout_s=1.0)
+    group.add_effect(Recording("a", events))
+    group.add_effect(Recording("b", events, fail=True))
+    with pytest.raises(PropagationFailed) as info:
+        group.propagate("test.tune", schedule_policy="lpm")
+    assert info.value.lines() == ["rank 0: b cannot prepare ['schedule_policy']"]
+    assert events == ["a.prepare", "a.abort"]
+    assert get_context().generation == 0
+    group.close()
+
+
+def test_rank_outside_the_group_is_refused() -> None:
+    """A rank outside [0, world_size) is refused at construction, before any collective."""
+    from runtime.distributed import ConfigGroup
+
+    with pytest.raises(ValueError, match=r"rank 2 and coordinator 0 must be in \[0, 2\)"):
+        ConfigGroup(None, 2, 2)
+
+
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
 def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(tmp_path_factory.mktemp(f"world{request.param}"), request.param)
