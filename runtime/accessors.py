@@ -122,27 +122,27 @@ def get_exec() -> ExecConfig:
 # they read that snapshot; without one, the live view.
 
 
-def max_speculative_num_draft_tokens(snapshot: Any = None) -> int:
+def max_speculative_num_draft_tokens(snapshot: _snapshot.Snapshot | None = None) -> int:
     """Draft-token bound for buffers: max of the active count and the publish-time capacity (0 without spec)."""
     return _snapshot.max_speculative_num_draft_tokens(_view if snapshot is None else snapshot)
 
 
-def mamba_extra_buffer_enabled(snapshot: Any = None) -> bool:
+def mamba_extra_buffer_enabled(snapshot: _snapshot.Snapshot | None = None) -> bool:
     """Whether mamba keeps an extra state buffer (strategy extra_buffer or extra_buffer_lazy)."""
     return _snapshot.mamba_extra_buffer_enabled(_view if snapshot is None else snapshot)
 
 
-def mamba_extra_buffer_lazy_enabled(snapshot: Any = None) -> bool:
+def mamba_extra_buffer_lazy_enabled(snapshot: _snapshot.Snapshot | None = None) -> bool:
     """Whether the extra mamba buffer is filled lazily (strategy extra_buffer_lazy)."""
     return _snapshot.mamba_extra_buffer_lazy_enabled(_view if snapshot is None else snapshot)
 
 
-def configured_pp_size(snapshot: Any = None) -> int:
+def configured_pp_size(snapshot: _snapshot.Snapshot | None = None) -> int:
     """The configured pipeline-parallel size."""
     return _snapshot.configured_pp_size(_view if snapshot is None else snapshot)
 
 
-def attention_backends(snapshot: Any = None) -> tuple[str, str]:
+def attention_backends(snapshot: _snapshot.Snapshot | None = None) -> tuple[str, str]:
     """`(prefill, decode)` attention backends, each falling back to `attention_backend`."""
     return _snapshot.attention_backends(_view if snapshot is None else snapshot)
 

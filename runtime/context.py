@@ -42,6 +42,7 @@ from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.snapshot import BAG_NAMES, Snapshot, fingerprint_of
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.provenance import Origin
+from sgconf.record import ServerArgs
 from sgconf.registry import FieldInfo, field_info, fields, group_children
 from sgconf.resolution import Resolved, resolve_once
 from sgconf.rules import check_rules
@@ -123,8 +124,11 @@ class RuntimeContext:
         """0 at publish; +1 per committed override."""
         return self._state.snapshot.generation
 
-    def snapshot(self) -> Any:
-        """Every bag at the current generation (role-checked when the role mode is not off)."""
+    def snapshot(self) -> Snapshot:
+        """Every bag at the current generation, immutable; read several values for one decision from it.
+
+        When the role mode is record/enforce this is a role-checked view with the same names.
+        """
         return self._state.view
 
     def value(self, name: str) -> Any:
@@ -442,9 +446,15 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
     `model` is the HF-style config mapping handed to `resolve_once` (None: read from
     model_path). Re-publishing replaces everything (last publish wins) and logs
     `config.republish` with the overrides it dropped. Raises ConfigError for an unknown
-    role or a bad `SGCONF_ROLE_NAMESPACES`, ResolutionError when resolution fails; on
-    any error the previous context stays live.
+    role or a bad `SGCONF_ROLE_NAMESPACES`, ResolutionError when resolution fails,
+    TypeError for anything but a ServerArgs; on any error the previous context stays live.
     """
+    if not isinstance(record, ServerArgs):
+        msg = (
+            f"publish() takes a ServerArgs record, got {type(record).__name__} "
+            "-- build one with sgconf.loading.load(...) or sgconf.validation.build_record(...)"
+        )
+        raise TypeError(msg)
     check_role(role)
     mode = mode_from_env()
     resolved = resolve_once(record, model)

@@ -589,3 +589,13 @@ def test_subscription_as_context_manager(ctx):
         ctx.override("http", stream_interval=2)
     ctx.override("http", stream_interval=3)
     assert seen == [1] and ctx.subscribers() == ()
+
+
+def test_publish_needs_a_record():
+    """publish() of anything but a ServerArgs is a TypeError naming the fix."""
+    with pytest.raises(TypeError) as info:
+        publish({"page_size": 16}, role="scheduler")
+    assert str(info.value) == (
+        "publish() takes a ServerArgs record, got dict -- build one with sgconf.loading.load(...) "
+        "or sgconf.validation.build_record(...)"
+    )
