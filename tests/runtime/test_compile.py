@@ -62,3 +62,14 @@ def test_compiled_derived_accessor_follows_overrides():
     assert compiled(x).tolist() == [8.0]  # 7 draft tokens + threshold 1.0
     get_context().override("tuner", speculative_accept_threshold_single=0.5)
     assert compiled(x).tolist() == [7.5]
+
+
+def test_enforce_mode_compiles_without_breaks(monkeypatch):
+    """Role enforcement adds no graph break and still follows overrides."""
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
+    with override_server_args(role="scheduler") as ctx:
+        assert torch._dynamo.explain(scale)(torch.ones(1)).graph_break_count == 0
+        compiled = torch.compile(scale, backend="eager", fullgraph=True)
+        assert compiled(torch.ones(1)).tolist() == [2.0]
+        with ctx.scoped(page_size=8):
+            assert compiled(torch.ones(1)).tolist() == [9.0]
