@@ -17,7 +17,9 @@ Reading inside a forward pass (and under `torch.compile`)
     attribute, a closure or a default argument at construction time: that copy is
     the stale constant an override cannot reach. Read through the accessor (or the
     snapshot handed to the step) at the point of use. Values that size allocated
-    buffers are not hot; they cannot change under a running forward.
+    buffers are not hot; they cannot change under a running forward. Role mode
+    `enforce` compiles cleanly too; `record` writes a file on a pair's first read, so
+    run audits eagerly.
 
 Before any `publish()`, every accessor raises `NotPublishedError` saying how to publish.
 """

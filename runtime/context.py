@@ -183,7 +183,8 @@ class RuntimeContext:
 
         Raises UnknownFieldError (unknown name), OverrideRefused (field not hot and
         `source` not on its allow-list), ConfigError (bad type, choice or cross-field
-        rule), ContextReplacedError (a later publish replaced this context).
+        rule), ContextReplacedError (a later publish replaced this context). A value
+        equal to the current one still commits: the log records what was asked, and when.
         """
         with _lock:
             proposal = self._propose(source, values, layer="override", check_source=True)
