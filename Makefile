@@ -16,6 +16,7 @@ install: $(STAMP)
 
 lint: install
 	$(BIN)/ruff check sgconf runtime mem_cache attention tools tests benchmarks
+	$(BIN)/mypy sgconf runtime mem_cache attention tools
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check

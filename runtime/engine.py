@@ -112,9 +112,11 @@ class Engine:
             from runtime.hicache_bridge import HiCacheBridge
 
             self.hicache = HiCacheBridge.create(self, snap)
+        # resolution always decides the chunk size, so a None here is a bug, not user input
+        assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
         limits = SchedulerLimits(
             max_running_requests=self.memory.max_running_requests,
-            chunked_prefill_size=int(snap.schedule.chunked_prefill_size),
+            chunked_prefill_size=snap.schedule.chunked_prefill_size,
             max_prefill_tokens=int(snap.schedule.max_prefill_tokens),
             page_size=self.memory.page_size,
             max_context_len=self.memory.max_context_len,
@@ -165,6 +167,7 @@ class Engine:
             return None
         from runtime.speculative import SpeculativeWorker
 
+        assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
         draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
         return SpeculativeWorker(

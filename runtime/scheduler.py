@@ -88,6 +88,12 @@ class Req:
         return self.prompt + self.output
 
     @property
+    def slot_row(self) -> int:
+        """The request's row in the req-to-token table; only asked for while it holds one."""
+        assert self.row is not None, f"request {self.rid} holds no request row"
+        return self.row
+
+    @property
     def prefill_target(self) -> int:
         """Tokens that need KV before the first decode step: everything but the newest token."""
         return len(self.prompt) + len(self.output) - 1
@@ -305,9 +311,11 @@ class Scheduler:
                 continue
             start = req.kv_len
             last = self.last_loc(req)
-            slots = self.alloc_with_eviction(
-                lambda s=start, t=take, ll=last: self.allocator.alloc_extend([s], [s + t], [ll]), take
-            )
+
+            def extend(s: int = start, t: int = take, ll: int = last) -> torch.Tensor | None:
+                return self.allocator.alloc_extend([s], [s + t], [ll])
+
+            slots = self.alloc_with_eviction(extend, take)
             if slots is None:
                 if not chunk and not self.decoding and self.prefilling[0] is req:
                     self._fail(req, "the prompt does not fit the KV pool -- shorten it or raise max_total_tokens")
@@ -318,7 +326,7 @@ class Scheduler:
         if not chunk:
             return False
         batch = ForwardBatch.extend(
-            req_pool_indices=[r.row for r, _, _ in chunk],
+            req_pool_indices=[r.slot_row for r, _, _ in chunk],
             seq_lens=[r.kv_len + n for r, n, _ in chunk],
             extend_prefix_lens=[r.kv_len for r, _, _ in chunk],
             out_cache_loc=torch.cat([s for _, _, s in chunk]),
@@ -351,10 +359,11 @@ class Scheduler:
             return
         while True:
             reqs = self.decoding
-            out = self.alloc_with_eviction(
-                lambda reqs=reqs: self.allocator.alloc_decode([r.kv_len + 1 for r in reqs], [self.last_loc(r) for r in reqs]),
-                len(reqs),
-            )
+
+            def decode(reqs: list[Req] = reqs) -> torch.Tensor | None:
+                return self.allocator.alloc_decode([r.kv_len + 1 for r in reqs], [self.last_loc(r) for r in reqs])
+
+            out = self.alloc_with_eviction(decode, len(reqs))
             if out is not None:
                 break
             if not self._retract_newest():
@@ -363,7 +372,7 @@ class Scheduler:
         for req, slot in zip(reqs, out.tolist(), strict=True):
             self.req_pool.req_to_token[req.row, req.kv_len] = slot
         batch = ForwardBatch.decode(
-            req_pool_indices=[r.row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
+            req_pool_indices=[r.slot_row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
         )
         ids = torch.tensor([r.all_ids[-1] for r in reqs], dtype=torch.long)
         positions = torch.tensor([r.kv_len for r in reqs], dtype=torch.long)

@@ -86,7 +86,7 @@ class SpeculativeWorker:
         if not behind:
             return
         batch = ForwardBatch.extend(
-            req_pool_indices=[r.row for r in behind],
+            req_pool_indices=[r.slot_row for r in behind],
             seq_lens=[r.kv_len for r in behind],
             extend_prefix_lens=[r.draft_kv_len for r in behind],
             out_cache_loc=torch.cat([sched.slots_of(r, r.draft_kv_len, r.kv_len) for r in behind]),
@@ -101,7 +101,7 @@ class SpeculativeWorker:
         k = self.num_steps
         drafts: list[list[int]] = [[] for _ in reqs]
         current = [r.all_ids[-1] for r in reqs]
-        rows = [r.row for r in reqs]
+        rows = [r.slot_row for r in reqs]
         for j in range(k):
             batch = ForwardBatch.decode(
                 req_pool_indices=rows,
@@ -121,7 +121,7 @@ class SpeculativeWorker:
     def _verify(self, sched: Any, reqs: list[Req], drafts: list[list[int]], slots: torch.Tensor) -> None:
         k = self.num_steps
         batch = ForwardBatch.extend(
-            req_pool_indices=[r.row for r in reqs],
+            req_pool_indices=[r.slot_row for r in reqs],
             seq_lens=[r.kv_len + k + 1 for r in reqs],
             extend_prefix_lens=[r.kv_len for r in reqs],
             out_cache_loc=slots,
