@@ -296,25 +296,17 @@ def create_dp_app(controller: DPController) -> Any:
         GENERATE_FIELDS,
         OVERRIDE_SOURCE,
         HTTPProblem,
-        _attach_args,
-        _body_of,
-        _generate_args,
-        _json_object,
+        attach_args,
+        generate_args,
+        install_error_handlers,
+        json_object,
         require_admin,
         require_api_key,
     )
 
     app = FastAPI(title="sgconf data-parallel controller", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.controller = controller
-
-    @app.exception_handler(HTTPProblem)
-    async def _problem(request: Request, exc: HTTPProblem) -> JSONResponse:
-        return JSONResponse(_body_of(exc), status_code=exc.status, headers=exc.headers)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("http.error", path=request.url.path, error=repr(exc))
-        return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
+    install_error_handlers(app)
 
     def require_idle(what: str) -> None:
         replicas, requests = controller.busy()
@@ -369,7 +361,7 @@ def create_dp_app(controller: DPController) -> Any:
     @app.post("/generate")
     async def generate(request: Request) -> dict[str, Any]:
         require_api_key(request)
-        args = _generate_args(await _json_object(request, GENERATE_FIELDS, "generate"))
+        args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
         try:
             return await controller.generate(args)
         except ReplicaFailed as exc:
@@ -386,7 +378,7 @@ def create_dp_app(controller: DPController) -> Any:
     @app.put("/hicache/storage-backend")
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        args = _attach_args(await _json_object(request, ATTACH_FIELDS, "memory"))
+        args = attach_args(await json_object(request, ATTACH_FIELDS, "memory"))
         fields = {
             "hicache_storage_backend": args["backend"],
             "hicache_storage_backend_extra_config": args["extra_config"],
@@ -410,7 +402,7 @@ def create_dp_app(controller: DPController) -> Any:
     @app.post("/config/overrides")
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
-        body = await _json_object(request, None)
+        body = await json_object(request, None)
         if not body:
             raise HTTPProblem(422, "no fields to override", errors=["$: give at least one hot field"])
         require_idle("override config")

@@ -153,6 +153,7 @@ class _Sender:
 def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:
     from runtime.engine import EngineStopped, GenerationError
     from runtime.scheduler import RequestRejected
+    from runtime.server import generate_body
 
     try:
         result = engine.generate(**args)
@@ -166,25 +167,4 @@ def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _S
         log.error("replica.generate_failed", rank=rank, error=repr(exc))
         sender.send(("error", rid, 500, "internal error -- see the replica log"))
         return
-    stats = result.stats
-    sender.send(
-        (
-            "result",
-            rid,
-            {
-                "text": result.text,
-                "output_ids": list(result.token_ids),
-                "meta_info": {
-                    "prompt_tokens": stats.prompt_tokens,
-                    "completion_tokens": stats.completion_tokens,
-                    "cached_tokens": stats.cached_tokens,
-                    "prefetched_tokens": stats.prefetched_tokens,
-                    "finish_reason": stats.finish_reason,
-                    "spec_verify_steps": stats.spec_verify_steps,
-                    "spec_accept_length": stats.spec_accept_length,
-                    "latency_s": round(stats.latency_s, 6),
-                    "dp_rank": rank - 1,
-                },
-            },
-        )
-    )
+    sender.send(("result", rid, generate_body(result, dp_rank=rank - 1)))

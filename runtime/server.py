@@ -109,7 +109,7 @@ def require_api_key(request: Request) -> None:
         _check_bearer(request, key, what="this route", flag="--api-key")
 
 
-async def _json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
+async def json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
@@ -133,13 +133,8 @@ def _busy(exc: Any) -> HTTPProblem:
     return HTTPProblem(409, str(exc), extra={"queued": exc.queued, "running": exc.running})
 
 
-def create_app(engine: Any) -> FastAPI:
-    """The FastAPI app serving `engine`; see the module docstring for the routes."""
-    from runtime.engine import EngineBusy, EngineStopped, GenerationError
-    from runtime.scheduler import RequestRejected
-
-    app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.engine = engine
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer HTTPProblem with its status and body, anything else with a bare 500: no traceback reaches a client."""
 
     @app.exception_handler(HTTPProblem)
     async def _problem(request: Request, exc: HTTPProblem) -> JSONResponse:
@@ -149,6 +144,36 @@ def create_app(engine: Any) -> FastAPI:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("http.error", path=request.url.path, error=repr(exc))
         return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
+
+
+def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
+    """The `/generate` answer for one engine result; `meta` adds keys to `meta_info` (a replica's dp_rank)."""
+    stats = result.stats
+    return {
+        "text": result.text,
+        "output_ids": list(result.token_ids),
+        "meta_info": {
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.completion_tokens,
+            "cached_tokens": stats.cached_tokens,
+            "prefetched_tokens": stats.prefetched_tokens,
+            "finish_reason": stats.finish_reason,
+            "spec_verify_steps": stats.spec_verify_steps,
+            "spec_accept_length": stats.spec_accept_length,
+            "latency_s": round(stats.latency_s, 6),
+            **meta,
+        },
+    }
+
+
+def create_app(engine: Any) -> FastAPI:
+    """The FastAPI app serving `engine`; see the module docstring for the routes."""
+    from runtime.engine import EngineBusy, EngineStopped, GenerationError
+    from runtime.scheduler import RequestRejected
+
+    app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine = engine
+    install_error_handlers(app)
 
     @app.middleware("http")
     async def _log_requests(request: Request, call_next: Any) -> Any:
@@ -180,8 +205,8 @@ def create_app(engine: Any) -> FastAPI:
     @app.post("/generate")
     async def generate(request: Request) -> dict[str, Any]:
         require_api_key(request)
-        body = await _json_object(request, GENERATE_FIELDS, "generate")
-        args = _generate_args(body)
+        body = await json_object(request, GENERATE_FIELDS, "generate")
+        args = generate_args(body)
         try:
             result = await run_in_threadpool(lambda: engine.generate(**args))
         except RequestRejected as exc:
@@ -193,20 +218,7 @@ def create_app(engine: Any) -> FastAPI:
         stats = result.stats
         log.info("generate.done", prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
                  cached_tokens=stats.cached_tokens, latency_ms=round(stats.latency_s * 1000, 2))
-        return {
-            "text": result.text,
-            "output_ids": list(result.token_ids),
-            "meta_info": {
-                "prompt_tokens": stats.prompt_tokens,
-                "completion_tokens": stats.completion_tokens,
-                "cached_tokens": stats.cached_tokens,
-                "prefetched_tokens": stats.prefetched_tokens,
-                "finish_reason": stats.finish_reason,
-                "spec_verify_steps": stats.spec_verify_steps,
-                "spec_accept_length": stats.spec_accept_length,
-                "latency_s": round(stats.latency_s, 6),
-            },
-        }
+        return generate_body(result)
 
     @app.get("/hicache/storage-backend")
     async def storage_status(request: Request) -> dict[str, Any]:
@@ -216,8 +228,8 @@ def create_app(engine: Any) -> FastAPI:
     @app.put("/hicache/storage-backend")
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        body = await _json_object(request, ATTACH_FIELDS, "memory")
-        args = _attach_args(body)
+        body = await json_object(request, ATTACH_FIELDS, "memory")
+        args = attach_args(body)
         try:
             receipt = await run_in_threadpool(lambda: engine.attach_storage_backend(**args))
         except EngineBusy as exc:
@@ -245,7 +257,7 @@ def create_app(engine: Any) -> FastAPI:
     @app.post("/config/overrides")
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
-        body = await _json_object(request, None)
+        body = await json_object(request, None)
         if not body:
             raise HTTPProblem(422, "no fields to override", errors=["$: give at least one hot field, e.g. {\"schedule_conservativeness\": 0.5}"])
         try:
@@ -260,7 +272,7 @@ def create_app(engine: Any) -> FastAPI:
     return app
 
 
-def _generate_args(body: dict[str, Any]) -> dict[str, Any]:
+def generate_args(body: dict[str, Any]) -> dict[str, Any]:
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise HTTPProblem(422, "invalid generate request", errors=["$.generate.sampling_params: expected an object"])
@@ -297,7 +309,7 @@ def _generate_args(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _attach_args(body: dict[str, Any]) -> dict[str, Any]:
+def attach_args(body: dict[str, Any]) -> dict[str, Any]:
     backend = body.get("hicache_storage_backend")
     errors = []
     if backend is None:
@@ -353,4 +365,12 @@ def _server_info(engine: Any) -> dict[str, Any]:
     }
 
 
-__all__ = ["HTTPProblem", "create_app"]
+__all__ = [
+    "HTTPProblem",
+    "attach_args",
+    "create_app",
+    "generate_args",
+    "generate_body",
+    "install_error_handlers",
+    "json_object",
+]
