@@ -87,9 +87,38 @@ def _to_dict(value: Any, tp: type) -> dict[str, Any]:
             raise ConversionError(f"expected a JSON object ({exc.msg} at char {exc.pos})") from None
     if not isinstance(value, dict):
         raise ConversionError("expected an object")
-    if not all(isinstance(k, str) for k in value):
-        raise ConversionError("expected an object with string keys")
+    bad = _non_json(value, "")
+    if bad is not None:
+        raise ConversionError(f"expected a JSON object ({bad})")
     return dict(value)
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _non_json(value: Any, at: str) -> str | None:
+    """Where `value` stops being plain JSON, e.g. `'d' is a date`; None when it is JSON throughout.
+
+    Dict-valued settings travel as JSON (HTTP bodies, other ranks, `show --format json`), so a
+    TOML date or a YAML set is refused at load instead of failing later in a dump.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"key {key!r}{' in ' + repr(at) if at else ''} is not a string"
+            found = _non_json(item, f"{at}.{key}" if at else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _non_json(item, f"{at}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, _JSON_SCALARS):
+        return None
+    return f"{at!r} is a {type(value).__name__}"
 
 
 def _to_list(value: Any, tp: Any) -> list[Any]:

@@ -10,9 +10,7 @@ still explain its launch layers.
 from __future__ import annotations
 
 import os
-import threading
 import types
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +25,7 @@ from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
     cli_layer,
+    config_file_path,
     config_path_from_env,
     layer_sources,
     read_config_file,
@@ -112,7 +111,7 @@ def load_layers(
     file_text = None
     if path is not None and str(path) != "":
         layer = read_config_file(path)
-        file_text = str(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        file_text = str(config_file_path(path))
         layers.append(layer)
     layers.append(read_env(env))
     layers.append(cli_layer(cli))
@@ -142,7 +141,7 @@ def load_layers(
         chain.extend(layer.origin(name, values[name]) for layer, values in converted if name in values)
         chains[name] = tuple(chain)
     provenance = types.MappingProxyType(chains)
-    _remember(record, provenance)
+    object.__setattr__(record, "_sgconf_provenance", provenance)  # frozen: set once, before anyone sees it
     return Loaded(record, provenance, file_text)
 
 
@@ -168,28 +167,6 @@ def explain(
     return tuple(chain)
 
 
-# Identity-keyed: equal records built from different layers keep their own provenance.
-_lock = threading.RLock()  # re-entrant: a weakref callback may fire while we hold it
-_registry: dict[int, tuple[weakref.ref[Any], Provenance]] = {}
-
-
-def _remember(record: Any, provenance: Provenance) -> None:
-    key = id(record)
-
-    def forget(_: Any, key: int = key) -> None:
-        with _lock:
-            entry = _registry.get(key)
-            if entry is not None and entry[0]() is None:
-                del _registry[key]
-
-    with _lock:
-        _registry[key] = (weakref.ref(record, forget), provenance)
-
-
 def provenance_of(record: Any) -> Provenance | None:
     """The provenance of a record built by `load()`; None for a record built any other way."""
-    with _lock:
-        entry = _registry.get(id(record))
-    if entry is None or entry[0]() is not record:
-        return None
-    return entry[1]
+    return getattr(record, "_sgconf_provenance", None)

@@ -18,7 +18,6 @@ from sgconf.registry import (
     fields,
     group_children,
     namespace_class,
-    namespaces,
     top_level_namespaces,
 )
 
@@ -39,9 +38,10 @@ def _assemble() -> type:
         repr=False,
     )
     cls.__repr__ = _redacted_repr  # type: ignore[method-assign,assignment]
-    # One private slot, outside the attrs fields, where resolve_once() keeps its result: the
-    # outcome lives and dies with the record, so no global table can leak or go stale.
-    record = type("ServerArgs", (cls,), {"__slots__": ("_sgconf_resolution",)})
+    # Private slots, outside the attrs fields (so not in eq, hash or evolve), where load() keeps
+    # the provenance and resolve_once() its result: both live and die with the record, so no
+    # global table can leak or go stale, and equal records built differently keep their own.
+    record = type("ServerArgs", (cls,), {"__slots__": ("_sgconf_provenance", "_sgconf_resolution")})
     record.__module__ = __name__
     record.__qualname__ = "ServerArgs"
     record.__doc__ = "The flat raw record of every declared field; frozen. Read the bags, not this."
@@ -112,7 +112,3 @@ class _validators_off:
 
     def __exit__(self, *exc: object) -> None:
         attrs.validators.set_disabled(self._was)
-
-
-def namespace_paths() -> list[str]:
-    return list(namespaces())

@@ -25,7 +25,7 @@ except ImportError:  # python 3.10: the same parser, packaged separately
 
 from sgconf.errors import Problem
 from sgconf.provenance import Origin
-from sgconf.registry import fields, group_children, iter_fields_of, namespaces, top_level_namespaces
+from sgconf.registry import field_info, fields, group_children, iter_fields_of, top_level_namespaces
 from sgconf.suggest import did_you_mean
 
 ENV_PREFIX = "SGCONF_"
@@ -49,7 +49,7 @@ class LayerInput:
 
     def origin(self, name: str, value: Any) -> Origin:
         """The provenance entry of field `name` set by this layer to the converted `value`."""
-        return Origin(self.layer, self.details[name], value, secret=fields()[name].spec.secret)
+        return Origin(self.layer, self.details[name], value, secret=field_info(name).spec.secret)
 
     def sources(self) -> dict[str, str]:
         """`{field: "from env SGCONF_PAGE_SIZE"}` for every value of this layer."""
@@ -111,7 +111,7 @@ def read_config_file(path: str | os.PathLike[str]) -> LayerInput:
     unknown keys (with a suggestion) and keys under the wrong namespace come back as
     problems naming the file.
     """
-    file = Path(path).expanduser().absolute()
+    file = config_file_path(path)
     where = f"from {file}"
     data, problem = _parse(file)
     if problem is not None:
@@ -122,6 +122,11 @@ def read_config_file(path: str | os.PathLike[str]) -> LayerInput:
     walker = _FileWalker(str(file))
     walker.top(data)
     return LayerInput("file", walker.values, walker.details, tuple(walker.problems))
+
+
+def config_file_path(path: str | os.PathLike[str]) -> Path:
+    """The absolute, normalised path a config file is reported under (`~` expanded, `..` folded)."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
 def _parse(file: Path) -> tuple[Any, str | None]:
@@ -202,8 +207,7 @@ class _FileWalker:
             else:
                 local = [*children, *(i.name for i in iter_fields_of(path))]
                 hint = did_you_mean(key, local) or did_you_mean(key, self.infos)
-                where = f"[{path}]" if path in namespaces() else path
-                self.problem(here, f"unknown key '{key}' in {where}{hint}")
+                self.problem(here, f"unknown key '{key}' in [{path}]{hint}")
 
     def field(self, name: str, value: Any, here: str, under: str | None) -> None:
         info = self.infos[name]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import sys
+import weakref
 from pathlib import Path
 
+import attrs
 import pytest
 
 from sgconf import RESERVED_ENV, ConfigError, ServerArgs, UnknownFieldError, load, provenance_of
@@ -127,16 +129,28 @@ def test_provenance_of_is_keyed_by_identity() -> None:
     assert provenance_of(ServerArgs(port=31000)) is None
 
 
-def test_provenance_is_dropped_with_its_record() -> None:
-    """The registry holds records weakly: a freed record's entry goes away."""
-    from sgconf import loading
-
+def test_provenance_lives_and_dies_with_its_record() -> None:
+    """Provenance is held by the record alone: a copy has none, and nothing keeps a dropped record alive."""
     loaded = load(["--port", "31001"], env={})
-    key = id(loaded.record)
-    assert key in loading._registry
+    assert provenance_of(attrs.evolve(loaded.record, port=31002)) is None
+    ref = weakref.ref(loaded.record)
     del loaded
     gc.collect()
-    assert key not in loading._registry
+    assert ref() is None
+
+
+def test_relative_config_path_is_reported_normalised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `../` config path is named absolute and folded, the same in errors, provenance and `config_file`."""
+    write(tmp_path, "app.toml", "port = 31000\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    loaded = load(env={}, config_file="../app.toml")
+    assert loaded.config_file == str(tmp_path / "app.toml")
+    assert loaded.winner("port").describe() == f"from {tmp_path / 'app.toml'}"
+    write(tmp_path, "bad.toml", "port = 0\n")
+    with pytest.raises(ConfigError) as info:
+        load(env={}, config_file="../bad.toml")
+    assert info.value.lines() == [f"$.serving.port: must be in [1, 65535], got 0 (from {tmp_path / 'bad.toml'})"]
 
 
 def test_secrets_never_in_repr_or_provenance_repr() -> None:
@@ -229,6 +243,9 @@ MALFORMED = [
      ["$: a config file must hold a table of settings, got list (from {dir}/app.json)"]),
     ("json_null_for_required", {"app.json": '{"parallel": {"tp_size": null}}'}, {}, [],
      ["$.parallel.tp_size: expected an integer, got None (from {dir}/app.json)"]),
+    ("toml_dict_field_holds_a_date", {"app.toml": "[memory]\nhicache_storage_backend_extra_config = { d = 2020-01-02 }"}, {}, [],
+     ["$.memory.hicache_storage_backend_extra_config: expected a JSON object ('d' is a date), "
+      "got {'d': datetime.date(2020, 1, 2)} (from {dir}/app.toml)"]),
     ("json_dict_field_not_object", {"app.json": '{"memory": {"hicache_storage_backend_extra_config": [1]}}'}, {}, [],
      ["$.memory.hicache_storage_backend_extra_config: expected an object, got [1] (from {dir}/app.json)"]),
     ("yaml_broken", {"app.yaml": "page_size: [1, 2"}, {}, [],
