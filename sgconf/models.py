@@ -24,18 +24,19 @@ def load_model_config(model_path: str, model_config: str | None = None) -> dict[
     Raises ConfigError naming the field and the path when the file is missing or not JSON.
     """
     if model_config is not None:
-        return _read(Path(model_config), "$.model.model_config")
+        return _read(Path(model_config), "$.model.model_config", "pass the path of an HF-style config.json")
     if model_path in BUILTIN_MODELS:
         return builtin_model_config(model_path)
     path = Path(model_path)
-    return _read(path / "config.json" if path.is_dir() else path, "$.model.model_path")
+    fix = f"pass a directory holding config.json, or one of {', '.join(BUILTIN_MODELS)}"
+    return _read(path / "config.json" if path.is_dir() else path, "$.model.model_path", fix)
 
 
-def _read(path: Path, field_path: str) -> dict[str, Any]:
+def _read(path: Path, field_path: str, fix: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError([Problem(field_path, f"no model config at '{path}' -- pass a directory holding config.json")]) from None
+        raise ConfigError([Problem(field_path, f"no model config at '{path}' -- {fix}")]) from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem(field_path, f"cannot read model config '{path}': {exc}")]) from None
     if not isinstance(data, dict):

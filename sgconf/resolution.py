@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from sgconf.errors import ConfigError, Problem, ResolutionError
+from sgconf.loading import provenance_of
 from sgconf.record import ServerArgs, record_to_dict, to_bags
 from sgconf.rules import TREE_DRAFT_ALGORITHMS, check_rules
 
@@ -226,6 +227,14 @@ def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
     raise TypeError(f"model must be a config mapping, got {type(model).__name__}")
 
 
+def _sources(record: Any, decisions: list[Decision]) -> dict[str, str]:
+    """Where each value resolution judged came from: its launch layer, or the step that decided it."""
+    launch = provenance_of(record) or {}
+    out = {name: chain[-1].describe() for name, chain in launch.items() if chain[-1].layer != "default"}
+    out.update((d.field, f"from {d.source}") for d in decisions)
+    return out
+
+
 def _resolve(record: Any, model: Mapping[str, Any] | None) -> Resolved:
     values = record_to_dict(record)
     device = detect_device() if values["device"] == "auto" else values["device"]
@@ -235,7 +244,7 @@ def _resolve(record: Any, model: Mapping[str, Any] | None) -> Resolved:
         for field, (value, reason) in step(values, env).items():
             values[field] = value
             decisions.append(Decision(name, field, value, reason))
-    problems = check_rules(values, {d.field: f"from {d.source}" for d in decisions})
+    problems = check_rules(values, _sources(record, decisions))
     if problems:
         raise ConfigError(problems)
     try:

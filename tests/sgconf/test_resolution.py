@@ -69,7 +69,7 @@ def test_failed_resolution_cannot_be_retried() -> None:
     assert first.value.lines() == [
         "$.spec.speculative_num_draft_tokens: --max-speculative-num-draft-tokens 2 is below "
         "--speculative-num-draft-tokens 4 -- the capacity pools are sized for must cover the draft tokens "
-        "(from resolution:spec_defaults)"
+        "(from resolution:spec_defaults; from --max-speculative-num-draft-tokens)"
     ]
     with pytest.raises(ResolutionError, match="already failed -- fix the input and build a new ServerArgs"):
         resolve_once(record)
