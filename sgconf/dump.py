@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sgconf.provenance import REDACTED
-from sgconf.registry import fields, group_children, iter_fields_of, top_level_namespaces
+from sgconf.registry import field_info, group_children, iter_fields_of, top_level_namespaces
 
 
 def plain(value: Any) -> Any:
@@ -26,7 +26,7 @@ def plain(value: Any) -> Any:
 
 def redacted(name: str, value: Any) -> Any:
     """`'***'` for a set secret field, the value otherwise."""
-    return REDACTED if value is not None and fields()[name].spec.secret else value
+    return REDACTED if value is not None and field_info(name).spec.secret else value
 
 
 def nested(values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str] | None = None) -> dict[str, Any]:

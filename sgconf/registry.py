@@ -76,10 +76,9 @@ def namespace(path: str) -> Callable[[type[T]], type[T]]:
                 raise DeclarationError(
                     f"field '{a.name}' of {bag.__name__} is not declared with setting() -- use sgconf.fields.setting"
                 )
-            if a.name in _FIELDS or a.name in new:
-                other = _FIELDS[a.name].owner.__name__ if a.name in _FIELDS else bag.__name__
+            if a.name in _FIELDS:  # (attrs already refuses a name twice within one class)
                 msg = (
-                    f"field '{a.name}' is declared in both {other} and {bag.__name__} -- "
+                    f"field '{a.name}' is declared in both {_FIELDS[a.name].owner.__name__} and {bag.__name__} -- "
                     "field names are routed flat and must be unique across namespaces"
                 )
                 raise DeclarationError(msg)

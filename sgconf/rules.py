@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from sgconf.errors import Problem
-from sgconf.registry import fields
+from sgconf.registry import field_info
 
 Values = Mapping[str, Any]
 
@@ -25,7 +25,7 @@ SPEC_TUNING_FIELDS = ("speculative_num_steps", "speculative_eagle_topk", "specul
 
 
 def flag(name: str) -> str:
-    return fields()[name].flag
+    return field_info(name).flag
 
 
 @attrs.frozen(slots=True)
@@ -110,7 +110,7 @@ _HICACHE_FIELDS = (
 def _hicache_needs_enable(v: Values) -> str | None:
     if v["enable_hierarchical_cache"]:
         return None
-    changed = [n for n in _HICACHE_FIELDS if v[n] != fields()[n].default]
+    changed = [n for n in _HICACHE_FIELDS if v[n] != field_info(n).default]
     if changed:
         names = ", ".join(flag(n) for n in changed)
         return f"{names} requires {flag('enable_hierarchical_cache')} -- enable the hierarchical cache at launch"
@@ -182,7 +182,6 @@ def check_rules(
     (an override re-checks what it could have broken, not unrelated launch choices).
     """
     sources = sources or {}
-    infos = fields()
     problems = []
     for rule in RULES if rules is None else rules:
         if only_touching is not None and (rule.launch_only or not only_touching.intersection(rule.fields)):
@@ -191,5 +190,5 @@ def check_rules(
         if message is None:
             continue
         origin = "; ".join(dict.fromkeys(sources[n] for n in rule.fields if n in sources)) or None
-        problems.append(Problem(infos[rule.fields[0]].path, message, origin))
+        problems.append(Problem(field_info(rule.fields[0]).path, message, origin))
     return problems

@@ -25,25 +25,18 @@ def shown(info: FieldInfo, value: Any) -> str:
     return repr(value)
 
 
-def convert_field(info: FieldInfo, raw: Any, source: str | None = None) -> Any:
-    """Structure and check one value; raise ConfigError with one problem if it does not fit."""
-    problem = _field_problem(info, raw, source)
-    if problem is not None:
-        raise ConfigError([problem])
-    return structure(raw, info)
-
-
-def _field_problem(info: FieldInfo, raw: Any, source: str | None) -> Problem | None:
+def _convert(info: FieldInfo, raw: Any, source: str | None) -> tuple[Any, Problem | None]:
+    """The structured value, or the problem that stops it (structured once: this runs per override)."""
     try:
         value = structure(raw, info)
     except ConversionError as exc:
-        return Problem(info.path, f"{exc}, got {shown(info, raw)}", source)
+        return None, Problem(info.path, f"{exc}, got {shown(info, raw)}", source)
     for check in info.spec.checks:
         try:
             check(value)
         except FieldValueError as exc:
-            return Problem(info.path, f"{exc}, got {shown(info, value)}", source)
-    return None
+            return None, Problem(info.path, f"{exc}, got {shown(info, value)}", source)
+    return value, None
 
 
 def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
@@ -57,11 +50,11 @@ def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = N
         if info is None:
             problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", sources.get(name)))
             continue
-        problem = _field_problem(info, value, sources.get(name))
+        converted, problem = _convert(info, value, sources.get(name))
         if problem is not None:
             problems.append(problem)
         else:
-            out[name] = structure(value, info)
+            out[name] = converted
     return out, problems
 
 
