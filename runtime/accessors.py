@@ -73,13 +73,6 @@ def _set_view(view: Any) -> None:
     _view = view
 
 
-def current_view() -> Any:
-    """The live view; raises NotPublishedError before publish."""
-    view = _view
-    view.generation  # noqa: B018 -- raises before publish
-    return view
-
-
 def get_model() -> ModelConfig:
     return _view.model
 
@@ -152,7 +145,6 @@ def attention_backends(snapshot: _snapshot.Snapshot | None = None) -> tuple[str,
 __all__ = [
     "attention_backends",
     "configured_pp_size",
-    "current_view",
     "get_device",
     "get_disagg",
     "get_exec",

@@ -41,6 +41,7 @@ from runtime.overrides import (
 from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.snapshot import BAG_NAMES, Snapshot, fingerprint_of
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
+from sgconf.loading import explain as launch_explain
 from sgconf.provenance import Origin
 from sgconf.record import ServerArgs
 from sgconf.registry import FieldInfo, field_info, fields, group_children
@@ -171,7 +172,7 @@ class RuntimeContext:
         Raises UnknownFieldError (with a did-you-mean) for an undeclared name.
         """
         info = field_info(name)
-        chain = _launch_chain(self.record, name, self.resolved, info)
+        chain = list(launch_explain(self.record, name, self.resolved))
         for rec, change in iter_changes(self._state.log(), name):
             chain.append(Origin(rec.layer, rec.source, change.new, rec.generation, rec.time, secret=info.spec.secret))
         return chain
@@ -417,25 +418,6 @@ def _evolve(snapshot: Snapshot, values: Mapping[str, Any], infos: Mapping[str, F
         else:
             tops[top] = attrs.evolve(bag, **{child: attrs.evolve(getattr(bag, child), **changed)})
     return attrs.evolve(snapshot, generation=snapshot.generation + 1, **tops)
-
-
-def _launch_chain(record: Any, name: str, resolved: Resolved, info: FieldInfo) -> list[Origin]:
-    """Launch layers (from `sgconf.loading`'s provenance of the record) then resolution's decision."""
-    try:
-        from sgconf.loading import explain as launch_explain
-    except ImportError:
-        pass  # loading not available: defaults, the record's own value, resolution
-    else:
-        return list(launch_explain(record, name, resolved))
-    secret = info.spec.secret
-    chain = [Origin("default", "defaults", info.default, secret=secret)]
-    value = getattr(record, name)
-    if value != info.default:
-        chain.append(Origin("record", "given", value, secret=secret))
-    decision = resolved.decision_for(name)
-    if decision is not None:
-        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=secret))
-    return chain
 
 
 # -- the process-wide owner ----------------------------------------------------------------
