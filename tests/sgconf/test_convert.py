@@ -1,0 +1,83 @@
+"""The one converter: typed values and env/CLI strings become each field's type, or a clear error."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytest
+
+from sgconf.convert import ConversionError, structure
+from sgconf.fields import FieldSpec
+from sgconf.registry import FieldInfo, field_info
+
+
+def info_of(tp: Any) -> FieldInfo:
+    return FieldInfo("x", "test", object, tp, None, FieldSpec(help="x"))
+
+
+GOOD = [
+    (int, "16", 16),
+    (int, " 1_024 ", 1024),
+    (int, 8.0, 8),
+    (float, "0.5", 0.5),
+    (float, 2, 2.0),
+    (bool, "Yes", True),
+    (bool, "off", False),
+    (bool, 1, True),
+    (str, "abc", "abc"),
+    (Literal["fcfs", "lpm"], "LPM", "lpm"),
+    (int | None, "none", None),
+    (int | None, "null", None),
+    (int | None, None, None),
+    (int | None, "3", 3),
+    (Literal["file", "memory"] | None, "null", None),
+    (list[int], "[1, 2]", [1, 2]),
+    (list[int], "1, 2,3", [1, 2, 3]),
+    (list[str], ["a", "b"], ["a", "b"]),
+    (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', {"dir": "/d", "n": [1, {"k": None}]}),
+    (dict[str, Any] | None, {"a": 1.5}, {"a": 1.5}),
+]
+
+
+@pytest.mark.parametrize(("tp", "raw", "expected"), GOOD, ids=[f"{t}-{r!r}" for t, r, _ in GOOD])
+def test_structures_strings_and_typed_values(tp: Any, raw: Any, expected: Any) -> None:
+    """Each raw value becomes exactly the expected typed value."""
+    out = structure(raw, info_of(tp))
+    assert out == expected and type(out) is type(expected)
+
+
+BAD = [
+    (int, "1.5", "expected an integer"),
+    (int, True, "expected an integer, not a boolean"),
+    (int, 2.5, "expected an integer"),
+    (int, None, "expected an integer"),
+    (float, "nan", "expected a finite number"),
+    (float, False, "expected a number, not a boolean"),
+    (bool, "maybe", "expected a boolean (true/false, 1/0, yes/no, on/off)"),
+    (bool, 2, "expected a boolean (true/false, 1/0, yes/no, on/off)"),
+    (str, 5, "expected a string"),
+    (Literal["fcfs", "lpm"], "lifo", "expected one of 'fcfs', 'lpm'"),
+    (list[int], "[1, ", "expected a JSON list (Expecting value)"),
+    (list[int], "1, x", "expected an integer"),
+    (list[int], 3, "expected a list"),
+    (dict[str, Any], "[1]", "expected an object"),
+    (dict[str, Any], '{"a": ', "expected a JSON object (Expecting value at char 6)"),
+    (dict[str, Any], {1: "a"}, "expected a JSON object (key 1 is not a string)"),
+    (dict[str, Any], {"a": {"b": {2: 0}}}, "expected a JSON object (key 2 in 'a.b' is not a string)"),
+    (dict[str, Any], {"a": [1, {1, 2}]}, "expected a JSON object ('a[1]' is a set)"),
+]
+
+
+@pytest.mark.parametrize(("tp", "raw", "message"), BAD, ids=[f"{t}-{r!r}" for t, r, _ in BAD])
+def test_bad_values_say_what_was_expected(tp: Any, raw: Any, message: str) -> None:
+    """A value that does not fit raises ConversionError with the exact expectation."""
+    with pytest.raises(ConversionError) as info:
+        structure(raw, info_of(tp))
+    assert str(info.value) == message
+
+
+def test_declared_fields_use_the_same_converter() -> None:
+    """A declared Optional[int] field takes 'none' and digits; a Literal field folds case."""
+    assert structure("none", field_info("page_size")) is None
+    assert structure("32", field_info("page_size")) == 32
+    assert structure("eagle", field_info("speculative_algorithm")) == "EAGLE"
