@@ -28,7 +28,7 @@ def load_model_config(model_path: str, model_config: str | None = None) -> dict[
     if model_path in BUILTIN_MODELS:
         return builtin_model_config(model_path)
     path = Path(model_path)
-    fix = f"pass a directory holding config.json, or one of {', '.join(BUILTIN_MODELS)}"
+    fix = f"pass a directory holding config.json, or an embedded model: {', '.join(map(repr, BUILTIN_MODELS))}"
     return _read(path / "config.json" if path.is_dir() else path, "$.model.model_path", fix)
 
 

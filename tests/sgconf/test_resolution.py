@@ -80,3 +80,34 @@ def test_model_shape_sets_context_length() -> None:
     resolved = resolve_once(ServerArgs(), model={"max_position_embeddings": 4096})
     assert resolved.values.context_length == 4096
     assert resolved.decision_for("context_length").reason == "model max_position_embeddings"
+
+
+def test_missing_model_config_fails_naming_the_field(tmp_path) -> None:
+    """An explicit model_config that does not exist fails resolution with the field and the fix."""
+    missing = tmp_path / "config.json"
+    with pytest.raises(ResolutionError) as info:
+        resolve_once(ServerArgs(model_config=str(missing)))
+    assert info.value.lines() == [
+        f"$.model.model_config: no model config at '{missing}' -- pass the path of an HF-style config.json"
+    ]
+
+
+def test_unreadable_model_path_resolves_without_model_facts(tmp_path) -> None:
+    """A model_path with no config here (not downloaded yet) leaves context_length undecided."""
+    resolved = resolve_once(ServerArgs(model_path=str(tmp_path / "absent")))
+    assert resolved.values.context_length is None and resolved.decision_for("context_length") is None
+
+
+def test_model_path_errors_name_the_fix(tmp_path) -> None:
+    """load_model_config names model_path and the accepted forms when the directory has no config.json."""
+    from sgconf import ConfigError, load_model_config
+
+    with pytest.raises(ConfigError) as info:
+        load_model_config(str(tmp_path))
+    assert info.value.lines() == [
+        f"$.model.model_path: no model config at '{tmp_path / 'config.json'}' -- "
+        "pass a directory holding config.json, or an embedded model: 'tiny'"
+    ]
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        load_model_config(str(tmp_path))
