@@ -106,13 +106,11 @@ class OverrideProposal:
         return f"OverrideProposal(source={self.source!r}, base_generation={self.base_generation}, fields=[{names}])"
 
 
-@attrs.frozen(slots=True, eq=False, repr=False)
-class OverrideReceipt:
-    """What `override()` returns: the committed record and the snapshot it produced; can `revert()`."""
+class _OfRecord:
+    """`source`, `generation`, `changes` and `fields` of a committed override, read from `self.record`."""
 
-    context: RuntimeContext
+    __slots__ = ()
     record: OverrideRecord
-    snapshot: Any
 
     @property
     def source(self) -> str:
@@ -126,6 +124,19 @@ class OverrideReceipt:
     def changes(self) -> tuple[FieldChange, ...]:
         return self.record.changes
 
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.record.fields
+
+
+@attrs.frozen(slots=True, eq=False, repr=False)
+class OverrideReceipt(_OfRecord):
+    """What `override()` returns: the committed record and the snapshot it produced; can `revert()`."""
+
+    context: RuntimeContext
+    record: OverrideRecord
+    snapshot: Any
+
     def revert(self) -> OverrideReceipt:
         """Restore the previous values as a new override from `revert:<source>`.
 
@@ -134,32 +145,16 @@ class OverrideReceipt:
         return self.context._revert(self)
 
     def __repr__(self) -> str:
-        names = ", ".join(self.record.fields)
+        names = ", ".join(self.fields)
         return f"OverrideReceipt(source={self.source!r}, generation={self.generation}, fields=[{names}])"
 
 
 @attrs.frozen(slots=True)
-class ConfigEvent:
+class ConfigEvent(_OfRecord):
     """What a subscriber receives after a commit: the record and the snapshot it produced."""
 
     record: OverrideRecord
     snapshot: Any
-
-    @property
-    def source(self) -> str:
-        return self.record.source
-
-    @property
-    def generation(self) -> int:
-        return self.snapshot.generation
-
-    @property
-    def changes(self) -> tuple[FieldChange, ...]:
-        return self.record.changes
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return self.record.fields
 
 
 Subscriber = Callable[[ConfigEvent], Any]

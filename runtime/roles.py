@@ -21,14 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from runtime.errors import RoleViolation
-from runtime.snapshot import (
-    BAG_NAMES,
-    attention_backends,
-    configured_pp_size,
-    mamba_extra_buffer_enabled,
-    mamba_extra_buffer_lazy_enabled,
-    max_speculative_num_draft_tokens,
-)
+from runtime.snapshot import BAG_NAMES, DerivedValues
 from sgconf.errors import ConfigError, Problem
 from sgconf.suggest import did_you_mean
 
@@ -78,7 +71,7 @@ def make_view(snapshot: Any, role: str, mode: Mode) -> Any:
     return GuardedView(snapshot, role, mode)
 
 
-class GuardedView:
+class GuardedView(DerivedValues):
     """A snapshot seen through a role: each bag read is recorded or checked first.
 
     Same attribute and method names as `Snapshot`; only used in record/enforce mode.
@@ -121,21 +114,6 @@ class GuardedView:
 
     def fingerprint(self) -> str:
         return self._snapshot.fingerprint()
-
-    def max_speculative_num_draft_tokens(self) -> int:
-        return max_speculative_num_draft_tokens(self)
-
-    def mamba_extra_buffer_enabled(self) -> bool:
-        return mamba_extra_buffer_enabled(self)
-
-    def mamba_extra_buffer_lazy_enabled(self) -> bool:
-        return mamba_extra_buffer_lazy_enabled(self)
-
-    def configured_pp_size(self) -> int:
-        return configured_pp_size(self)
-
-    def attention_backends(self) -> tuple[str, str]:
-        return attention_backends(self)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, GuardedView):

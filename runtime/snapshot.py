@@ -50,8 +50,32 @@ if tuple(top_level_namespaces()) != BAG_NAMES:  # pragma: no cover - guards a de
     )
 
 
+class DerivedValues:
+    """The derived accessors as methods (`snap.attention_backends()`), read from this object's own bags.
+
+    Shared by `Snapshot` and the role-guarded view, so both answer the same names.
+    """
+
+    __slots__ = ()
+
+    def max_speculative_num_draft_tokens(self) -> int:
+        return max_speculative_num_draft_tokens(self)
+
+    def mamba_extra_buffer_enabled(self) -> bool:
+        return mamba_extra_buffer_enabled(self)
+
+    def mamba_extra_buffer_lazy_enabled(self) -> bool:
+        return mamba_extra_buffer_lazy_enabled(self)
+
+    def configured_pp_size(self) -> int:
+        return configured_pp_size(self)
+
+    def attention_backends(self) -> tuple[str, str]:
+        return attention_backends(self)
+
+
 @attrs.frozen(slots=True, weakref_slot=False)
-class Snapshot:
+class Snapshot(DerivedValues):
     """All bags at one `generation`; attribute names match the accessors (`snap.schedule` ~ `get_schedule()`)."""
 
     generation: int
@@ -81,21 +105,6 @@ class Snapshot:
     def fingerprint(self) -> str:
         """Stable hex hash of the counted leaves; see `fingerprint_of`."""
         return fingerprint_of(self.flat())
-
-    def max_speculative_num_draft_tokens(self) -> int:
-        return max_speculative_num_draft_tokens(self)
-
-    def mamba_extra_buffer_enabled(self) -> bool:
-        return mamba_extra_buffer_enabled(self)
-
-    def mamba_extra_buffer_lazy_enabled(self) -> bool:
-        return mamba_extra_buffer_lazy_enabled(self)
-
-    def configured_pp_size(self) -> int:
-        return configured_pp_size(self)
-
-    def attention_backends(self) -> tuple[str, str]:
-        return attention_backends(self)
 
 
 # Derived values. Each takes anything with the snapshot's bag attributes (a Snapshot or a
