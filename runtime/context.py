@@ -213,11 +213,13 @@ class RuntimeContext:
         """Override any fields (hot or not) for the `with` block, then restore this context exactly.
 
         For tests. Values are converted and rules checked like any override. On exit the
-        state before the block comes back (bags, log, generation), dropping overrides
-        made inside it; subscribers hear both the change and the restore.
+        state before the block comes back (bags, log, generation, subscribers), dropping
+        overrides and subscriptions made inside it; the subscribers of before the block
+        hear both the change and the restore.
         """
         with _lock:
             saved = self._state
+            saved_subscribers = self._subscribers
             proposal = self._propose("scoped", values, layer="scoped", check_source=False)
             receipt = self._commit_locked(proposal)
         self._notify(receipt.record, receipt.snapshot)
@@ -227,6 +229,7 @@ class RuntimeContext:
             with _lock:
                 before = self._state
                 self._swap(saved)
+                self._subscribers = saved_subscribers
             back = tuple(
                 FieldChange(n, before.flat[n], saved.flat[n]) for n in saved.flat if before.flat[n] != saved.flat[n]
             )
@@ -237,6 +240,9 @@ class RuntimeContext:
     def subscribe(self, callback: Subscriber, fields: Iterable[str] | None = None) -> Subscription:
         """Call `callback(event)` after each commit that changes one of `fields` (any field when None).
 
+        Callbacks run in the committing thread, after the writer lock is released, so
+        with several writers events may arrive out of generation order: compare
+        `event.generation`, or read `get_context().snapshot()` for the latest state.
         Raises UnknownFieldError for an undeclared field name.
         """
         wanted = None

@@ -81,6 +81,10 @@ class ServerArgsOverride(contextlib.ContextDecorator):
             self._saved = _NOT_INSTALLED
             self.context = None
 
+    def _recreate_cm(self) -> ServerArgsOverride:
+        # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
+        return ServerArgsOverride(self.fields, role=self.role, model=self.model)
+
     @property
     def installed(self) -> bool:
         return self._saved is not _NOT_INSTALLED

@@ -480,6 +480,21 @@ def test_scoped_overrides_any_field_and_restores_exactly(ctx):
     assert state_of(ctx) == before
 
 
+def test_scoped_restores_subscribers(ctx):
+    """Subscriptions made or dropped inside a scope are undone on exit; the outer subscriber hears the restore."""
+    outer_seen, inner_seen = [], []
+    outer = ctx.subscribe(lambda e: outer_seen.append(e.source))
+    with ctx.scoped(stream_interval=2):
+        outer.unsubscribe()
+        ctx.subscribe(lambda e: inner_seen.append(e.source))
+        ctx.override("http", stream_interval=3)
+    assert ctx.subscribers() == (outer,)
+    ctx.override("http", stream_interval=4)
+    assert outer_seen == ["scoped", "scoped.restore", "http"]
+    assert inner_seen == ["http"]
+    outer.unsubscribe()
+
+
 def test_republish_replaces_and_logs_dropped_overrides(ctx):
     """A second publish wins; it logs config.republish with the dropped overrides; the old context refuses writes."""
     ctx.override("http", stream_interval=2)

@@ -124,6 +124,18 @@ def test_decorator_form():
         get_schedule()
 
 
+def test_decorated_function_may_recurse():
+    """Each call of a decorated function installs its own override, so recursion nests."""
+
+    @override_server_args(stream_interval=4)
+    def depth(n):
+        return install_depth() if n == 0 else depth(n - 1)
+
+    assert depth(2) == 3
+    assert depth(0) == 1
+    assert install_depth() == 0
+
+
 def test_role_and_model_options():
     """role and model are options, not fields."""
     with override_server_args(role="tokenizer", model={"max_position_embeddings": 99}) as ctx:
