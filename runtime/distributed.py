@@ -32,11 +32,19 @@ After each commit every rank posts its generation, fingerprint and per-field dig
 differs from the coordinator's is logged as an error with the differing fields and
 kept in `status()` for `/server_info`.
 
+A rank that died stays silent, so every later round fails (naming it) until it is
+replaced: all or nothing holds for the whole group, not for the ranks that happen to
+be up. The replacement joins with the board's `address` instead of the broadcast, the
+coordinator discards what was queued for the dead rank (`clear_inbox`) and then
+replays every round the group committed onto it (`resync`): the replacement starts
+from the same launch config, so the same overrides in the same order bring it to the
+coordinator's generation and fingerprint, side effects included. A live rank left
+behind (its commit failed) catches up the same way.
+
 Limits: the board lives in the coordinator's process, so if the coordinator dies
 between writing a commit and a follower reading it, that follower cannot tell; it
-releases what it prepared, logs `config_group.board_lost` and stops taking part. A
-rank that died stays silent, so every later round fails until the group is rebuilt:
-all or nothing holds for the whole group, not for the ranks that happen to be up.
+releases what it prepared, logs `config_group.board_lost` and stops taking part.
+The coordinator keeps every committed round for `resync` (a few hundred bytes each).
 """
 
 from __future__ import annotations
@@ -111,6 +119,19 @@ class PropagationFailed(ConfigError):
 
 class RanksSilent(PropagationFailed, TimeoutError):
     """Raised when a propagated override was applied on no rank because some rank did not answer in time."""
+
+
+class ResyncFailed(ConfigError, RuntimeError):
+    """Raised when a rank that joined late could not be brought to the coordinator's generation."""
+
+    def __init__(self, rank: int, generation: int, reasons: Sequence[str]) -> None:
+        self.rank = rank
+        self.reasons = tuple(reasons)
+        header = (
+            f"rank {rank} could not catch up to generation {generation} -- "
+            "fix the reason below and restart that rank again, or restart the whole group"
+        )
+        super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
 
 
 @attrs.frozen(slots=True)
@@ -192,7 +213,9 @@ class ConfigGroup:
     `ranks()`. `context` is a callable returning the rank's runtime context (default:
     `runtime.context.get_context`, looked up on each round so a re-publish is seen).
     `timeout_s` bounds how long a round waits for any rank; None reads
-    `get_parallel().config_sync_timeout_s` when a round starts.
+    `get_parallel().config_sync_timeout_s` when a round starts. A follower that
+    replaces a dead rank passes the coordinator's `address` instead (no collective),
+    and the coordinator then calls `clear_inbox` and `resync` for it.
     """
 
     def __init__(
@@ -205,6 +228,7 @@ class ConfigGroup:
         context: Callable[[], Any] | None = None,
         coordinator: int = 0,
         host: str | None = None,
+        address: tuple[str, int] | None = None,
     ) -> None:
         if not 0 <= rank < world_size or not 0 <= coordinator < world_size:
             msg = f"rank {rank} and coordinator {coordinator} must be in [0, {world_size}) -- pass the group's own rank"
@@ -220,14 +244,23 @@ class ConfigGroup:
         self._mismatch: Mismatch | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        # (generation after, source, fields) of each round committed on `_history_of`, replayed by
+        # `resync`; a re-publish starts a new context at generation 0 and so a new history
+        self._history: list[tuple[int, str, dict[str, Any]]] = []
+        self._history_of: Any = None
         self._server: dist.TCPStore | None = None
-        if rank == coordinator:
+        self.address: tuple[str, int]
+        if address is not None:
+            if rank == coordinator:
+                raise ValueError(f"the coordinator (rank {rank}) owns the board -- pass address= only to a joining follower")
+            self.address = address
+        elif rank == coordinator:
             bind = host or _default_host()
             self._server = dist.TCPStore(bind, 0, world_size, True, timeout=_FOREVER, wait_for_workers=False)
-            self.address: tuple[str, int] = (bind, self._server.port)
+            self.address = (bind, self._server.port)
         else:
             self.address = ("", 0)
-        if world_size > 1:
+        if world_size > 1 and address is None:
             self.address = _broadcast_address(self.address, process_group, coordinator)
         self._store = self._connect()
 
@@ -297,6 +330,53 @@ class ConfigGroup:
             else:
                 states.append(RankState(rank, True, reply["generation"], reply["fingerprint"], reply["values"]))
         return tuple(sorted(states, key=lambda s: s.rank))
+
+    def clear_inbox(self, rank: int) -> int:
+        """Discard what was queued for `rank` (a dead rank, before its replacement joins); returns how many."""
+        self._require_coordinator("clear_inbox")
+        self._require_follower(rank)
+        key = f"inbox/{rank}"
+        dropped = 0
+        with self._lock:
+            while self._store.queue_len(key):
+                self._store.queue_pop(key, False)
+                dropped += 1
+        return dropped
+
+    def resync(self, rank: int, *, timeout_s: float | None = None) -> RankState:
+        """Replay every committed round on `rank` (a replacement, or a rank left behind) up to ours.
+
+        The rank applies, in order, each round past its own generation: config and side
+        effects, as if it had voted yes then. Returns its state, equal to the
+        coordinator's; raises ResyncFailed (with the rank's reason, or its silence) when
+        it could not get there. No round runs meanwhile.
+        """
+        self._require_coordinator("resync")
+        self._require_follower(rank)
+        timeout_s = self.timeout_s() if timeout_s is None else timeout_s
+        with self._lock:
+            self._round += 1
+            n = self._round
+            own = self._state(())
+            rounds = self._rounds_of(self._context())
+            self._send(rank, {"kind": "replay", "round": n, "rounds": rounds})
+            # each replayed round may open a storage backend: allow one timeout per round
+            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s * (1 + len(rounds)))
+        ack = reply.get(rank)
+        if ack is None:
+            raise ResyncFailed(rank, own["generation"], [f"did not answer within {timeout_s:g}s per round"])
+        if ack.get("error"):
+            raise ResyncFailed(rank, own["generation"], [ack["error"]])
+        if (ack["generation"], ack["fingerprint"]) != (own["generation"], own["fingerprint"]):
+            mine = _digests(self._context())
+            differing = sorted(k for k in mine if ack["digests"].get(k) != mine[k])
+            reason = (
+                f"it reached generation {ack['generation']} with a different fingerprint"
+                f" (fields differing: {', '.join(differing) or 'none'}); its launch config or our history differ"
+            )
+            raise ResyncFailed(rank, own["generation"], [reason])
+        log.info("config_group.resynced", rank=rank, generation=ack["generation"], rounds=ack["replayed"])
+        return RankState(rank, True, ack["generation"], ack["fingerprint"])
 
     def status(self) -> dict[str, Any]:
         """This rank's view for `/server_info`: rank, world size, last fingerprint mismatch (or None)."""
@@ -369,8 +449,15 @@ class ConfigGroup:
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
         own = self._commit(prepared)
+        if own["error"] is None:
+            self._rounds_of(ctx).append((own["generation"], source, fields))
         acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
         return self._compare(n, source, fields, own, acks)
+
+    def _rounds_of(self, ctx: Any) -> list[tuple[int, str, dict[str, Any]]]:
+        if ctx is not self._history_of:
+            self._history_of, self._history = ctx, []
+        return self._history
 
     def _decide(self, n: int, wanted: str) -> str:
         return self._store.compare_set(f"decision/{n}", "", wanted).decode()
@@ -430,6 +517,8 @@ class ConfigGroup:
                     store.set(f"status/{message['round']}/{self.rank}", json.dumps(reply, default=repr))
                 elif kind == "override":
                     self._follow(store, message)
+                elif kind == "replay":
+                    store.set(f"ack/{message['round']}/{self.rank}", json.dumps(self._replay(message["rounds"]), default=repr))
             except dist.DistError:
                 log.error("config_group.board_lost", rank=self.rank, round=message.get("round"))
                 return
@@ -471,6 +560,29 @@ class ConfigGroup:
             self._abort(prepared)
             store.set(f"ack/{n}/{self.rank}", json.dumps({"aborted": True}))
             log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
+
+    def _replay(self, rounds: Sequence[Sequence[Any]]) -> dict[str, Any]:
+        replayed = 0
+        error = None
+        for generation, source, fields in rounds:
+            at = self._context().generation
+            if generation <= at:
+                continue  # this rank already took that round
+            if generation != at + 1:
+                error = f"this rank is at generation {at}, but the oldest round it misses is at {generation}"
+                break
+            try:
+                prepared = self._prepare(source, fields)
+            except Exception as exc:
+                error = f"replaying {source!r} (generation {generation}): {'; '.join(_reasons(exc))}"
+                break
+            state = self._commit(prepared)
+            if state["error"]:
+                error = state["error"]
+                break
+            replayed += 1
+        state = self._state(())
+        return {**state, "digests": _digests(self._context()), "replayed": replayed, "error": error}
 
     # -- every rank ------------------------------------------------------------------
 
@@ -548,6 +660,11 @@ class ConfigGroup:
             out[rank] = json.loads(self._store.get(key))
         return out
 
+    def _require_follower(self, rank: int) -> None:
+        if rank == self.coordinator or not 0 <= rank < self.world_size:
+            msg = f"rank {rank} is not a follower of this group -- pick one of {self._followers()}"
+            raise ValueError(msg)
+
     def _require_coordinator(self, what: str) -> None:
         if not self.is_coordinator:
             msg = f"{what} is only available on the coordinator (rank {self.coordinator}), not rank {self.rank}"
@@ -597,5 +714,6 @@ __all__ = [
     "PropagationFailed",
     "RankState",
     "RanksSilent",
+    "ResyncFailed",
     "SideEffect",
 ]

@@ -69,7 +69,9 @@ def follower_main(argv: list[str]) -> None:
 
     Commands (`NAME K`, acknowledged by writing `done-K`): `publish` publishes a fresh
     config, so each test starts every rank at generation 0; `die-on-prepare` makes the
-    next attach kill this process mid-round. EOF on stdin ends the rank.
+    next attach kill this process mid-round. EOF on stdin ends the rank. With a fourth
+    argument `host:port` the rank replaces a dead one: it publishes the launch config
+    and joins the board at that address, without the process group.
     """
     rank, size, port = int(argv[0]), int(argv[1]), int(argv[2])
     import torch.distributed as dist
@@ -78,10 +80,15 @@ def follower_main(argv: list[str]) -> None:
     from runtime.distributed import ConfigGroup
     from sgconf.validation import build_record
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
-    )
-    group = ConfigGroup(None, rank, size)
+    if len(argv) > 3:
+        host, board = argv[3].rsplit(":", 1)
+        publish(build_record(PUBLISHED), role="scheduler")
+        group = ConfigGroup(None, rank, size, address=(host, int(board)))
+    else:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
+        )
+        group = ConfigGroup(None, rank, size)
     effect = DirAttach(Path.cwd(), rank)
     group.add_effect(effect)
     group.start()
@@ -95,7 +102,8 @@ def follower_main(argv: list[str]) -> None:
             effect.die_on_prepare = True
         Path(f"done-{number}").write_text("")
     group.close()
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class World:
@@ -121,6 +129,7 @@ class World:
             for r in range(1, size)
         ]
         self.commands = 0
+        self.size = size
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=size, timeout=datetime.timedelta(seconds=60)
         )
@@ -143,11 +152,27 @@ class World:
                 time.sleep(0.01)
             assert done.exists(), f"rank {rank} did not finish {name!r}"
 
+    def alive(self) -> list[int]:
+        """The follower ranks whose process is running."""
+        return [r for r in range(1, self.size) if self.procs[r - 1].poll() is None]
+
+    def replace(self, rank: int) -> None:
+        """Start a new process for a dead follower rank; it joins the board and is listening on return."""
+        assert self.procs[rank - 1].poll() is not None, f"rank {rank} is still running"
+        host, port = self.group.address
+        self.procs[rank - 1] = subprocess.Popen(
+            [sys.executable, __file__, str(rank), str(self.size), "0", f"{host}:{port}"],
+            cwd=self.dirs[rank],
+            stdin=subprocess.PIPE,
+            text=True,
+        )
+        self.command([rank], "ready")  # answered once its listener runs
+
     def publish_everywhere(self, **fields: Any) -> Iterator[Any]:
-        """Publish a fresh config on every follower, then on rank 0 for the test; restored after it."""
+        """Publish a fresh config on every live follower, then on rank 0 for the test; restored after it."""
         from runtime.testing import override_server_args
 
-        self.command(range(1, len(self.dirs)), "publish")
+        self.command(self.alive(), "publish")
         with override_server_args(**{**PUBLISHED, **fields}) as ctx:
             yield ctx
 
@@ -412,6 +437,50 @@ def test_rank_killed_mid_round_changes_no_rank(world: World) -> None:
         assert {(s.generation, s.values["hicache_storage_backend"]) for s in states if s.alive} == {(0, None)}
         assert world.markers() == [[]] * size  # every rank that prepared released its claim
         assert world.procs[victim - 1].wait(timeout=10) == 17
+
+
+def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None:
+    """A dead rank's replacement replays the committed rounds, side effects included; then rounds commit again.
+
+    Runs after the rank was killed above.
+    """
+    from runtime import get_context, get_memory, get_schedule
+    from runtime.distributed import PropagationFailed
+
+    size = world.group.world_size
+    victim = size // 2
+    assert world.alive() == [r for r in range(1, size) if r != victim]
+    world.clear_storage()
+    world.make_storage(range(size))
+    for _ in _published(world):  # the launch config every rank (and a replacement) starts from
+        world.group.clear_inbox(victim)
+        world.replace(victim)
+        assert world.group.resync(victim).generation == 0  # nothing committed yet: nothing to replay
+        world.group.propagate("hicache.attach", **ATTACH)
+        world.group.propagate("test.tune", schedule_conservativeness=0.5)
+        assert world.markers() == [["attached"]] * size
+
+        # the replacement dies too; its own replacement starts at generation 0 and must catch up
+        world.procs[victim - 1].kill()
+        world.procs[victim - 1].wait(timeout=10)
+        (world.dirs[victim] / "kv" / "attached").unlink()
+        world.replace(victim)
+        with pytest.raises(PropagationFailed) as info:  # behind by two rounds: it refuses a new one
+            world.group.propagate("test.tune", schedule_policy="lpm")
+        assert info.value.refusals[victim] == (
+            "$generation: this rank is at generation 0, the coordinator at 2 -- the ranks diverged; "
+            "restart this rank or publish the same config on every rank",
+        )
+        state = world.group.resync(victim)
+        assert (state.generation, state.fingerprint) == (2, get_context().fingerprint())
+        assert world.markers()[victim] == ["attached"]  # the attach was replayed with its side effect
+
+        result = world.group.propagate("test.tune", schedule_policy="lpm")
+        assert result.consistent and result.generation == 3
+        assert get_schedule().schedule_policy == "lpm" and get_memory().hicache_storage_backend == "file"
+        states = world.group.ranks("schedule_policy", "hicache_storage_backend")
+        assert {(s.alive, s.generation, s.fingerprint) for s in states} == {(True, 3, get_context().fingerprint())}
+        assert [s.values["schedule_policy"] for s in states] == ["lpm"] * size
 
 
 if __name__ == "__main__":
