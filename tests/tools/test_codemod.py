@@ -94,6 +94,24 @@ CASES = [
         """,
         id="alias-only-statement-removed",
     ),
+    pytest.param(
+        """
+        def f(cond):
+            sa = get_server_args()
+            if cond:
+                return sa.page_size
+            return sa.tp_size
+        """,
+        """
+        from runtime import get_parallel, get_schedule
+
+        def f(cond):
+            if cond:
+                return get_schedule().page_size
+            return get_parallel().tp_size
+        """,
+        id="alias-read-in-both-arms",
+    ),
 ]
 
 
@@ -162,3 +180,29 @@ def test_fix_exits_one_when_sites_are_left(repo):
         "pkg/w.py:2:9  write  page_size  not fixed: a write to the record; change it by hand "
         "(post-publish changes go through an override)"
     )
+
+
+def test_names_bound_differently_on_branches_are_not_rewritten():
+    """A name that holds the record on some paths only is listed, and so are reads of its bindings."""
+    code = textwrap.dedent(
+        """
+        def f(self, cond):
+            if cond:
+                sa = get_server_args()
+                n = sa.tp_size
+            else:
+                sa = self.server_args
+            m = sa.page_size
+            cfg = get_server_args()
+            if cond:
+                cfg = None
+            return cfg.dp_size
+        """
+    ).lstrip("\n")
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert result.new == code
+    assert [(s.line, s.kind, reason) for s, reason in result.skipped] == [
+        (4, "alias", "alias 'sa' is also read where branches that bind it differently join"),
+        (7, "alias", "'sa' holds the record on some paths only"),
+        (11, "alias", "'cfg' holds the record on some paths only"),
+    ]

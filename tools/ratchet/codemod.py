@@ -4,7 +4,8 @@
 `get_schedule().page_size`; the accessor's import is added once per module. An alias
 (`sa = get_server_args()`) is rewritten only when every use of it is a field read that
 can be rewritten; its binding statement is then removed (unless comments sit on it).
-Writes, walrus-bound records and aliases used for anything else are listed, never
+Writes, walrus-bound records, aliases used for anything else and names that hold the
+record on some paths only (branches that bind them differently) are listed, never
 touched: rewriting them would change what the code does.
 """
 
@@ -108,7 +109,11 @@ def fix_text(
         if isinstance(found.base, cst.NamedExpr):
             return "the record is also bound by `:=` here"
         binding = found.binding
+        if binding is not None and binding.sources:
+            return f"'{binding.name}' holds the record on some paths only"
         if binding is not None and binding.kind == "alias":
+            if binding.flows_out:
+                return f"alias '{binding.name}' is also read where branches that bind it differently join"
             if binding.stmt is None:
                 return f"alias '{binding.name}' is not bound by a plain `name = ...` statement"
             if binding.uses_other:

@@ -284,6 +284,29 @@ class AliasRule(Rule):
         import sa
         sa.page_size
         """,
+        """
+        sa = get_server_args()
+        if cond:
+            sa = load()
+        else:
+            sa = other()
+        sa.page_size
+        """,
+        """
+        sa = get_server_args()
+        try:
+            sa = load()
+        except OSError as sa:
+            sa.page_size
+        """,
+        """
+        sa = get_server_args()
+        match value:
+            case Config() as sa:
+                sa.page_size
+            case [*sa]:
+                sa.page_size
+        """,
     )
     INVALID = (
         Invalid(
@@ -360,6 +383,64 @@ class AliasRule(Rule):
         Invalid(
             """
             sa = ServerArgs(page_size=16)
+            sa.page_size
+            """,
+            (("alias", "page_size"),),
+        ),
+        Invalid(
+            """
+            if cond:
+                sa = get_server_args()
+            else:
+                sa = other()
+            sa.page_size
+            """,
+            (("alias", "page_size"),),
+        ),
+        Invalid(
+            """
+            sa = get_server_args()
+            if cond:
+                sa = None
+            elif other:
+                print(sa.tp_size)
+            else:
+                print(sa.dp_size)
+            """,
+            (("alias", "tp_size"), ("alias", "dp_size")),
+        ),
+        Invalid(
+            """
+            try:
+                sa = get_server_args()
+                sa = None
+            except KeyError:
+                sa.tp_size
+            else:
+                sa = None
+            finally:
+                sa.page_size
+            """,
+            (("alias", "tp_size"), ("alias", "page_size")),
+        ),
+        Invalid(
+            """
+            sa = get_server_args()
+            for sa in items:
+                pass
+            while cond:
+                sa = None
+            sa.dp_size
+            """,
+            (("alias", "dp_size"),),
+        ),
+        Invalid(
+            """
+            match mode:
+                case "a":
+                    sa = get_server_args()
+                case _:
+                    sa = None
             sa.page_size
             """,
             (("alias", "page_size"),),

@@ -3,9 +3,15 @@
 Bindings are tracked in source order per scope (module, class body, function, lambda,
 comprehension), following Python's lookup rules: a function sees enclosing functions
 and the module, never a class body. A name rebound to anything that is not the record
-(assignment, `for`/`with`/`except` target, import, `del`, a parameter of an inner
-function) stops counting from that point on. The analysis is flow-insensitive beyond
-source order on purpose: it is a ratchet, and it must be fast and predictable.
+(assignment, `for`/`with`/`except`/`case` target, import, `del`, a parameter of an
+inner function) stops counting from that point on.
+
+Branches are merged where they join: each arm of an `if`/`elif`/`else`, `try`/`except`/
+`else`, `match` or loop starts from the bindings before the statement, and afterwards a
+name counts if it may hold the record on any path (a ratchet must not miss a read
+because the non-record arm happens to come last). Loop bodies are walked once and
+nested functions see the bindings of their enclosing scope where they are defined:
+the analysis stays a single pass, fast and predictable.
 """
 
 from __future__ import annotations
@@ -28,14 +34,52 @@ ALLOW_RE = re.compile(r"#\s*ratchet:\s*allow\b(?:\(([^)]*)\))?")
 class _Binding:
     """One binding of a name to the record; the codemod needs to know how it is used."""
 
-    __slots__ = ("kind", "name", "stmt", "uses_other", "reads")
+    __slots__ = ("kind", "name", "stmt", "uses_other", "reads", "sources", "flows_out")
 
-    def __init__(self, kind: str, name: str, stmt: cst.SimpleStatementLine | None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        stmt: cst.SimpleStatementLine | None,
+        sources: tuple[_Binding, ...] = (),
+    ) -> None:
         self.kind = kind  # "alias" or "parameter"
         self.name = name
         self.stmt = stmt  # the removable `name = <record>` statement line, if it is one
         self.uses_other = False  # the name is used for something other than field reads
         self.reads: list[Found] = []
+        # set on the binding that stands for the name where branches join and it may hold
+        # the record on some paths only; `sources` are the bindings of those paths
+        self.sources = sources
+        # the binding reaches a join and the name is used after it: its statement must stay
+        self.flows_out = False
+
+    def use(self) -> None:
+        """The name is looked up here; a use after a join keeps every source binding alive."""
+        for source in self.sources:
+            if not source.flows_out:
+                source.flows_out = True
+                source.use()
+
+
+_UNSET: Any = object()
+
+Names = dict[str, "_Binding | None"]
+
+
+class _Join:
+    """A branching statement being walked: the scope it binds in and the states to merge."""
+
+    __slots__ = ("node", "scope", "entry", "ends", "body_end", "handler_entry", "seen")
+
+    def __init__(self, node: cst.CSTNode, scope: _Scope) -> None:
+        self.node = node
+        self.scope = scope
+        self.entry: Names = dict(scope.names)
+        self.ends: list[Names] = []  # the states at the end of each finished arm
+        self.body_end: Names = {}  # try: the state after the body, where `else` starts
+        self.handler_entry: Names = {}  # try: where every `except` arm starts
+        self.seen: dict[str, list[_Binding | None]] | None = None  # try: every binding in the body
 
 
 class _Scope:
@@ -43,7 +87,7 @@ class _Scope:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.names: dict[str, _Binding | None] = {}
+        self.names: Names = {}
 
 
 @attrs.define(slots=True, eq=False)
@@ -110,7 +154,7 @@ class ReadVisitor(cst.CSTVisitor):
         self.scopes: list[_Scope] = [_Scope("module")]
         self.found: list[Found] = []
         self.comments: list[tuple[int, int, str]] = []
-        self.bindings: list[_Binding] = []
+        self._joins: list[_Join] = []
         self._stores: set[int] = set()
         self._quiet_names: set[int] = set()  # names that are targets, attrs or field-read bases
         self._lines: list[cst.SimpleStatementLine] = []
@@ -133,8 +177,9 @@ class ReadVisitor(cst.CSTVisitor):
                     scope = candidate
                     break
         scope.names[name] = binding
-        if binding is not None:
-            self.bindings.append(binding)
+        for join in self._joins:
+            if join.seen is not None and join.scope is scope:
+                join.seen.setdefault(name, []).append(binding)
 
     def _record_binding(self, name: str, value: cst.BaseExpression | None, stmt: cst.SimpleStatementLine | None) -> _Binding | None:
         if value is None or not self._holds_record(value):
@@ -210,6 +255,8 @@ class ReadVisitor(cst.CSTVisitor):
         if isinstance(base, cst.Name):
             binding = self._lookup(base.value)
             self._quiet_names.add(id(base))
+            if binding is not None:
+                binding.use()
         kind = classify(Access(base_kind, via, write))
         pos = self.get_metadata(PositionProvider, node).start
         found = Found(node, base, kind, field, pos.line, pos.column + 1, binding)
@@ -242,6 +289,7 @@ class ReadVisitor(cst.CSTVisitor):
             binding = self._lookup(node.value)
             if binding is not None:
                 binding.uses_other = True
+                binding.use()
         return False
 
     def visit_Comment(self, node: cst.Comment) -> bool:
@@ -345,7 +393,24 @@ class ReadVisitor(cst.CSTVisitor):
         return True
 
     def visit_For_body(self, node: cst.For) -> None:
+        # the target is bound only if the loop runs at all
+        self._open_join(node)
         self._bind_target(node.target, None, None)
+
+    def leave_For_body(self, original_node: cst.For) -> None:
+        self._loop_exit()
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._close_join(original_node)
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self._open_join(node)
+
+    def leave_While_body(self, original_node: cst.While) -> None:
+        self._loop_exit()
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._close_join(original_node)
 
     def visit_With(self, node: cst.With) -> bool:
         for item in node.items:
@@ -358,10 +423,34 @@ class ReadVisitor(cst.CSTVisitor):
             if item.asname is not None:
                 self._bind_target(item.asname.name, item.item, None)
 
+    def _bind_exception(self, asname: cst.AsName | None) -> None:
+        if asname is not None and isinstance(asname.name, cst.Name):
+            self._quiet_names.add(id(asname.name))
+            self._bind(asname.name.value, None)
+
     def visit_ExceptHandler_body(self, node: cst.ExceptHandler) -> None:
-        if node.name is not None and isinstance(node.name.name, cst.Name):
-            self._quiet_names.add(id(node.name.name))
-            self._bind(node.name.name.value, None)
+        self._bind_exception(node.name)
+
+    def visit_ExceptStarHandler_body(self, node: cst.ExceptStarHandler) -> None:
+        self._bind_exception(node.name)
+
+    def visit_MatchAs(self, node: cst.MatchAs) -> bool:
+        if node.name is not None:
+            self._quiet_names.add(id(node.name))
+        return True
+
+    def leave_MatchAs(self, original_node: cst.MatchAs) -> None:
+        if original_node.name is not None:
+            self._bind(original_node.name.value, None)
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> bool:
+        if node.name is not None:
+            self._quiet_names.add(id(node.name))
+        return True
+
+    def leave_MatchStar(self, original_node: cst.MatchStar) -> None:
+        if original_node.name is not None:
+            self._bind(original_node.name.value, None)
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
@@ -380,6 +469,49 @@ class ReadVisitor(cst.CSTVisitor):
                     self._bind(bound.value, None)
         return False
 
+    # -- branches: each arm starts from the entry state, the arms merge where they join -----
+    def _open_join(self, node: cst.CSTNode) -> None:
+        self._joins.append(_Join(node, self.scopes[-1]))
+
+    def _end_arm(self, restart: Names) -> None:
+        """Keep the state at the end of the arm just walked; the next arm starts at `restart`."""
+        join = self._joins[-1]
+        join.ends.append(join.scope.names)
+        join.scope.names = dict(restart)
+
+    def _loop_exit(self) -> None:
+        # the body ran zero or more times; `else` (and what follows) sees either state
+        join = self._joins[-1]
+        join.ends.append(join.scope.names)
+        join.scope.names = self._merge([join.entry, join.scope.names])
+
+    def _close_join(self, node: cst.CSTNode, *extra: Names) -> None:
+        join = self._joins[-1] if self._joins else None
+        if join is None or join.node is not node:
+            return  # never opened: a `TYPE_CHECKING` block
+        self._joins.pop()
+        join.scope.names = self._merge([*join.ends, *extra, join.scope.names])
+
+    def _merge(self, states: Sequence[Names]) -> Names:
+        """The bindings where paths join: a name that may hold the record on any path still does."""
+        first = states[0]
+        merged = dict(first)
+        changed = {name for state in states[1:] for name, b in state.items() if first.get(name, _UNSET) is not b}
+        changed |= {name for name in first if any(name not in state for state in states[1:])}
+        for name in changed:
+            merged[name] = self._join_values(name, [state.get(name, _UNSET) for state in states])
+        return merged
+
+    @staticmethod
+    def _join_values(name: str, values: Sequence[_Binding | None]) -> _Binding | None:
+        """One name's binding where paths join; `values` holds `_UNSET` where a path leaves it unbound."""
+        records = list({id(v): v for v in values if isinstance(v, _Binding)}.values())
+        if not records:
+            return None
+        if len(records) == 1 and all(v is records[0] for v in values):
+            return records[0]
+        return _Binding(records[0].kind, name, None, sources=tuple(records))
+
     def visit_If(self, node: cst.If) -> bool:
         if not _is_type_checking(node.test):
             return True
@@ -388,10 +520,117 @@ class ReadVisitor(cst.CSTVisitor):
             node.orelse.visit(self)
         return False
 
+    def visit_If_body(self, node: cst.If) -> None:
+        self._open_join(node)  # after the test: a `:=` in it binds on both arms
+
+    def leave_If_body(self, original_node: cst.If) -> None:
+        self._end_arm(self._joins[-1].entry)
+
+    def leave_If(self, original_node: cst.If) -> None:
+        # the current state is the end of `else`/`elif`, or the entry state when there is none
+        self._close_join(original_node)
+
+    def _open_try(self, node: cst.Try | cst.TryStar) -> None:
+        self._open_join(node)
+        self._joins[-1].seen = {}
+
+    def visit_Try(self, node: cst.Try) -> bool:
+        self._open_try(node)
+        return True
+
+    def visit_TryStar(self, node: cst.TryStar) -> bool:
+        self._open_try(node)
+        return True
+
+    def _leave_try_body(self) -> None:
+        join = self._joins[-1]
+        join.body_end = dict(join.scope.names)
+        # an exception may leave the body anywhere: a handler sees the entry state, the end
+        # state, or any binding made in between
+        entry = self._merge([join.entry, join.body_end])
+        for name, values in (join.seen or {}).items():
+            entry[name] = self._join_values(name, [entry.get(name, _UNSET), *values])
+        join.handler_entry = entry
+        join.seen = None
+
+    def leave_Try_body(self, original_node: cst.Try) -> None:
+        self._leave_try_body()
+
+    def leave_TryStar_body(self, original_node: cst.TryStar) -> None:
+        self._leave_try_body()
+
+    def _enter_handler(self) -> None:
+        join = self._joins[-1]
+        join.scope.names = dict(join.handler_entry)
+
+    def _keep_arm_end(self) -> None:
+        join = self._joins[-1]
+        join.ends.append(dict(join.scope.names))
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> bool:
+        self._enter_handler()
+        return True
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._keep_arm_end()
+
+    def visit_ExceptStarHandler(self, node: cst.ExceptStarHandler) -> bool:
+        self._enter_handler()
+        return True
+
+    def leave_ExceptStarHandler(self, original_node: cst.ExceptStarHandler) -> None:
+        self._keep_arm_end()
+
+    def _try_else(self) -> None:
+        join = self._joins[-1]
+        join.scope.names = dict(join.body_end)  # `else` runs after a body that did not raise
+
+    def _try_finally(self) -> None:
+        join = self._joins.pop()
+        join.scope.names = self._merge(join.ends)
+
+    def visit_Try_orelse(self, node: cst.Try) -> None:
+        self._try_else()
+
+    def leave_Try_orelse(self, original_node: cst.Try) -> None:
+        self._keep_arm_end()
+
+    def visit_Try_finalbody(self, node: cst.Try) -> None:
+        self._try_finally()
+
+    def visit_TryStar_orelse(self, node: cst.TryStar) -> None:
+        self._try_else()
+
+    def leave_TryStar_orelse(self, original_node: cst.TryStar) -> None:
+        self._keep_arm_end()
+
+    def visit_TryStar_finalbody(self, node: cst.TryStar) -> None:
+        self._try_finally()
+
+    def visit_Match_cases(self, node: cst.Match) -> None:
+        self._open_join(node)
+
+    def visit_MatchCase(self, node: cst.MatchCase) -> bool:
+        join = self._joins[-1]
+        join.scope.names = dict(join.entry)
+        return True
+
+    def leave_MatchCase(self, original_node: cst.MatchCase) -> None:
+        self._keep_arm_end()
+
+    def leave_Match(self, original_node: cst.Match) -> None:
+        # no case may match, so the entry state joins too
+        join = self._joins.pop()
+        join.scope.names = self._merge([*join.ends, join.entry])
+
     # -- scopes ---------------------------------------------------------------------------
+    def _visit_header(self, node: cst.FunctionDef | cst.ClassDef) -> None:
+        # the comment lines above and between decorators, for stale allow comments
+        for part in (*node.leading_lines, *node.decorators, *node.lines_after_decorators):
+            part.visit(self)
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        for decorator in node.decorators:
-            decorator.visit(self)
+        self._visit_header(node)
         self._visit_params_outer(node.params)
         if node.returns is not None:
             node.returns.visit(self)
@@ -409,8 +648,7 @@ class ReadVisitor(cst.CSTVisitor):
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        for decorator in node.decorators:
-            decorator.visit(self)
+        self._visit_header(node)
         for arg in (*node.bases, *node.keywords):
             arg.visit(self)
         self._bind(node.name.value, None)
