@@ -111,3 +111,26 @@ def test_syntax_error_is_reported():
     result = scan_text("bad.py", "def f(:\n", SETTINGS)
     assert result.sites == ()
     assert result.error is not None and result.error.startswith("cannot parse: ")
+
+
+def test_allow_comments_above_defs_and_classes_are_seen():
+    """Allow comments on the lines above a def, a class or between decorators are found (and stale)."""
+    code = textwrap.dedent(
+        """
+        x = 1
+        # ratchet: allow(above a def)
+        def f():
+            pass
+        # ratchet: allow(above a class)
+        @dataclass
+        # ratchet: allow(between decorator and class)
+        class A:
+            pass
+        """
+    ).lstrip("\n")
+    result = scan_text("m.py", code, SETTINGS)
+    assert [(a.line, a.reason, a.used) for a in result.allows] == [
+        (2, "above a def", False),
+        (5, "above a class", False),
+        (7, "between decorator and class", False),
+    ]
