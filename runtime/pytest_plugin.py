@@ -21,6 +21,7 @@ import pytest
 from runtime import context as _context
 from runtime import testing as _testing
 from runtime.context import RuntimeContext
+from sgconf.errors import ConfigError
 
 MARKER = "server_args"
 
@@ -90,7 +91,13 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         if marker.args:
             raise pytest.UsageError(f"@pytest.mark.{MARKER} takes field=value keywords only, got {marker.args!r}")
         install = _testing.override_server_args(**marker.kwargs)
-        install.install()
+        bad = None
+        try:
+            install.install()
+        except ConfigError as exc:  # a bad marker is the test's input: say what is wrong, no traceback
+            bad = exc
+        if bad is not None:
+            pytest.fail(f"@pytest.mark.{MARKER}(...) is invalid: {bad}", pytrace=False)
     yield
     if install is not None and _testing._stack[-1:] == [install]:
         install.restore()

@@ -143,6 +143,32 @@ def test_marker_rejects_positional_args(pytester):
     result.stdout.fnmatch_lines(["*takes field=value keywords only, got (16,)*"])
 
 
+def test_marker_with_a_bad_field_names_it(pytester):
+    """A marker naming an unknown field fails the test with the field and a suggestion, without a traceback."""
+    result = run(
+        pytester,
+        """
+        import pytest
+        from runtime import is_published
+
+        @pytest.mark.server_args(page_sise=16)
+        def test_bad():
+            pass
+
+        def test_after():
+            assert not is_published()
+        """,
+    )
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*@pytest.mark.server_args(...) is invalid: invalid configuration: 1 problem",
+            "*$.page_sise: unknown field 'page_sise' -- did you mean 'page_size'? (from override_server_args)",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*During handling*")
+
+
 def test_outer_state_is_untouched():
     """After the inner runs, nothing is published in this process."""
     with pytest.raises(NotPublishedError):
