@@ -95,6 +95,26 @@ def test_allow_increase_needs_and_records_a_reason(repo):
     assert repo.run("check")[0] == 0
 
 
+def test_update_keeps_tables_above_and_refuses_tables_after_the_counts(repo):
+    """update rewrites only the counts section; tables after it are refused, nothing is written."""
+    repo.write("pkg/a.py", "x = 1\n")
+    repo.config('\n[counts."pkg/a.py"]\nalias = 1\n\n[[exempt]]\npath = "pkg/a.py"\nfield = "*"\nreason = "r"\n')
+    before = repo.read("ratchet.toml")
+    code, out, err = repo.run("update")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "sgconf-ratchet: ratchet.toml has other tables after the counts section (exempt); update would drop them"
+    )
+    assert repo.read("ratchet.toml") == before
+    repo.config('\n[[exempt]]\npath = "pkg/a.py"\nfield = "*"\nreason = "r"\n\n[counts."pkg/a.py"]\nalias = 1\n')
+    (repo.root / "ratchet.toml").chmod(0o644)
+    assert repo.run("update")[0] == 0
+    text = repo.read("ratchet.toml")
+    assert text.endswith('reason = "r"\n\n# Raw reads per file and kind, written by `sgconf-ratchet update`; keep this section last.\n')
+    assert (repo.root / "ratchet.toml").stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in repo.root.iterdir()) == [".sgconf-ratchet-cache", "pkg", "ratchet.toml"]
+
+
 def test_stale_and_reasonless_allow_comments_fail(repo):
     """An allow comment with no read on its line, or without a reason, is a violation."""
     repo.write(
@@ -248,6 +268,9 @@ def test_config_errors_exit_two(repo, tmp_path):
     repo.write("ratchet.toml", '[config]\nfield_source = "nope.mod:names"\n')
     code, _, err = repo.run("check")
     assert (code, err.split(":")[1].strip()) == (2, "cannot load [config] field_source 'nope.mod")
+    repo.write("ratchet.toml", '[config]\ninclude = ["pkg/**"]\naccessor_source = "nope.mod:accessor"\n')
+    code, _, err = repo.run("check")
+    assert (code, err.split(":")[1].strip()) == (2, "cannot load [config] accessor_source 'nope.mod")
     (tmp_path / "ratchet.toml").unlink()
     code, _, err = repo.run("check")
     assert code == 2 and "no ratchet.toml found" in err

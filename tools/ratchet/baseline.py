@@ -8,14 +8,18 @@ zero entries, and raises one only with `allow_increase` and a reason written bes
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
+import tomllib
 
 from tools.ratchet.config import Exempt, RatchetConfig
-from tools.ratchet.errors import BaselineRefused
+from tools.ratchet.errors import BaselineRefused, RatchetConfigError
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site
 
 Counts = dict[str, dict[str, int]]
@@ -191,16 +195,39 @@ _COUNTS_START = re.compile(r"^\s*\[\s*counts\s*[.\]]", re.MULTILINE)
 
 
 def write_counts(config_file: Path, counts: Counts, reasons: dict[str, str]) -> None:
-    """Replace the counts section (from the marker or first `[counts.` header to the end) in place.
+    """Replace the counts section (from the marker or first `[counts.` header to the end).
 
-    Everything above it (`[config]`, `[[exempt]]`, comments) is kept byte for byte.
+    Everything above it (`[config]`, `[[exempt]]`, comments) is kept byte for byte; the
+    file is replaced atomically. Raises RatchetConfigError, writing nothing, when other
+    tables follow the counts (they would be lost) or the file cannot be written.
     """
-    text = config_file.read_text(encoding="utf-8")
+    try:
+        text = config_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RatchetConfigError(f"cannot read {config_file}: {exc}") from None
     cut = text.find(COUNTS_MARKER)
     if cut < 0:
         match = _COUNTS_START.search(text)
         cut = match.start() if match else len(text)
+    try:
+        after = set(tomllib.loads(text[cut:])) - {"counts"}
+    except tomllib.TOMLDecodeError:
+        after = {"?"}
+    if after:
+        tables = ", ".join(sorted(after))
+        msg = f"{config_file.name} has other tables after the counts section ({tables}); update would drop them"
+        raise RatchetConfigError(msg + " -- move [config] and [[exempt]] above the first [counts.\"...\"] table")
     head = text[:cut].rstrip()
     kept = {p: r for p, r in reasons.items() if p in counts}
     body = render_counts(counts, kept)
-    config_file.write_text((head + "\n\n" if head else "") + body, encoding="utf-8")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{config_file.name}.", dir=config_file.parent)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write((head + "\n\n" if head else "") + body)
+        os.chmod(tmp, stat.S_IMODE(config_file.stat().st_mode))
+        os.replace(tmp, config_file)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise RatchetConfigError(f"cannot write {config_file}: {exc.strerror or exc} -- check its permissions") from None

@@ -21,10 +21,13 @@ CACHE_FORMAT = 1
 
 
 def tool_version() -> str:
-    """The package version plus a digest of the scanning code, so editing the scanner invalidates."""
+    """The package version plus a digest of the code that decides a file's result.
+
+    Editing the scanner, the rules, the prefilter or the runner starts a fresh cache.
+    """
     digest = hashlib.blake2b(digest_size=8)
     here = Path(__file__).parent
-    for name in ("scanner.py", "rules.py", "sites.py"):
+    for name in ("scanner.py", "rules.py", "sites.py", "settings.py", "runner.py"):
         digest.update((here / name).read_bytes())
     from tools.ratchet import __version__
 

@@ -95,11 +95,12 @@ class RatchetConfig:
         return [n for n in names if n not in derived]
 
     def accessors(self, names: Sequence[str]) -> dict[str, str | None]:
-        """The accessor expression for each field (None where the source has none)."""
-        try:
-            source = self._load_callable(self.accessor_source, "accessor_source")
-        except RatchetConfigError:
-            return dict.fromkeys(names)
+        """The accessor expression for each field (None where the source has none or fails).
+
+        Raises RatchetConfigError when `accessor_source` cannot be loaded: a typo there would
+        otherwise quietly turn every suggestion into "use the field's accessor".
+        """
+        source = self._load_callable(self.accessor_source, "accessor_source")
         out: dict[str, str | None] = {}
         for name in names:
             try:

@@ -107,18 +107,20 @@ def scan_files(
         stats.files += 1
         try:
             data = file.path.read_bytes()
-            text = decode(data)
         except OSError as exc:
             results[file.rel] = FileScan(file.rel, error=f"cannot read: {exc.strerror or exc}")
             continue
-        except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
-            results[file.rel] = FileScan(file.rel, error=f"cannot decode: {exc}")
-            continue
         digest = content_hash(data)
+        # only files that decoded and parsed are cached, so a hit needs no decoding
         entry = cache.get(digest) if cache is not None else None
         if entry is not None:
             stats.cache_hits += 1
             results[file.rel] = FileScan.from_json(file.rel, entry)
+            continue
+        try:
+            text = decode(data)
+        except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+            results[file.rel] = FileScan(file.rel, error=f"cannot decode: {exc}")
             continue
         if not may_contain_read(text, tokens):
             # No read can hide here, so libcst is not needed; the C parser still checks the
