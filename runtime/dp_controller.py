@@ -13,7 +13,11 @@ rank 0 and coordinator of the config group, replica i is rank i + 1.
   is a 400 naming each refusing rank and its reason; nothing changed anywhere then.
 - `/server_info` shows the controller's resolved config and, for every rank, its
   generation and fingerprint, plus the last fingerprint mismatch if any.
-- `/health` is 503 as soon as a replica process has exited.
+- `/health` is 503 as soon as a replica process has exited, and config changes are
+  refused (503) until it is back: every rank must take part in a round.
+  `POST /replicas/<index>/restart` (admin) starts a new process in its place, which
+  replays every override the group committed so far (`ConfigGroup.resync`) before it
+  takes requests, so it rejoins at the others' generation and fingerprint.
 - Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
   replica: a stop message, then terminate, then kill; a replica whose controller dies
   sees its pipe close and exits, so no replica is left behind.
@@ -28,7 +32,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -46,6 +50,10 @@ STATUS_TIMEOUT_S = 2.0  # /server_info waits this long for a rank; a dead rank s
 
 class ReplicaFailed(RuntimeError):
     """Raised when a request cannot be served because its replica exited or none is alive."""
+
+
+class ReplicaRunning(RuntimeError):
+    """Raised when asked to restart a replica whose process is still running."""
 
 
 class Replica:
@@ -74,8 +82,14 @@ class Replica:
         if not self.conn.poll(timeout_s):
             msg = f"replica {self.index} did not start within {timeout_s:g}s (exit code {self.process.exitcode})"
             raise ReplicaFailed(msg)
-        kind, _rank, pid = self.conn.recv()
-        assert kind == "ready"
+        try:
+            kind, _rank, pid = self.conn.recv()
+        except (EOFError, OSError):
+            kind, pid = "exited", None
+        if kind != "ready":
+            self.process.join(5.0)
+            msg = f"replica {self.index} exited while starting (exit code {self.process.exitcode}) -- see its log"
+            raise ReplicaFailed(msg)
         self.pid = pid
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
         self._reader.start()
@@ -177,25 +191,19 @@ class DPController:
         self.dp_size = int(parallel.dp_size)
         world_size = self.dp_size + 1
         init_method = f"tcp://{parallel.dist_init_addr or f'127.0.0.1:{_free_port()}'}"
-        record = get_server_args()
-        spawn = mp.get_context("spawn")
+        self._record = get_server_args()
+        self._workdirs = workdirs
+        self._start_timeout_s = start_timeout_s
+        self._spawn_context = mp.get_context("spawn")
+        self._entry = replica_main
         self.replicas: list[Replica] = []
         self._rids = itertools.count(1)
         self._rr = itertools.count()
+        self._restart_lock = threading.Lock()
         self._closed = False
         try:
             for index in range(self.dp_size):
-                ours, theirs = spawn.Pipe()
-                workdir = workdirs(index) if workdirs is not None else None
-                process = spawn.Process(
-                    target=replica_main,
-                    args=(index + 1, world_size, init_method, record, theirs, workdir),
-                    name=f"sgconf-replica{index}",
-                    daemon=True,
-                )
-                process.start()
-                theirs.close()
-                self.replicas.append(Replica(index, process, ours))
+                self.replicas.append(self._spawn(index, init_method=init_method))
             dist.init_process_group(
                 "gloo",
                 init_method=init_method,
@@ -211,18 +219,26 @@ class DPController:
             raise
         log.info("dp.start", dp_size=self.dp_size, pids=[r.pid for r in self.replicas])
 
+    def _spawn(self, index: int, *, init_method: str | None = None, address: tuple[str, int] | None = None) -> Replica:
+        ours, theirs = self._spawn_context.Pipe()
+        workdir = self._workdirs(index) if self._workdirs is not None else None
+        process = self._spawn_context.Process(
+            target=self._entry,
+            args=(index + 1, self.dp_size + 1, init_method, self._record, theirs, workdir, address),
+            name=f"sgconf-replica{index}",
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        return Replica(index, process, ours)
+
     # -- routing -------------------------------------------------------------------------
 
     def pick(self) -> Replica:
         """The replica for the next request, by `load_balance_method`; raises ReplicaFailed when none is alive."""
         from runtime.accessors import get_parallel
 
-        alive = [r for r in self.replicas if r.alive()]
-        if not alive:
-            raise ReplicaFailed("no replica is alive -- restart the server")
-        if get_parallel().load_balance_method == "shortest_queue":
-            return min(alive, key=lambda r: (r.inflight, r.index))
-        return alive[next(self._rr) % len(alive)]
+        return choose(self.replicas, get_parallel().load_balance_method, next(self._rr))
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         """Route one request and await its answer (raises ReplicaFailed or a replica's error)."""
@@ -238,8 +254,48 @@ class DPController:
     # -- config ------------------------------------------------------------------------
 
     def propagate(self, source: str, **fields: Any) -> Any:
-        """Apply an override on the controller and every replica, or on none (see ConfigGroup.propagate)."""
+        """Apply an override on the controller and every replica, or on none (see ConfigGroup.propagate).
+
+        Raises ReplicaFailed at once while a replica is down: it could not vote, so the
+        round would only wait out the timeout to fail.
+        """
+        dead = [r for r in self.replicas if not r.alive()]
+        if dead:
+            which = ", ".join(f"{r.index} (exit code {r.process.exitcode})" for r in dead)
+            msg = (
+                f"cannot change the config while replica(s) {which} are down: every replica must take part"
+                f" -- restart them with POST /replicas/<index>/restart, then retry"
+            )
+            raise ReplicaFailed(msg)
         return self.group.propagate(source, **fields)
+
+    def restart(self, index: int) -> dict[str, Any]:
+        """Start a new process for an exited replica and bring it to the group's config; returns its row.
+
+        The new replica joins the config group's board, replays every committed round
+        (`ConfigGroup.resync`), and only then takes requests. Raises IndexError (no such
+        replica), ReplicaRunning (it has not exited), ReplicaFailed (it did not start)
+        or ResyncFailed (it could not catch up; it is stopped again).
+        """
+        if not 0 <= index < self.dp_size:
+            raise IndexError(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
+        with self._restart_lock:
+            old = self.replicas[index]
+            if old.alive():
+                msg = f"replica {index} is running (pid {old.pid}) -- only an exited replica can be restarted"
+                raise ReplicaRunning(msg)
+            old.stop(5.0)  # reaps the exited process and closes its pipe
+            self.group.clear_inbox(old.rank)  # what was sent to the dead rank must not reach the new one
+            new = self._spawn(index, address=self.group.address)
+            try:
+                new.wait_ready(self._start_timeout_s)
+                state = self.group.resync(new.rank)
+            except BaseException:
+                new.stop(30.0)
+                raise
+            self.replicas[index] = new  # routed to only now, at the group's generation
+        log.info("dp.replica_restarted", replica=index, pid=new.pid, generation=state.generation)
+        return {**new.describe(), "generation": state.generation, "fingerprint": state.fingerprint}
 
     def ranks(self, *fields: str) -> list[dict[str, Any]]:
         """Every rank's generation and fingerprint (and the named fields), with its replica index."""
@@ -282,6 +338,19 @@ class DPController:
             t.join()
 
 
+def choose(replicas: Sequence[Replica], method: str, turn: int) -> Replica:
+    """The live replica for request number `turn`: in turn (round_robin), or the least busy (shortest_queue).
+
+    Raises ReplicaFailed when no replica is alive. Ties in shortest_queue go to the lowest index.
+    """
+    alive = [r for r in replicas if r.alive()]
+    if not alive:
+        raise ReplicaFailed("no replica is alive -- restart them with POST /replicas/<index>/restart")
+    if method == "shortest_queue":
+        return min(alive, key=lambda r: (r.inflight, r.index))
+    return alive[turn % len(alive)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -290,7 +359,7 @@ def _free_port() -> int:
 
 def create_dp_app(controller: DPController) -> Any:
     """The FastAPI app in front of the replicas; same routes and error shapes as `runtime.server`."""
-    from runtime.distributed import PropagationFailed, RanksSilent
+    from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
     from runtime.server import (
         ATTACH_FIELDS,
         GENERATE_FIELDS,
@@ -317,6 +386,8 @@ def create_dp_app(controller: DPController) -> Any:
     async def propagate(source: str, fields: dict[str, Any]) -> Any:
         try:
             return await run_in_threadpool(lambda: controller.propagate(source, **fields))
+        except ReplicaFailed as exc:
+            raise HTTPProblem(503, str(exc)) from None
         except RanksSilent as exc:
             raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
         except PropagationFailed as exc:
@@ -337,7 +408,9 @@ def create_dp_app(controller: DPController) -> Any:
         body = {"status": "ok" if ok else "unhealthy", "replicas": rows}
         if not ok:
             dead = [row["replica"] for row in rows if not row["alive"]]
-            body["detail"] = f"replica(s) {', '.join(map(str, dead))} exited -- restart the server"
+            body["detail"] = (
+                f"replica(s) {', '.join(map(str, dead))} exited -- restart them with POST /replicas/<index>/restart"
+            )
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/server_info")
@@ -409,6 +482,21 @@ def create_dp_app(controller: DPController) -> Any:
         result = await propagate(OVERRIDE_SOURCE, body)
         return {"status": "applied", **receipt(result)}
 
+    @app.post("/replicas/{index}/restart")
+    async def restart(request: Request, index: int) -> dict[str, Any]:
+        require_admin(request)
+        try:
+            row = await run_in_threadpool(lambda: controller.restart(index))
+        except IndexError as exc:
+            raise HTTPProblem(404, str(exc)) from None
+        except ReplicaRunning as exc:
+            raise HTTPProblem(409, str(exc)) from None
+        except ReplicaFailed as exc:
+            raise HTTPProblem(503, str(exc)) from None
+        except ResyncFailed as exc:
+            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
+        return {"status": "restarted", **row}
+
     return app
 
 
@@ -459,4 +547,4 @@ def serve_dp(record: Any) -> int | None:
         reset()
 
 
-__all__ = ["DPController", "ReplicaFailed", "create_dp_app", "serve_dp"]
+__all__ = ["DPController", "ReplicaFailed", "ReplicaRunning", "choose", "create_dp_app", "serve_dp"]

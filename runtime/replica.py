@@ -90,8 +90,21 @@ class _Detach:
         pass  # nothing was touched at prepare
 
 
-def replica_main(rank: int, world_size: int, init_method: str, record: Any, conn: Any, workdir: str | None) -> None:
-    """Child-process entry point: build the engine, join the groups, serve the pipe, shut down cleanly."""
+def replica_main(
+    rank: int,
+    world_size: int,
+    init_method: str | None,
+    record: Any,
+    conn: Any,
+    workdir: str | None,
+    address: tuple[str, int] | None = None,
+) -> None:
+    """Child-process entry point: build the engine, join the groups, serve the pipe, shut down cleanly.
+
+    A replica started in place of one that exited gets the config group's board
+    `address` instead of `init_method`: the gloo group cannot take a new member, and
+    the config group needs it only to learn that address.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if workdir is not None:
         os.chdir(workdir)
@@ -101,10 +114,11 @@ def replica_main(rank: int, world_size: int, init_method: str, record: Any, conn
     from runtime.engine import Engine
 
     engine = Engine(record, configure_logs=True)
-    dist.init_process_group(
-        "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
-    )
-    group = ConfigGroup(None, rank, world_size)
+    if address is None:
+        dist.init_process_group(
+            "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
+        )
+    group = ConfigGroup(None, rank, world_size, address=address)
     group.add_effect(StorageEffect(engine))
     group.start()
     sender = _Sender(conn)
@@ -131,7 +145,8 @@ def replica_main(rank: int, world_size: int, init_method: str, record: Any, conn
         group.close()
         engine.shutdown()
         pool.shutdown(wait=False, cancel_futures=True)
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
         log.info("replica.stop", rank=rank)
 
 

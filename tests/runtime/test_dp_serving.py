@@ -133,7 +133,72 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     victim.process.join(10)
     r = client.get("/health")
     assert r.status_code == 503
-    assert r.json()["detail"] == "replica(s) 1 exited -- restart the server"
+    assert r.json()["detail"] == "replica(s) 1 exited -- restart them with POST /replicas/<index>/restart"
+
+    # while it is down no config change can be all-or-nothing: refused at once with the fix-it
+    r = client.post("/config/overrides", json={"load_balance_method": "round_robin"}, headers=ADMIN)
+    assert r.status_code == 503
+    assert r.json()["detail"] == (
+        "cannot change the config while replica(s) 1 (exit code -9) are down: every replica must take part"
+        " -- restart them with POST /replicas/<index>/restart, then retry"
+    )
+    assert client.post("/replicas/1/restart").status_code == 401
+    r = client.post("/replicas/0/restart", headers=ADMIN)
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        f"replica 0 is running (pid {controller.replicas[0].pid}) -- only an exited replica can be restarted"
+    )
+    r = client.post("/replicas/2/restart", headers=ADMIN)
+    assert (r.status_code, r.json()["detail"]) == (404, "there is no replica 2 -- replicas are numbered 0 to 1")
+
+    # restarted, it replays the three committed rounds and rejoins at the group's generation
+    r = client.post("/replicas/1/restart", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert (r.json()["status"], r.json()["generation"], r.json()["alive"]) == ("restarted", 3, True)
+    assert r.json()["pid"] != victim.pid
+    assert client.get("/health").status_code == 200
+    info = client.get("/server_info").json()
+    assert [(row["alive"], row["generation"]) for row in info["ranks"]] == [(True, 3)] * 3
+    assert len({row["fingerprint"] for row in info["ranks"]}) == 1
+
+    # and takes part in the next round and in routing again
+    r = client.post("/config/overrides", json={"load_balance_method": "round_robin"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert [s["generation"] for s in r.json()["ranks"]] == [4, 4, 4]
+    picks = [client.post("/generate", json={"text": "hi", "max_new_tokens": 1}).json()["meta_info"]["dp_rank"]
+             for _ in range(2)]
+    assert sorted(picks) == [0, 1]
+
+
+class FakeReplica:
+    def __init__(self, index: int, inflight: int, alive: bool = True) -> None:
+        self.index, self.inflight, self._alive = index, inflight, alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+
+@pytest.mark.parametrize(
+    ("method", "turns", "picked"),
+    [
+        ("round_robin", [0, 1, 2, 3], [0, 2, 3, 0]),  # replica 1 is down: skipped
+        ("shortest_queue", [0, 1, 2, 3], [3, 3, 3, 3]),  # the least busy live one, every turn
+    ],
+)
+def test_choose_routes_among_live_replicas(method: str, turns: list[int], picked: list[int]) -> None:
+    """Routing skips exited replicas; round robin takes turns, shortest queue the fewest in flight."""
+    from runtime.dp_controller import choose
+
+    replicas = [FakeReplica(0, 5), FakeReplica(1, 0, alive=False), FakeReplica(2, 3), FakeReplica(3, 1)]
+    assert [choose(replicas, method, t).index for t in turns] == picked  # type: ignore[arg-type]
+
+
+def test_choose_with_no_live_replica_says_how_to_recover() -> None:
+    """With every replica down the request fails with the restart route named."""
+    from runtime.dp_controller import ReplicaFailed, choose
+
+    with pytest.raises(ReplicaFailed, match=r"^no replica is alive -- restart them with POST /replicas/<index>/restart$"):
+        choose([FakeReplica(0, 0, alive=False)], "round_robin", 0)  # type: ignore[list-item]
 
 
 def _pids_alive(pids: list[int]) -> list[int]:
