@@ -1,10 +1,11 @@
 """`torch_native`: the reference paged attention backend, plain torch, any device.
 
 Extend runs request by request over the request's slots in the req-to-token table;
-decode gathers every request's slots into one padded `[batch, span]` table and attends
-in one batched step. The attention itself is `scaled_dot_product_attention` with a
-boolean mask and grouped-query heads (`enable_gqa`), so K/V are never repeated per
-query head. Math runs in float32 (float64 inputs stay float64).
+decode turns every request's slots into one padded `[batch, span]` table (once per
+batch and layer kind), then gathers and attends a cache-sized chunk of requests at a
+time, with no Python work per request. The attention itself is
+`scaled_dot_product_attention` with a boolean mask and grouped-query heads
+(`enable_gqa`), so K/V are never repeated per query head. Math runs in float32 (float64 inputs stay float64).
 
 Sliding-window layers read only the keys inside the window: a key older than the
 window may already have been freed from the SWA pool, and its map entry no longer
@@ -19,6 +20,13 @@ import torch.nn.functional as F
 from attention.base import AttentionBackend, ForwardMetadata, LayerKV
 from attention.forward_batch import ForwardBatch
 from attention.layer import AttentionLayer
+from attention.runner import ModelRunnerLike
+
+# A CPU decode gathers K (and V) for about this many bytes of requests at a time and
+# attends over them before gathering the next: the gather target it keeps stays bounded
+# whatever the batch, and the rows are still in the last-level cache when attention
+# reads them. Much smaller chunks lose more to per-call thread start-up than they gain.
+_CPU_CHUNK_BYTES = 32 << 20
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -53,10 +61,23 @@ def attend(
     return out.transpose(0, 1)
 
 
+def _requests_per_chunk(kv: LayerKV, batch_size: int, span: int) -> int:
+    """How many requests' K/V a decode gathers at once: `_CPU_CHUNK_BYTES` worth on a CPU, all elsewhere."""
+    if kv.k_buffer.device.type != "cpu":
+        return max(1, batch_size)
+    row_bytes = max(kv.k_buffer[0].nbytes, kv.v_buffer[0].nbytes)
+    return max(1, _CPU_CHUNK_BYTES // (span * row_bytes))
+
+
 class TorchNativeBackend(AttentionBackend):
     """Reference paged attention (extend and decode) with causal and sliding-window masks."""
 
     name = "torch_native"
+
+    def __init__(self, runner: ModelRunnerLike) -> None:
+        super().__init__(runner)
+        # Gather targets for decode K and V on a CPU, grown on demand (see `_gather`).
+        self._workspace: list[torch.Tensor | None] = [None, None]
 
     def _forward_extend(
         self, q: torch.Tensor, layer: AttentionLayer, batch: ForwardBatch, meta: ForwardMetadata, kv: LayerKV
@@ -89,15 +110,43 @@ class TorchNativeBackend(AttentionBackend):
         scaling = layer.scaling if layer.scaling is not None else q.shape[-1] ** -0.5
         slots, valid = self._decode_slots(meta, kv)
         b, span = slots.shape
-        # index_select on the flat slot list: one contiguous gather per buffer
-        k = kv.k_buffer.index_select(0, slots.reshape(-1)).view(b, span, *kv.k_buffer.shape[1:])
-        v = kv.v_buffer.index_select(0, slots.reshape(-1)).view(b, span, *kv.v_buffer.shape[1:])
         ct = _compute_dtype(q.dtype)
-        out = F.scaled_dot_product_attention(
-            q.to(ct)[:, :, None], k.to(ct).transpose(1, 2), v.to(ct).transpose(1, 2),
-            attn_mask=valid[:, None, None, :], scale=scaling, enable_gqa=True,
-        )  # [b, hq, 1, dv]
-        return out[:, :, 0].to(q.dtype)
+        q4 = q.to(ct)[:, :, None]  # [b, hq, 1, d]
+        out = q.new_empty((b, q.shape[1], kv.v_buffer.shape[-1]))
+        step = _requests_per_chunk(kv, b, span)
+        for lo in range(0, b, step):
+            hi = min(b, lo + step)
+            k = self._gather(0, kv.k_buffer, slots[lo:hi])
+            v = self._gather(1, kv.v_buffer, slots[lo:hi])
+            out[lo:hi] = F.scaled_dot_product_attention(
+                q4[lo:hi], k.to(ct).transpose(1, 2), v.to(ct).transpose(1, 2),
+                attn_mask=valid[lo:hi, None, None, :], scale=scaling, enable_gqa=True,
+            )[:, :, 0]  # [n, hq, dv]
+        return out
+
+    def _gather(self, which: int, buffer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """`buffer[slots]` as `[n, span, heads, dim]`, one index_select over the flat slot list.
+
+        On a CPU the rows land in a workspace kept across layers and steps: a fresh
+        tensor of this size is page-faulted in by the kernel on every call, which costs
+        about as much as the copy itself. Other devices have caching allocators.
+        """
+        n, span = slots.shape
+        row = buffer.shape[1:]
+        flat = slots.reshape(-1)
+        if buffer.device.type != "cpu":
+            return buffer.index_select(0, flat).view(n, span, *row)
+        need = flat.numel() * row.numel()
+        ws = self._workspace[which]
+        if ws is None or ws.dtype != buffer.dtype or ws.numel() < need:
+            # A plain tensor, even when the first call runs under inference_mode: later
+            # calls outside it may not write into an inference tensor.
+            with torch.inference_mode(False):
+                ws = buffer.new_empty(need + need // 4)  # headroom: spans grow by one per step
+            self._workspace[which] = ws
+        rows = ws[:need].view(flat.numel(), *row)
+        torch.index_select(buffer, 0, flat, out=rows)
+        return rows.view(n, span, *row)
 
     @staticmethod
     def _decode_slots(meta: ForwardMetadata, kv: LayerKV) -> tuple[torch.Tensor, torch.Tensor]:

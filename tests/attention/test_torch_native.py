@@ -226,3 +226,46 @@ def test_unknown_layer_is_an_input_error(make_world):
 def test_backend_name():
     assert TorchNativeBackend.name == "torch_native"
     assert TorchNativeBackend.unavailable_reason() is None
+
+
+@pytest.mark.parametrize("budget", [1, 12_800])
+def test_chunked_decode_matches_dense(make_world, monkeypatch, budget):
+    """A decode gathered a few requests at a time (one, or two then one) still matches dense attention."""
+    import attention.torch_native as tn
+
+    monkeypatch.setattr(tn, "_CPU_CHUNK_BYTES", budget)
+    world = make_world(16, hybrid=True)
+    reqs = world.new_requests(3)
+    world.extend(reqs, [12, 20, 45])
+    kv = world.target.backend.layer_kv(world.target.backend.init_forward_metadata(world.decode(reqs)), 1)
+    # full layers: 46-token spans -> 1 or 2 requests per gather; the last chunk is short
+    assert tn._requests_per_chunk(kv, 3, 47) == (1 if budget == 1 else 2)
+    world.decode(reqs)
+    assert len(world.errors) == 3 * 3 * 4
+    assert max(world.errors) < TOL
+
+
+def test_decode_reuses_its_gather_workspace(make_world):
+    """Decode gathers into buffers kept across layers and steps, not a fresh tensor per call."""
+    world = make_world(1, hybrid=False)
+    reqs = world.new_requests(2)
+    world.extend(reqs, [30, 17])
+    backend = world.target.backend
+    world.decode(reqs)
+    ptrs = [w.data_ptr() for w in backend._workspace]
+    for _ in range(3):
+        world.decode(reqs)
+    assert [w.data_ptr() for w in backend._workspace] == ptrs
+    assert max(world.errors) < TOL
+
+
+def test_decode_under_inference_mode_then_outside(make_world):
+    """A workspace first filled under inference_mode can still be written by a later plain call."""
+    world = make_world(1, hybrid=True)
+    reqs = world.new_requests(2)
+    world.extend(reqs, [9, 14])
+    with torch.inference_mode():
+        world.decode(reqs)
+    world.decode(reqs)
+    assert not any(w.is_inference() for w in world.target.backend._workspace)
+    assert max(world.errors) < TOL
