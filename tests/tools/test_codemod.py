@@ -206,3 +206,16 @@ def test_names_bound_differently_on_branches_are_not_rewritten():
         (7, "alias", "'sa' holds the record on some paths only"),
         (11, "alias", "'cfg' holds the record on some paths only"),
     ]
+
+
+def test_fix_keeps_a_declared_source_encoding(repo):
+    """A file with a latin-1 coding cookie is written back in latin-1, not re-encoded as UTF-8."""
+    source = "# -*- coding: latin-1 -*-\nNAME = 'caf\xe9'\ndef f(self):\n    return self.server_args.page_size\n"
+    path = repo.root / "pkg" / "enc.py"
+    path.parent.mkdir()
+    path.write_bytes(source.encode("latin-1"))
+    assert repo.run("fix")[0] == 0
+    assert path.read_bytes() == (
+        "# -*- coding: latin-1 -*-\nfrom runtime import get_schedule\n\nNAME = 'caf\xe9'\n"
+        "def f(self):\n    return get_schedule().page_size\n"
+    ).encode("latin-1")

@@ -153,7 +153,7 @@ def _explain(config: RatchetConfig, settings: ScanSettings, args: argparse.Names
 
 def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace) -> int:
     from tools.ratchet.codemod import fix_text
-    from tools.ratchet.settings import decode, may_contain_read
+    from tools.ratchet.settings import decode_with_encoding, may_contain_read
 
     files = collect_files(config, args.paths)
     accessors = config.accessors(sorted(settings.fields))
@@ -161,7 +161,7 @@ def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace
     fixed_total = changed_files = 0
     for file in files:
         try:
-            text = decode(file.path.read_bytes())
+            text, encoding = decode_with_encoding(file.path.read_bytes())
         except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
             print(f"{file.rel}: cannot read: {exc}", file=sys.stderr)
             status = 2
@@ -185,8 +185,6 @@ def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace
             status = max(status, 1)
         if not result.changed:
             continue
-        fixed_total += len(result.fixed)
-        changed_files += 1
         if args.diff:
             diff = difflib.unified_diff(
                 result.old.splitlines(keepends=True),
@@ -196,7 +194,14 @@ def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace
             )
             sys.stdout.write("".join(diff))
         else:
-            file.path.write_text(result.new, encoding="utf-8")
+            try:
+                file.path.write_bytes(result.new.encode(encoding))
+            except (OSError, UnicodeEncodeError) as exc:
+                print(f"{file.rel}: cannot write: {exc}", file=sys.stderr)
+                status = 2
+                continue
+        fixed_total += len(result.fixed)
+        changed_files += 1
     verb = "would fix" if args.diff else "fixed"
     print(f"sgconf-ratchet: {verb} {fixed_total} site(s) in {changed_files} file(s)")
     return status

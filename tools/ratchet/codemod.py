@@ -90,7 +90,7 @@ def fix_text(
     """Rewrite every counted, safely fixable read in `text`; never raises on bad input."""
     try:
         module = cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
+    except (cst.ParserSyntaxError, RecursionError, ValueError) as exc:
         return FixResult(path, text, text, error=f"cannot parse: {' '.join(str(exc).split())}")
     wrapper, visitor = analyze(module, settings)
     scan = collect(path, visitor)

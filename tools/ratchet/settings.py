@@ -40,11 +40,19 @@ def may_contain_read(text: str, tokens: Sequence[str]) -> bool:
 
 def decode(data: bytes) -> str:
     """Decode source bytes as Python does (UTF-8, or the PEP 263 coding cookie); raises on failure."""
+    return decode_with_encoding(data)[0]
+
+
+def decode_with_encoding(data: bytes) -> tuple[str, str]:
+    """The text and the encoding to write it back with (so a rewrite keeps a file's encoding).
+
+    Raises UnicodeDecodeError, SyntaxError (a bad cookie) or LookupError (an unknown codec).
+    """
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         import io
         import tokenize
 
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
+        return data.decode(encoding), encoding
