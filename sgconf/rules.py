@@ -128,7 +128,10 @@ def _hicache_needs_radix(v: Values) -> str | None:
 
 def _node_rank_in_range(v: Values) -> str | None:
     if v["node_rank"] >= v["nnodes"]:
-        return f"{flag('node_rank')} {v['node_rank']} must be below {flag('nnodes')} {v['nnodes']}"
+        return (
+            f"{flag('node_rank')} {v['node_rank']} must be below {flag('nnodes')} {v['nnodes']} "
+            "-- ranks count from 0; raise the node count or lower the rank"
+        )
     return None
 
 
@@ -142,7 +145,7 @@ def _extra_slots_need_decode(v: Values) -> str | None:
     if v["disaggregation_decode_extra_slots"] and v["disaggregation_mode"] != "decode":
         return (
             f"{flag('disaggregation_decode_extra_slots')} only applies with {flag('disaggregation_mode')} decode "
-            f"(got {v['disaggregation_mode']!r})"
+            f"(got {v['disaggregation_mode']!r}) -- set {flag('disaggregation_mode')} decode or drop the extra slots"
         )
     return None
 

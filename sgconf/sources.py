@@ -89,11 +89,17 @@ def config_path_from_env(env: Mapping[str, str]) -> str | None:
 
 
 def cli_layer(given: Mapping[str, Any]) -> LayerInput:
-    """The CLI layer from the field flags actually given (`{field: raw value}`)."""
+    """The CLI layer from the field flags actually given (`{field: raw value}`).
+
+    An undeclared name is kept, so conversion reports it with a suggestion instead of
+    dropping a caller's typo silently.
+    """
     infos = fields()
-    values = {name: value for name, value in given.items() if name in infos}
-    details = {name: _flag_given(infos[name].flag, value) for name, value in values.items()}
-    return LayerInput("cli", values, details)
+    details = {
+        name: _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
+        for name, value in given.items()
+    }
+    return LayerInput("cli", dict(given), details)
 
 
 def _flag_given(flag: str, value: Any) -> str:

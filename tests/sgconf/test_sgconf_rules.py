@@ -22,9 +22,10 @@ RULE_CASES = [
      "$.memory.enable_hierarchical_cache: --hicache-ratio requires --enable-hierarchical-cache"),
     ("hicache_needs_radix", ["--enable-hierarchical-cache", "--disable-radix-cache"],
      "--enable-hierarchical-cache needs the radix cache, but --disable-radix-cache is set"),
-    ("node_rank", ["--node-rank", "1"], "$.parallel.node_rank: --node-rank 1 must be below --nnodes 1"),
+    ("node_rank", ["--node-rank", "1"], "$.parallel.node_rank: --node-rank 1 must be below --nnodes 1 -- ranks count from 0; raise the node count or lower the rank"),
     ("extra_slots", ["--disaggregation-decode-extra-slots", "2"],
-     "--disaggregation-decode-extra-slots only applies with --disaggregation-mode decode (got 'null')"),
+     "--disaggregation-decode-extra-slots only applies with --disaggregation-mode decode (got 'null') "
+     "-- set --disaggregation-mode decode or drop the extra slots"),
 ]
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from sgconf import ConfigError
 from sgconf.errors import Problem
 from sgconf.flags import config_parser, given_fields
+from sgconf.loading import load_layers
 from sgconf.sources import cli_layer, read_config_file, read_env
 
 
@@ -45,3 +49,10 @@ def test_cli_layer_only_from_given_flags() -> None:
     assert given_fields(ns) == {"page_size": "8", "disable_cuda_graph": False}
     layer = cli_layer(given_fields(ns))
     assert layer.sources() == {"page_size": "from --page-size", "disable_cuda_graph": "from --no-disable-cuda-graph"}
+
+
+def test_load_layers_reports_an_undeclared_cli_name() -> None:
+    """A caller's typo in the parsed CLI values is an error with a suggestion, not silently dropped."""
+    with pytest.raises(ConfigError) as info:
+        load_layers({"page_sise": "4", "port": "31000"}, env={})
+    assert info.value.lines() == ["$.page_sise: unknown field 'page_sise' -- did you mean 'page_size'? (from --page-sise)"]
