@@ -8,8 +8,11 @@ Contract shared by every allocator here:
   raises ForeignIndexError; freeing one that is not allocated raises DoubleFreeError.
 - Indices are int64 tensors on the allocator's device.
 
-Free pages live in a preallocated stack tensor, so alloc and free cost O(pages moved),
-never a copy of the whole free list.
+Every operation is a fixed number of tensor ops over the batch, never a Python loop over
+tokens: free pages live in a preallocated stack tensor (alloc and free move only the
+pages involved), liveness is a bool per page, and the distinct pages of a free are found
+with a scatter/gather stamp instead of a sort, so a free costs O(indices), not
+O(indices log indices).
 """
 
 from __future__ import annotations
@@ -45,6 +48,47 @@ class KVAllocator(Protocol):
     def get_kvcache(self) -> KVPool | None: ...
 
 
+def _decode_slots(last: torch.Tensor, starts: torch.Tensor, pages: torch.Tensor, page: int) -> torch.Tensor:
+    """Each request's new slot: right after `last`, or the first slot of its new page."""
+    out = last + 1
+    out[starts] = pages * page
+    return out
+
+
+class _ExtendLayout:
+    """Where each new token of an `alloc_extend` batch goes, independent of which pages are taken.
+
+    Token t of the concatenated batch belongs to request r. It either continues r's partly
+    used last page (slot `last[r] + 1 + j`, j its offset in r's extension) or lands at
+    position `v` of the slots of the newly taken pages, in order. Both are a per-request
+    base plus t, so the whole batch is one gather of per-request values.
+    """
+
+    __slots__ = ("t", "lim", "base_new", "starts", "req", "n_pages")
+
+    def __init__(self, prefix: torch.Tensor, seq: torch.Tensor, ext: torch.Tensor, total: int, page: int, t: torch.Tensor) -> None:
+        first_new = (prefix + page - 1) // page  # first page index (in the request) that is new
+        new_pages = (seq + page - 1) // page - first_new
+        self.n_pages = new_pages
+        self.starts = torch.cumsum(ext, 0) - ext
+        in_last_page = first_new * page - prefix  # tokens that fit in the partly used last page
+        self.lim = self.starts + in_last_page
+        self.base_new = (torch.cumsum(new_pages, 0) - new_pages) * page - self.lim
+        self.req = torch.repeat_interleave(ext, output_size=total)
+        self.t = t  # 0..total-1
+
+    def slots(self, last: torch.Tensor, pages: torch.Tensor, page: int, offsets: torch.Tensor) -> torch.Tensor:
+        """The slots of every new token, given each request's last slot and the new pages."""
+        t, req = self.t, self.req
+        cont = (last + 1 - self.starts)[req] + t
+        if pages.numel() == 0:
+            return cont
+        fresh = ((pages * page).unsqueeze(1) + offsets).reshape(-1)
+        # tokens of the last page get a negative virtual position here; clamped, then discarded by where()
+        v = (self.base_new[req] + t).clamp_(min=0)
+        return torch.where(t < self.lim[req], cont, fresh[v])
+
+
 class PagedTokenToKVPoolAllocator:
     """Hands out KV slots a page at a time; `size` usable slots in pages 1..size // page_size.
 
@@ -71,19 +115,26 @@ class PagedTokenToKVPoolAllocator:
         if device is None:
             device = kvcache.device if kvcache is not None else "cpu"
         self.device = torch.device(device)
+        self._offsets = torch.arange(page_size, dtype=torch.int64, device=self.device)
+        self._iota = torch.arange(0, dtype=torch.int64, device=self.device)
+        # scratch for finding the distinct pages of a free (see _pages_to_free)
+        self._stamp = torch.empty(self.num_pages + 2, dtype=torch.int64, device=self.device)
         self.clear()
 
     # ---- state -------------------------------------------------------------------------
     def clear(self) -> None:
         """Free everything: every page but page 0 becomes available."""
-        # the stack's top is its end; pages are stored descending so the first alloc gets 1, 2, ...
-        self._stack = torch.arange(self.num_pages, 0, -1, dtype=torch.int64, device=self.device)
-        self._top = self.num_pages
-        self._live = torch.zeros(self.num_pages + 1, dtype=torch.bool, device=self.device)
+        # free pages are _stack[_bottom:]; alloc takes from the front, so a fresh allocator
+        # hands out pages 1, 2, ... in order, and free pushes pages back in front
+        self._stack = torch.arange(1, self.num_pages + 1, dtype=torch.int64, device=self.device)
+        self._bottom = 0
+        # one entry per page plus one past the end that is never live: clamping any index
+        # onto 0 or num_pages + 1 makes "outside the pool" read as "not allocated" in one gather
+        self._live = torch.zeros(self.num_pages + 2, dtype=torch.bool, device=self.device)
 
     def available_size(self) -> int:
         """Free slots (whole free pages times page_size)."""
-        return self._top * self.page_size
+        return (self.num_pages - self._bottom) * self.page_size
 
     def get_kvcache(self) -> KVPool | None:
         return self._kvcache
@@ -91,55 +142,111 @@ class PagedTokenToKVPoolAllocator:
     def is_live(self, indices: IntsLike) -> torch.Tensor:
         """Bool per index: is the slot's page currently allocated (False outside the pool)."""
         idx = _as_index(indices, self.device)
-        pages = idx // self.page_size
-        inside = (pages >= 1) & (pages <= self.num_pages)
-        return inside & self._live[pages.clamp(0, self.num_pages)]
+        return self._live[(idx // self.page_size).clamp(0, self.num_pages + 1)]
+
+    def _positions(self, n: int) -> torch.Tensor:
+        """0..n-1 from a cached arange that grows geometrically, so hot paths never build one."""
+        if n > self._iota.numel():
+            self._iota = torch.arange(max(n, 2 * self._iota.numel(), 1024), dtype=torch.int64, device=self.device)
+        return self._iota[:n]
 
     # ---- pages ---------------------------------------------------------------------------
+    def _free_pages(self) -> int:
+        return self.num_pages - self._bottom
+
     def _take_pages(self, n: int) -> torch.Tensor | None:
-        if n > self._top:
+        """n free pages, or None; the result is a view of the stack, valid until the next release."""
+        b = self._bottom
+        if n > self.num_pages - b:
             return None
-        pages = self._stack[self._top - n : self._top].flip(0)
-        self._top -= n
+        pages = self._stack[b : b + n]
+        self._bottom = b + n
         self._live[pages] = True
         return pages
 
     def _pages_to_free(self, indices: torch.Tensor) -> torch.Tensor:
         """The distinct pages holding `indices`, after checking they are ours and allocated."""
         page = self.page_size
-        pages = indices // page
-        bad = (indices < page) | (pages > self.num_pages)
-        if bool(bad.any()):
-            first = int(indices[bad][0])
+        pages = indices // page if page > 1 else indices
+        if not bool(self._live[pages.clamp(0, self.num_pages + 1)].all()):
+            self._raise_bad_free(indices, pages)
+        # distinct pages without a sort: each index writes its position into its page's
+        # stamp; exactly one writer per page wins, and it is the one that reads itself back
+        pos = self._positions(pages.numel())
+        self._stamp[pages] = pos
+        first = self._stamp[pages] == pos
+        if page > 1:
+            return pages[first]
+        if not bool(first.all()):
+            raise DoubleFreeError(f"slot {int(pages[~first][0])} is freed twice in one call")
+        return pages
+
+    def _raise_bad_free(self, indices: torch.Tensor, pages: torch.Tensor) -> None:
+        page = self.page_size
+        foreign = (indices < page) | (pages > self.num_pages)
+        if bool(foreign.any()):
+            first = int(indices[foreign][0])
             raise ForeignIndexError(
                 f"slot {first} is not in this allocator (slots {page}..{self.size + page - 1}; page 0 is reserved)"
             )
-        if page == 1:
-            uniq, counts = torch.unique(pages, return_counts=True)
-            if bool((counts > 1).any()):
-                raise DoubleFreeError(f"slot {int(uniq[counts > 1][0])} is freed twice in one call")
-            pages = uniq
-        else:
-            pages = torch.unique(pages)
-        dead = ~self._live[pages]
-        if bool(dead.any()):
-            first = int(pages[dead][0])
-            raise DoubleFreeError(
-                f"slot {first * page} is not allocated -- it was freed already or never handed out"
-                if page == 1
-                else f"page {first} (slots {first * page}..{first * page + page - 1}) is not allocated -- it was freed already or never handed out"
-            )
-        return pages
+        first = int(pages[~self._live[pages]][0])
+        raise DoubleFreeError(
+            f"slot {first * page} is not allocated -- it was freed already or never handed out"
+            if page == 1
+            else f"page {first} (slots {first * page}..{first * page + page - 1}) is not allocated -- it was freed already or never handed out"
+        )
 
     def _release_pages(self, pages: torch.Tensor) -> None:
         n = int(pages.numel())
+        if n == 0:
+            return
+        b = self._bottom - n
         self._live[pages] = False
-        self._stack[self._top : self._top + n] = pages
-        self._top += n
+        self._stack[b : self._bottom] = pages
+        self._bottom = b
 
     def _slots_of(self, pages: torch.Tensor) -> torch.Tensor:
-        offsets = torch.arange(self.page_size, dtype=torch.int64, device=self.device)
-        return (pages.unsqueeze(1) * self.page_size + offsets).reshape(-1)
+        if self.page_size == 1:
+            return pages.clone()  # never hand out a view of the stack
+        return ((pages * self.page_size).unsqueeze(1) + self._offsets).reshape(-1)
+
+    # ---- argument checks shared with the SWA allocator -----------------------------------
+    def _extend_args(
+        self, prefix_lens: IntsLike, seq_lens: IntsLike, last_loc: IntsLike, extend_num_tokens: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        dev, page = self.device, self.page_size
+        prefix = _as_index(prefix_lens, dev)
+        seq = _as_index(seq_lens, dev)
+        last = _as_index(last_loc, dev)
+        ext = seq - prefix
+        if bool(((ext < 0) | (prefix < 0)).any()):
+            raise ValueError("alloc_extend needs 0 <= prefix_lens <= seq_lens for every request")
+        total = int(ext.sum())
+        if extend_num_tokens is not None and extend_num_tokens != total:
+            raise ValueError(f"extend_num_tokens {extend_num_tokens} != sum(seq_lens - prefix_lens) {total}")
+        if page > 1:
+            # last_loc matters only where the last page is partly used; check it points there
+            partial = prefix % page != 0
+            if bool((partial & ((last < page) | (last % page != (prefix - 1) % page))).any()):
+                raise ValueError("last_loc must be the slot of token prefix_len - 1 (its offset in the page disagrees)")
+        return prefix, seq, last, ext, total
+
+    def _decode_starts(self, seq_lens: IntsLike) -> torch.Tensor:
+        """Bool per request: does its new token start a page (all True when page_size is 1)."""
+        seq = _as_index(seq_lens, self.device)
+        if bool((seq < 1).any()):
+            raise ValueError("alloc_decode needs seq_lens >= 1 (lengths include the new token)")
+        return (seq - 1) % self.page_size == 0
+
+    def _check_decode_slots(self, out: torch.Tensor, last: torch.Tensor, *, side: str = "") -> None:
+        """A continuing request whose last slot is not allocated would land in the reserved page."""
+        bad = out < self.page_size
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(
+                f"alloc_decode: request {i} continues a page from {side}slot {int(last[i])}, which is not an "
+                f"allocated slot -- pass the slot of each request's last token as last_loc"
+            )
 
     # ---- public alloc/free ---------------------------------------------------------------
     def alloc(self, need: int) -> torch.Tensor | None:
@@ -162,56 +269,38 @@ class PagedTokenToKVPoolAllocator:
         empty); the rest of its page is used first, then new pages. None when the new
         pages do not fit.
         """
-        dev, page = self.device, self.page_size
-        prefix = _as_index(prefix_lens, dev)
-        seq = _as_index(seq_lens, dev)
-        last = _as_index(last_loc, dev)
-        ext = seq - prefix
-        if bool((ext < 0).any()) or bool((prefix < 0).any()):
-            raise ValueError("alloc_extend needs 0 <= prefix_lens <= seq_lens for every request")
-        total = int(ext.sum())
-        if extend_num_tokens is not None and extend_num_tokens != total:
-            raise ValueError(f"extend_num_tokens {extend_num_tokens} != sum(seq_lens - prefix_lens) {total}")
-        # last_loc matters only where the last page is partly used; check it points there
-        partial = prefix % page != 0
-        if bool((partial & ((last < page) | (last % page != (prefix - 1) % page))).any()):
-            raise ValueError("last_loc must be the slot of token prefix_len - 1 (its offset in the page disagrees)")
-        aligned = (prefix + page - 1) // page * page
-        new_pages = (seq + page - 1) // page - aligned // page
-        pages = self._take_pages(int(new_pages.sum()))
+        page = self.page_size
+        prefix, seq, last, ext, total = self._extend_args(prefix_lens, seq_lens, last_loc, extend_num_tokens)
+        if page == 1:  # every token is a new page
+            pages = self._take_pages(total)
+            return None if pages is None else pages.clone()
+        layout = _ExtendLayout(prefix, seq, ext, total, page, self._positions(total))
+        pages = self._take_pages(int(layout.n_pages.sum()))
         if pages is None:
             return None
-        if total == 0:
-            return torch.empty(0, dtype=torch.int64, device=dev)
-        req = torch.repeat_interleave(torch.arange(len(ext), device=dev), ext)
-        starts = torch.cumsum(ext, 0) - ext
-        pos = torch.arange(total, device=dev) - starts[req] + prefix[req]
-        rel = pos - aligned[req]
-        in_last_page = rel < 0
-        out = last[req] + 1 + (pos - prefix[req])
-        if pages.numel():
-            page_idx = (torch.cumsum(new_pages, 0) - new_pages)[req] + rel.clamp(min=0) // page
-            fresh = pages[page_idx.clamp(max=pages.numel() - 1)] * page + rel.clamp(min=0) % page
-            out = torch.where(in_last_page, out, fresh)
-        return out
+        return layout.slots(last, pages, page, self._offsets)
 
     def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
         """One slot per request for token `seq_lens[i] - 1` (lengths include the new token).
 
         A request whose new token starts a page gets a new page; the others use
-        `last_loc[i] + 1`. None when the new pages do not fit.
+        `last_loc[i] + 1`, which must be an allocated slot (ValueError otherwise, nothing
+        taken). None when the new pages do not fit.
         """
-        dev, page = self.device, self.page_size
-        seq = _as_index(seq_lens, dev)
-        last = _as_index(last_loc, dev)
-        if bool((seq < 1).any()):
-            raise ValueError("alloc_decode needs seq_lens >= 1 (lengths include the new token)")
-        starts_page = (seq - 1) % page == 0
-        pages = self._take_pages(int(starts_page.sum()))
+        starts = self._decode_starts(seq_lens)
+        if self.page_size == 1:
+            pages = self._take_pages(starts.numel())
+            return None if pages is None else pages.clone()
+        last = _as_index(last_loc, self.device)
+        pages = self._take_pages(int(starts.sum()))
         if pages is None:
             return None
-        out = last + 1
-        out[starts_page] = pages * page
+        out = _decode_slots(last, starts, pages, self.page_size)
+        try:
+            self._check_decode_slots(out, last)
+        except ValueError:
+            self._release_pages(pages)
+            raise
         return out
 
     def free(self, indices: IntsLike) -> None:
@@ -239,8 +328,9 @@ class SWATokenToKVPoolAllocator:
     (the SWA pool's map when a pool is given). `free` frees both sides and clears the
     map; `free_swa` frees only the SWA side of tokens that left the window (idempotent:
     tokens already out of the window are skipped). With page_size > 1 both sides work in
-    whole pages and a full page maps onto one SWA page. `available_size` is the smaller
-    side. Exhaustion returns None and takes nothing on either side.
+    whole pages and a full page maps onto one SWA page, slot offsets kept, so page-level
+    work never expands to slots. `available_size` is the smaller side. Exhaustion returns
+    None and takes nothing on either side.
     """
 
     def __init__(
@@ -263,10 +353,16 @@ class SWATokenToKVPoolAllocator:
         if kvcache is not None:
             expected = self.size + page_size + 1
             if kvcache.full_to_swa_index_mapping.numel() != expected or kvcache.identity_map:
-                raise ValueError("the SWA pool's index map does not match this allocator's full size (or is an identity map)")
+                raise ValueError(
+                    f"the SWA pool's index map has {kvcache.full_to_swa_index_mapping.numel()} entries"
+                    f"{' and is an identity map' if kvcache.identity_map else ''}; this allocator needs {expected} "
+                    f"(full size {self.size} + page {page_size} + 1) -- build the pool with size {self.size}, identity_map=False"
+                )
             self.full_to_swa_index_mapping = kvcache.full_to_swa_index_mapping
         else:
             self.full_to_swa_index_mapping = torch.zeros(self.size + page_size + 1, dtype=torch.int64, device=self.device)
+        # the map without its -1 tail, one row per full page: page-level reads and clears
+        self._page_map = self.full_to_swa_index_mapping[:-1].view(-1, page_size)
         self.clear()
 
     @property
@@ -297,22 +393,30 @@ class SWATokenToKVPoolAllocator:
     def translate_loc_from_full_to_swa(self, loc: torch.Tensor) -> torch.Tensor:
         return self.full_to_swa_index_mapping[loc.to(torch.int64)]
 
-    def _pair(self, full: torch.Tensor | None, swa: torch.Tensor | None) -> torch.Tensor | None:
-        if full is None:
-            if swa is not None:
-                self.swa_attn_allocator.free(swa)
+    def _take_both(self, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """n pages on each side, or None (nothing taken) when either side is short."""
+        full, swa = self.full_attn_allocator, self.swa_attn_allocator
+        if n > full._free_pages() or n > swa._free_pages():
             return None
-        if swa is None:
-            self.full_attn_allocator.free(full)
-            return None
-        self.full_to_swa_index_mapping[full] = swa
-        return full
+        full_pages, swa_pages = full._take_pages(n), swa._take_pages(n)
+        assert full_pages is not None and swa_pages is not None
+        return full_pages, swa_pages
+
+    def _release_both(self, full_pages: torch.Tensor, swa_pages: torch.Tensor) -> None:
+        self.swa_attn_allocator._release_pages(swa_pages)
+        self.full_attn_allocator._release_pages(full_pages)
 
     def alloc(self, need: int) -> torch.Tensor | None:
         """`need` full slots, each paired with an SWA slot; None when either side is short."""
-        if need > self.available_size():
+        full = self.full_attn_allocator
+        if need < 0 or need % self.page_size:
+            raise ValueError(f"alloc needs a non-negative multiple of page_size {self.page_size}, got {need}")
+        taken = self._take_both(need // self.page_size)
+        if taken is None:
             return None
-        return self._pair(self.full_attn_allocator.alloc(need), self.swa_attn_allocator.alloc(need))
+        full_pages, swa_pages = taken
+        self._page_map[full_pages] = (swa_pages * self.page_size).unsqueeze(1) + full._offsets
+        return full._slots_of(full_pages)
 
     def alloc_extend(
         self,
@@ -321,32 +425,71 @@ class SWATokenToKVPoolAllocator:
         last_loc: IntsLike,
         extend_num_tokens: int | None = None,
     ) -> torch.Tensor | None:
-        """Like PagedTokenToKVPoolAllocator.alloc_extend, on both sides; `last_loc` is a full slot."""
-        last = _as_index(last_loc, self.device)
-        full = self.full_attn_allocator.alloc_extend(prefix_lens, seq_lens, last, extend_num_tokens)
-        if full is None:
+        """Like PagedTokenToKVPoolAllocator.alloc_extend, on both sides; `last_loc` is a full slot.
+
+        A request continuing a page whose SWA side was freed (free_swa) raises ValueError.
+        """
+        full, page = self.full_attn_allocator, self.page_size
+        prefix, seq, last, ext, total = full._extend_args(prefix_lens, seq_lens, last_loc, extend_num_tokens)
+        if page == 1:
+            return self._alloc_fresh(total)
+        swa_last = self.translate_loc_from_full_to_swa(last)
+        if bool(((prefix % page != 0) & (swa_last < page)).any()):
+            raise ValueError(
+                "alloc_extend: a request continues a page whose sliding-window side was freed -- "
+                "free_swa only pages before the one holding a request's last token"
+            )
+        layout = _ExtendLayout(prefix, seq, ext, total, page, full._positions(total))
+        taken = self._take_both(int(layout.n_pages.sum()))
+        if taken is None:
             return None
-        try:
-            swa = self.swa_attn_allocator.alloc_extend(prefix_lens, seq_lens, self.translate_loc_from_full_to_swa(last))
-        except ValueError:
-            self.full_attn_allocator.free(full)
-            raise
-        return self._pair(full, swa)
+        full_pages, swa_pages = taken
+        out = layout.slots(last, full_pages, page, full._offsets)
+        self.full_to_swa_index_mapping[out] = layout.slots(swa_last, swa_pages, page, full._offsets)
+        return out
 
     def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
-        """Like PagedTokenToKVPoolAllocator.alloc_decode, on both sides; `last_loc` is a full slot."""
-        last = _as_index(last_loc, self.device)
-        full = self.full_attn_allocator.alloc_decode(seq_lens, last)
-        if full is None:
-            return None
-        swa = self.swa_attn_allocator.alloc_decode(seq_lens, self.translate_loc_from_full_to_swa(last))
-        return self._pair(full, swa)
+        """Like PagedTokenToKVPoolAllocator.alloc_decode, on both sides; `last_loc` is a full slot.
 
-    def _swa_pages_of(self, full_pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        slots = self.full_attn_allocator._slots_of(full_pages)
-        swa = self.full_to_swa_index_mapping[slots]
-        swa = swa[swa > 0]
-        return slots, torch.unique(swa // self.page_size)
+        A request continuing a page whose SWA side was freed (free_swa) raises ValueError.
+        """
+        full, page = self.full_attn_allocator, self.page_size
+        starts = full._decode_starts(seq_lens)
+        if page == 1:
+            return self._alloc_fresh(starts.numel())
+        last = _as_index(last_loc, self.device)
+        taken = self._take_both(int(starts.sum()))
+        if taken is None:
+            return None
+        full_pages, swa_pages = taken
+        out = _decode_slots(last, starts, full_pages, page)
+        swa_last = self.translate_loc_from_full_to_swa(last)
+        swa_out = _decode_slots(swa_last, starts, swa_pages, page)
+        try:
+            full._check_decode_slots(out, last)
+            self.swa_attn_allocator._check_decode_slots(swa_out, swa_last, side="sliding-window ")
+        except ValueError:
+            self._release_both(full_pages, swa_pages)
+            raise
+        self.full_to_swa_index_mapping[out] = swa_out
+        return out
+
+    def _alloc_fresh(self, n: int) -> torch.Tensor | None:
+        """Page size 1: n new slots on each side, paired in the map."""
+        taken = self._take_both(n)
+        if taken is None:
+            return None
+        full_slots, swa_slots = taken
+        self.full_to_swa_index_mapping[full_slots] = swa_slots
+        return full_slots.clone()
+
+    def _drop_swa_side(self, full_pages: torch.Tensor) -> None:
+        """Free the SWA pages mapped from `full_pages` (skipping ones already freed) and clear their rows."""
+        swa_first = self._page_map[full_pages, 0]
+        mapped = swa_first > 0
+        swa_pages = swa_first[mapped] if self.page_size == 1 else swa_first[mapped] // self.page_size
+        self.swa_attn_allocator._release_pages(swa_pages)
+        self._page_map[full_pages] = 0
 
     def free(self, indices: IntsLike) -> None:
         """Free full slots `indices` (whole pages) and their SWA slots; clears their map entries."""
@@ -354,9 +497,7 @@ class SWATokenToKVPoolAllocator:
         if idx.numel() == 0:
             return
         full_pages = self.full_attn_allocator._pages_to_free(idx)
-        slots, swa_pages = self._swa_pages_of(full_pages)
-        self.swa_attn_allocator._release_pages(swa_pages)
-        self.full_to_swa_index_mapping[slots] = 0
+        self._drop_swa_side(full_pages)
         self.full_attn_allocator._release_pages(full_pages)
 
     def free_swa(self, indices: IntsLike) -> None:
@@ -364,11 +505,7 @@ class SWATokenToKVPoolAllocator:
         idx = _as_index(indices, self.device)
         if idx.numel() == 0:
             return
-        full = self.full_attn_allocator
-        full_pages = full._pages_to_free(idx)  # checks the slots are live full slots
-        slots, swa_pages = self._swa_pages_of(full_pages)
-        self.swa_attn_allocator._release_pages(swa_pages)
-        self.full_to_swa_index_mapping[slots] = 0
+        self._drop_swa_side(self.full_attn_allocator._pages_to_free(idx))  # checks the slots are live full slots
 
 
 __all__ = [
