@@ -73,13 +73,14 @@ class _State:
 
     snapshot: Snapshot
     view: Any
-    flat: Mapping[str, Any]
+    # read-only proxies: `.copy()` of one is a C dict copy (`dict(proxy)` walks it key by key)
+    flat: types.MappingProxyType[str, Any]
     # the overrides log as a persistent list, newest first: `(record, older)` pairs, so a
     # commit is O(1) however long the log grows, and older states keep their own log
     log_head: tuple[OverrideRecord, Any] | None
     log_len: int
     # field -> the override that last set it (revert checks this)
-    last_set: Mapping[str, OverrideRecord]
+    last_set: types.MappingProxyType[str, OverrideRecord]
 
     def log(self) -> tuple[OverrideRecord, ...]:
         out = []
@@ -143,7 +144,7 @@ class RuntimeContext:
         cached = self._fingerprint
         if cached is not None and cached[0] is state.snapshot:
             return cached[1]
-        digest = fingerprint_of(dict(state.flat))
+        digest = fingerprint_of(state.flat.copy())
         self._fingerprint = (state.snapshot, digest)
         return digest
 
@@ -300,7 +301,7 @@ class RuntimeContext:
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
             raise cls(problems, header=header)
-        would = dict(state.flat)
+        would = state.flat.copy()
         would.update(converted)
         broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted))
         if broken:
@@ -321,7 +322,7 @@ class RuntimeContext:
             )
             raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
         rec = OverrideRecord(proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes)
-        last_set = dict(state.last_set)
+        last_set = state.last_set.copy()
         last_set.update(dict.fromkeys(rec.fields, rec))
         new = _State(
             snapshot=proposal.snapshot,

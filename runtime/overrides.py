@@ -5,7 +5,8 @@ All are frozen. The context (`runtime.context`) builds them; consumers read them
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import types
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -90,7 +91,7 @@ class OverrideProposal:
     layer: str
     changes: tuple[FieldChange, ...]
     snapshot: Any
-    flat: Mapping[str, Any]
+    flat: types.MappingProxyType[str, Any]
 
     @property
     def base_generation(self) -> int:
