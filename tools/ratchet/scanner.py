@@ -485,12 +485,12 @@ class ReadVisitor(cst.CSTVisitor):
         join.ends.append(join.scope.names)
         join.scope.names = self._merge([join.entry, join.scope.names])
 
-    def _close_join(self, node: cst.CSTNode, *extra: Names) -> None:
+    def _close_join(self, node: cst.CSTNode) -> None:
         join = self._joins[-1] if self._joins else None
         if join is None or join.node is not node:
             return  # never opened: a `TYPE_CHECKING` block
         self._joins.pop()
-        join.scope.names = self._merge([*join.ends, *extra, join.scope.names])
+        join.scope.names = self._merge([*join.ends, join.scope.names])
 
     def _merge(self, states: Sequence[Names]) -> Names:
         """The bindings where paths join: a name that may hold the record on any path still does."""
@@ -666,33 +666,15 @@ class ReadVisitor(cst.CSTVisitor):
                 self._bind(name.value, None)
             current = current.inner_for_in
 
-    def visit_ListComp(self, node: cst.ListComp) -> bool:
+    def _visit_comprehension(self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp) -> bool:
         self._enter_comprehension(node.for_in)
         return True
 
-    def leave_ListComp(self, original_node: cst.ListComp) -> None:
+    def _leave_comprehension(self, original_node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp) -> None:
         self.scopes.pop()
 
-    def visit_SetComp(self, node: cst.SetComp) -> bool:
-        self._enter_comprehension(node.for_in)
-        return True
-
-    def leave_SetComp(self, original_node: cst.SetComp) -> None:
-        self.scopes.pop()
-
-    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
-        self._enter_comprehension(node.for_in)
-        return True
-
-    def leave_GeneratorExp(self, original_node: cst.GeneratorExp) -> None:
-        self.scopes.pop()
-
-    def visit_DictComp(self, node: cst.DictComp) -> bool:
-        self._enter_comprehension(node.for_in)
-        return True
-
-    def leave_DictComp(self, original_node: cst.DictComp) -> None:
-        self.scopes.pop()
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _visit_comprehension
+    leave_ListComp = leave_SetComp = leave_GeneratorExp = leave_DictComp = _leave_comprehension
 
 
 def analyze(module: cst.Module, settings: ScanSettings) -> tuple[MetadataWrapper, ReadVisitor]:
