@@ -115,7 +115,9 @@ class Replica:
                 break
             with self._lock:
                 future = self.pending.pop(rid, None)
-            if future is None:
+            # a caller that went away (its await was cancelled) cancelled the future: drop the
+            # answer, or setting it would raise here and end the reader for every later request
+            if future is None or not future.set_running_or_notify_cancel():
                 continue
             if kind == "result":
                 future.set_result(rest[0])
@@ -131,7 +133,8 @@ class Replica:
         else:
             log.error("dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending))
         for future in pending.values():
-            future.set_exception(ReplicaFailed(self._exit_text()))
+            if future.set_running_or_notify_cancel():
+                future.set_exception(ReplicaFailed(self._exit_text()))
 
     def _exit_text(self) -> str:
         return f"replica {self.index} exited (exit code {self.process.exitcode}) -- the request was not served"

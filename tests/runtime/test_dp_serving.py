@@ -201,6 +201,37 @@ def test_choose_with_no_live_replica_says_how_to_recover() -> None:
         choose([FakeReplica(0, 0, alive=False)], "round_robin", 0)  # type: ignore[list-item]
 
 
+class FakeProcess:
+    exitcode = None
+
+    def is_alive(self) -> bool:
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_answer_for_a_cancelled_request_does_not_stop_the_reader() -> None:
+    """A caller that went away is skipped; the replica's next answers still reach their callers."""
+    import multiprocessing
+
+    from runtime.dp_controller import Replica
+
+    ours, theirs = multiprocessing.Pipe()
+    replica = Replica(0, FakeProcess(), ours)
+    theirs.send(("ready", 1, 4242))
+    replica.wait_ready(5.0)
+    gone = replica.submit(1, {})
+    waiting = replica.submit(2, {})
+    assert [theirs.recv() for _ in range(2)] == [("generate", 1, {}), ("generate", 2, {})]
+    assert gone.cancel()
+    theirs.send(("result", 1, {"text": "late"}))
+    theirs.send(("result", 2, {"text": "ok"}))
+    assert waiting.result(timeout=5) == {"text": "ok"}
+    assert replica.inflight == 0
+    theirs.close()
+
+
 def _pids_alive(pids: list[int]) -> list[int]:
     alive = []
     for pid in pids:
