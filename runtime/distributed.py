@@ -468,6 +468,7 @@ class ConfigGroup:
         states = [RankState(self.rank, True, own["generation"], own["fingerprint"])]
         differing: set[str] = set()
         bad: list[int] = []
+        mine: dict[str, str] | None = None  # our per-field digests, computed only when a rank differs
         for rank in self._followers():
             ack = acks.get(rank)
             if ack is None:
@@ -477,7 +478,7 @@ class ConfigGroup:
             states.append(RankState(rank, True, ack["generation"], ack["fingerprint"]))
             if ack["fingerprint"] != own["fingerprint"] or ack["generation"] != own["generation"] or ack.get("error"):
                 bad.append(rank)
-                mine = own.get("digests") or _digests(self._context())
+                mine = mine or _digests(self._context())
                 digests = ack["digests"]
                 differing.update(k for k in {*digests, *mine} if digests.get(k) != mine.get(k))
         mismatch = None
