@@ -50,6 +50,8 @@ class _Unpublished:
     __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocol probes (copy, pickle, torch.compile) are not config reads
+            raise AttributeError(name)
         what = f"get_{name}()" if name in _snapshot.BAG_NAMES else f"{name}"
         msg = (
             f"no runtime config is published: {what} was read before publish() -- call "

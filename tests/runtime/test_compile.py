@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from runtime import (  # noqa: E402
+    NotPublishedError,
     get_context,
     get_schedule,
     get_spec,
@@ -73,3 +74,12 @@ def test_enforce_mode_compiles_without_breaks(monkeypatch):
         assert compiled(torch.ones(1)).tolist() == [2.0]
         with ctx.scoped(page_size=8):
             assert compiled(torch.ones(1)).tolist() == [9.0]
+
+
+def test_compiled_read_before_publish_says_how_to_publish():
+    """A compiled function reading config before publish raises NotPublishedError naming the accessor."""
+    compiled = torch.compile(scale, backend="eager")
+    with pytest.raises(NotPublishedError, match=r"get_schedule\(\) was read before publish\(\)"):
+        compiled(torch.ones(1))
+    with override_server_args(page_size=4):
+        assert compiled(torch.ones(1)).tolist() == [5.0]
