@@ -142,9 +142,9 @@ def _layer_kinds(cfg: Mapping[str, Any], n: int, window: int | None, problems: l
         if not isinstance(types, list) or len(types) != n:
             problems.append(_problem("layer_types", f"must be a list of {n} entries, one per layer"))
             return (), tuple(range(n))
-        unknown = sorted({t for t in types if t not in (SLIDING, FULL)}, key=str)
+        unknown = sorted({repr(t) for t in types if t not in (SLIDING, FULL)})
         if unknown:
-            problems.append(_problem("layer_types", f"unknown layer types {unknown} -- use '{SLIDING}' or '{FULL}'"))
+            problems.append(_problem("layer_types", f"unknown layer types {', '.join(unknown)} -- use '{SLIDING}' or '{FULL}'"))
             return (), tuple(range(n))
         return tuple(i for i, t in enumerate(types) if t == SLIDING), tuple(i for i, t in enumerate(types) if t == FULL)
     swa = _ids(cfg, "swa_attention_layer_ids", n, problems)
@@ -196,7 +196,7 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     if window is None:
         window = _int(cfg, "sliding_window_size", problems)
     dtype = cfg.get("torch_dtype", "bfloat16")
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         problems.append(_problem("torch_dtype", f"unknown dtype {dtype!r} -- use one of {sorted(DTYPE_BYTES)}"))
     nextn = _int(cfg, "num_nextn_predict_layers", problems, minimum=0) or 0
     max_pos = _int(cfg, "max_position_embeddings", problems)

@@ -8,6 +8,7 @@ from mem_cache.errors import ModelShapeError
 from mem_cache.examples import example_names, load_example
 from mem_cache.model_shape import (
     DTYPE_BYTES,
+    FULL,
     draft_swa_full_capacity,
     is_hybrid_swa_mtp_draft,
     model_shape_from_config,
@@ -75,3 +76,13 @@ def test_mtp_draft_routing_is_by_metadata() -> None:
     assert not draft_swa_full_capacity(shape, draft, is_draft_worker=True, draft_model_idx=1)
     plain = model_shape_from_config(load_example("small-hybrid-5to1"))
     assert not is_hybrid_swa_mtp_draft(plain, is_draft_worker=True, draft_model_idx=0)
+
+
+def test_malformed_values_are_problems_not_crashes() -> None:
+    """Lists where strings belong are reported against their key, never raised as a TypeError."""
+    with pytest.raises(ModelShapeError) as info:
+        model_shape_from_config({**BASE, "layer_types": [["x"], "full_attention", 3, 3, FULL, FULL], "torch_dtype": ["bf16"]})
+    assert info.value.lines() == [
+        "$.torch_dtype: unknown dtype ['bf16'] -- use one of " + str(sorted(DTYPE_BYTES)),
+        "$.layer_types: unknown layer types 3, ['x'] -- use 'sliding_attention' or 'full_attention'",
+    ]
