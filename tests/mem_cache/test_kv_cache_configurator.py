@@ -59,6 +59,8 @@ def test_built_pools_fit_the_budget(name: str) -> None:
         used = target.nbytes() + (draft_mem.nbytes() if draft_mem else 0)
         where = f"{name} {spec} page={page} ratio={ratio}"
         assert used <= plan.total_bytes <= budget, where
+        if not plan.costs.Dsf:  # banded depths built as one draft pool share one identity map, budgeted per depth
+            assert used == plan.total_bytes, where
         assert used >= 0.99 * budget, where
         assert plan.full_max_total_num_tokens % page == 0 and plan.swa_max_total_num_tokens % page == 0, where
         if shape.is_hybrid_swa():
@@ -162,3 +164,43 @@ def test_decode_disaggregation_adds_rows() -> None:
     with override_server_args(context_length=1024, max_running_requests=5, disaggregation_mode="decode", disaggregation_decode_extra_slots=3):
         mem = KVCacheConfigurator(_shape("small-dense"), 8 << 20, device="meta").build()
     assert mem.req_to_token_pool.req_to_token.shape == (5 + 3 + 1, 1028)
+
+
+def test_chunk_cap_budgets_the_draft() -> None:
+    """The SWA chunk-cap plan keeps its SWA cap and gives the full pool what is left after the draft layer."""
+    shape = _shape("small-hybrid-5to1")
+    budget, page, reqs, chunk, window = 8 << 20, 16, 4, 128, 64
+    f = s = 2 * (32 + 32) * 2
+    F, S = 2, 10
+
+    def expected(draft_layers: int, dt: int, alloc_len: int, extra: int) -> tuple[int, int]:
+        cap = -(-((window + dt + page + alloc_len) * reqs + chunk + page) // page) * page
+        fixed = (reqs + 1) * (1024 + extra) * 4 + page * (f * F + s * S + f * draft_layers) + 8 * (page + 1)
+        per_full = f * F + f * draft_layers + 8
+        return (budget - fixed - s * S * cap) // per_full // page * page, cap
+
+    common = {
+        "page_size": page, "context_length": 1024, "kv_cache_dtype": "bfloat16", "max_running_requests": reqs,
+        "chunked_prefill_size": chunk, "disable_radix_cache": True,
+    }
+    with override_server_args(**common):
+        plain = KVCacheConfigurator(shape, budget, draft_shape=shape.mtp_draft_shape(1), device="meta").plan()
+    with override_server_args(speculative_algorithm="EAGLE", **common):
+        eagle = KVCacheConfigurator(shape, budget, draft_shape=shape.mtp_draft_shape(1), device="meta").plan()
+    assert plain.configurator == eagle.configurator == "swa_chunk_cap"
+    assert plain.costs.Df == 0 and plain.costs.draft_per_token == 0  # no speculative decoding: no draft terms
+    assert (plain.full_max_total_num_tokens, plain.swa_max_total_num_tokens) == expected(0, 0, 1, 4)
+    # steps 3, topk 1, Dt 4: alloc_len max(3, 4) = 4, extra max(4 + 4, 2*4 + 15) = 23
+    assert (eagle.full_max_total_num_tokens, eagle.swa_max_total_num_tokens) == expected(1, 4, 4, 23)
+
+
+@pytest.mark.parametrize(
+    ("name", "full", "swa", "configurator"),
+    [("small-dense", 992, 0, "default"), ("small-hybrid-5to1", 992, 496, "hybrid_swa"), ("small-all-swa", 0, 992, "hybrid_swa")],
+)
+def test_max_total_tokens_caps_the_pools(name: str, full: int, swa: int, configurator: str) -> None:
+    """A max_total_tokens below what fits sizes the pools from the cap, page-aligned, and marks the plan capped."""
+    with override_server_args(context_length=1024, page_size=16, swa_full_tokens_ratio=0.5, max_total_tokens=1000):
+        plan = KVCacheConfigurator(_shape(name), 64 << 20, device="meta").plan()
+    assert (plan.configurator, plan.full_max_total_num_tokens, plan.swa_max_total_num_tokens) == (configurator, full, swa)
+    assert plan.capped and plan.max_total_num_tokens == 992 and plan.total_bytes < 64 << 20
