@@ -54,14 +54,27 @@ def check_role(role: str) -> str:
 
 
 def mode_from_env(environ: Mapping[str, str] | None = None) -> Mode:
-    """The role mode from `SGCONF_ROLE_NAMESPACES`; raises ConfigError on a value other than off/record/enforce."""
+    """The role mode from `SGCONF_ROLE_NAMESPACES`.
+
+    Raises ConfigError on a value other than off/record/enforce, and in record mode when
+    `SGCONF_ROLE_NAMESPACES_OUT` names a file that cannot be appended to.
+    """
     env = os.environ if environ is None else environ
     raw = env.get(MODE_ENV, "")
     text = raw.strip().lower() or "off"
-    if text in MODES:
-        return text  # type: ignore[return-value]
-    msg = f"expected one of 'off', 'record', 'enforce', got {raw!r}"
-    raise ConfigError([Problem(f"$env.{MODE_ENV}", msg, f"from env {MODE_ENV}")], header="bad role namespace mode")
+    if text not in MODES:
+        msg = f"expected one of 'off', 'record', 'enforce', got {raw!r}"
+        raise ConfigError([Problem(f"$env.{MODE_ENV}", msg, f"from env {MODE_ENV}")], header="bad role namespace mode")
+    out = env.get(OUT_ENV)
+    if text == "record" and out:
+        # checked here, at publish: a failing write would otherwise surface in some config read
+        try:
+            with open(out, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            msg = f"cannot append to {out!r} ({exc.strerror}) -- point it at a writable file, or unset it"
+            raise ConfigError([Problem(f"$env.{OUT_ENV}", msg, f"from env {OUT_ENV}")], header="bad role namespace mode") from None
+    return text  # type: ignore[return-value]
 
 
 def make_view(snapshot: Any, role: str, mode: Mode) -> Any:

@@ -113,6 +113,21 @@ def test_record_mode_writes_pairs_at_once(monkeypatch, tmp_path):
     assert recorded_reads() == {("tokenizer", "schedule"), ("tokenizer", "serving")}
 
 
+def test_record_mode_refuses_an_unwritable_out_file(monkeypatch, tmp_path):
+    """An out file that cannot be appended to is an error at publish, not at some later read."""
+    out = tmp_path / "missing" / "roles.tsv"
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "record")
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES_OUT", str(out))
+    with pytest.raises(ConfigError) as info:
+        publish(ServerArgs(), role="tokenizer")
+    assert info.value.lines() == [
+        f"$env.SGCONF_ROLE_NAMESPACES_OUT: cannot append to {str(out)!r} (No such file or directory) "
+        "-- point it at a writable file, or unset it (from env SGCONF_ROLE_NAMESPACES_OUT)"
+    ]
+    with pytest.raises(RuntimeError):
+        get_context()
+
+
 def test_override_server_args_honours_the_mode(monkeypatch):
     """Test installs use role 'test', which may read everything even under enforce."""
     monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
