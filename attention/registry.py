@@ -18,7 +18,7 @@ from attention.forward_batch import ForwardBatch, ForwardMode
 from attention.layer import AttentionLayer
 from attention.runner import ModelRunnerLike
 from attention.torch_native import TorchNativeBackend
-from runtime import attention_backends
+from runtime import attention_backends, get_exec
 from sgconf.errors import Problem
 
 B = TypeVar("B", bound=type[AttentionBackend])
@@ -48,14 +48,18 @@ def available_backends() -> tuple[str, ...]:
     return tuple(name for name in sorted(_BACKENDS) if _BACKENDS[name].unavailable_reason() is None)
 
 
-def backend_class(name: str, *, role: str = "attention") -> type[AttentionBackend]:
+def backend_class(name: str, *, role: str = "attention", field: str | None = None) -> type[AttentionBackend]:
     """The class registered as `name`; raises AttentionBackendUnavailable listing what would work.
 
-    `role` ("prefill", "decode") only shapes the message and the field path.
+    `role` ("prefill", "decode") shapes the message; `field` is the exec.kernel field the
+    name was read from (default: the role's own field), so the error points at the
+    setting the user actually wrote.
     """
     cls = _BACKENDS.get(name)
     usable = ", ".join(available_backends()) or "none"
-    path = f"$.exec.kernel.{role}_backend" if role == "attention" else f"$.exec.kernel.{role}_attention_backend"
+    if field is None:
+        field = "attention_backend" if role == "attention" else f"{role}_attention_backend"
+    path = f"$.exec.kernel.{field}"
     if cls is None:
         msg = f"unknown attention backend '{name}' for {role} -- choose one of: {usable}"
         raise AttentionBackendUnavailable([Problem(path, msg)], header="attention backend not available")
@@ -107,9 +111,17 @@ def create_attention_backend(
     AttentionBackendUnavailable for an unknown or unavailable name (both checked before
     anything is built).
     """
-    prefill_name, decode_name = names if names is not None else attention_backends(snapshot)
-    prefill_cls = backend_class(prefill_name, role="prefill")
-    decode_cls = backend_class(decode_name, role="decode")
+    if names is not None:
+        prefill_name, decode_name = names
+        prefill_field, decode_field = "prefill_attention_backend", "decode_attention_backend"
+    else:
+        prefill_name, decode_name = attention_backends(snapshot)
+        kernel = (get_exec() if snapshot is None else snapshot.exec).kernel
+        # A phase without its own setting falls back to attention_backend: blame that field.
+        prefill_field = "prefill_attention_backend" if kernel.prefill_attention_backend else "attention_backend"
+        decode_field = "decode_attention_backend" if kernel.decode_attention_backend else "attention_backend"
+    prefill_cls = backend_class(prefill_name, role="prefill", field=prefill_field)
+    decode_cls = backend_class(decode_name, role="decode", field=decode_field)
     if prefill_cls is decode_cls:
         return prefill_cls(runner)
     return HybridAttnBackend(prefill_cls(runner), decode_cls(runner))

@@ -135,3 +135,19 @@ def test_hybrid_routes_by_batch_mode(runner, extra_backends):
     backend.forward(x[:1], x[:1], x[:1], 0, decode)
     assert backend.prefill_backend._meta.batch is extend
     assert backend.decode_backend._meta.batch is decode
+
+
+def test_error_names_the_field_the_name_came_from(runner, extra_backends):
+    """A phase falling back to attention_backend blames attention_backend, not the unset phase field."""
+    with override_server_args(attention_backend="flashinfer", decode_attention_backend="torch_native"):
+        with pytest.raises(AttentionBackendUnavailable) as info:
+            create_attention_backend(runner)
+    assert info.value.lines() == [
+        "$.exec.kernel.attention_backend: unknown attention backend 'flashinfer' for prefill "
+        "-- choose one of: test_alt, torch_native"
+    ]
+    with override_server_args(attention_backend="torch_native", decode_attention_backend="test_gpu_only"):
+        snap = get_context().snapshot()
+    with pytest.raises(AttentionBackendUnavailable) as info:
+        create_attention_backend(runner, snapshot=snap)
+    assert info.value.lines()[0].startswith("$.exec.kernel.decode_attention_backend: attention backend 'test_gpu_only'")
