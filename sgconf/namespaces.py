@@ -25,7 +25,7 @@ MEMORY_POOL_SOURCES = ("memory_pool.*",)
 class ModelConfig:
     model_path: str = setting("tiny", help="model directory holding config.json, or 'tiny' for the embedded default model")
     model_config: str | None = setting(None, help="path to an HF-style config.json (overrides the one in model_path)")
-    dtype: DType = setting("auto", help="weight and activation dtype; auto picks bfloat16 on cuda, float32 on cpu")
+    dtype: DType = setting("auto", help="weight and activation dtype; auto: the model's torch_dtype, else bfloat16 on cuda, float32 on cpu")
     kv_cache_dtype: KVCacheDType = setting(
         "auto", help="KV cache dtype; auto follows dtype", allow_sources=("model_runner.*",)
     )

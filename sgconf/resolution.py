@@ -25,6 +25,7 @@ from sgconf.rules import TREE_DRAFT_ALGORITHMS, check_rules
 MEM_FRACTION_STATIC = {"cuda": 0.88, "cpu": 0.8}
 CHUNKED_PREFILL_SIZE = {"cuda": 8192, "cpu": 2048}
 DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
+MODEL_DTYPES = ("float16", "bfloat16", "float32")  # the checkpoint dtypes `dtype` accepts
 ATTENTION_BACKEND = {"cuda": "torch_native", "cpu": "torch_native"}
 SPEC_DEFAULT_STEPS = 3
 SPEC_DEFAULT_TOPK = 1
@@ -84,8 +85,14 @@ def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, s
     out = {}
     dtype = v["dtype"]
     if dtype == "auto":
-        dtype = DTYPE[v["device"]]
-        out["dtype"] = (dtype, f"default for {v['device']}")
+        # A checkpoint's own dtype beats the device default: a bfloat16 model planned on a CPU
+        # host should not be sized (or run) as float32.
+        declared = env.model.get("torch_dtype") if env.model is not None else None
+        if declared in MODEL_DTYPES:
+            dtype, reason = declared, "model torch_dtype"
+        else:
+            dtype, reason = DTYPE[v["device"]], f"default for {v['device']}"
+        out["dtype"] = (dtype, reason)
     if v["kv_cache_dtype"] == "auto":
         out["kv_cache_dtype"] = (dtype, "follows dtype")
     return out

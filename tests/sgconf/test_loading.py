@@ -327,5 +327,5 @@ def test_explain_of_a_record_not_built_by_load() -> None:
         Origin("default", "defaults", None),
         Origin("record", "given", 8),
     )
-    assert explain(record, "dtype", resolved)[-1] == Origin("resolution", "dtype (default for cpu)", "float32")
+    assert explain(record, "dtype", resolved)[-1] == Origin("resolution", "dtype (model torch_dtype)", "float32")
     assert "k-1" not in repr(explain(record, "api_key"))

@@ -111,3 +111,25 @@ def test_model_path_errors_name_the_fix(tmp_path) -> None:
     (tmp_path / "config.json").write_text("[1]")
     with pytest.raises(ConfigError, match="must be a JSON object"):
         load_model_config(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("model", "dtype", "reason"),
+    [
+        ({"torch_dtype": "bfloat16"}, "bfloat16", "model torch_dtype"),
+        ({"torch_dtype": "float16"}, "float16", "model torch_dtype"),
+        ({"torch_dtype": "int8"}, "float32", "default for cpu"),
+        ({}, "float32", "default for cpu"),
+    ],
+)
+def test_auto_dtype_follows_the_model(model: dict[str, str], dtype: str, reason: str) -> None:
+    """dtype auto takes the model's torch_dtype when it is a supported one, else the device default; the KV cache follows."""
+    resolved = resolve_once(ServerArgs(device="cpu"), model=model)
+    assert resolved.decision_for("dtype") == Decision("dtype", "dtype", dtype, reason)
+    assert resolved.values.kv_cache_dtype == dtype
+
+
+def test_given_dtype_beats_the_model() -> None:
+    """An explicit dtype is kept whatever the model declares."""
+    resolved = resolve_once(ServerArgs(dtype="float32"), model={"torch_dtype": "bfloat16"})
+    assert resolved.values.dtype == "float32" and resolved.decision_for("dtype") is None
