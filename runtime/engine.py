@@ -25,7 +25,7 @@ import torch
 
 from runtime.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
 from runtime.prefix_cache import PrefixCache
-from runtime.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits
+from runtime.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +106,11 @@ class Engine:
         self.speculative = self._make_speculative(snap, dtype)
         self.prefix_cache: PrefixCache | None = None
         if not snap.memory.disable_radix_cache:
-            self.prefix_cache = PrefixCache(self.memory.page_size, free=self.memory.allocator.free)
+            window = swa_window(self.runner, self.speculative)
+            allocator = self.memory.allocator
+            self.prefix_cache = PrefixCache(
+                self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
+            )
         self.hicache = None
         if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
             from runtime.hicache_bridge import HiCacheBridge

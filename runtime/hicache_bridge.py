@@ -94,10 +94,19 @@ class HiCacheBridge:
         return loaded
 
     def backup_prefix(self, ids: list[int], sched: Any) -> None:
-        """Copy the cached pages of a finished request's tokens to host (and storage per policy)."""
+        """Copy the cached pages of a finished request's tokens to host (and storage per policy).
+
+        Only pages that still hold their SWA K/V are copied: the others were copied by
+        `backup_pages` before their SWA slots were released, and a copy now would store
+        whatever the released SWA slots hold.
+        """
         match = sched.cache.match(ids)
-        if match.length:
-            self.controller.backup(ids[: match.length], list(match.slots))
+        for start, end in match.live_runs(self.controller.page_size):
+            self.controller.backup(ids[:end], list(match.slots[start:end]), start=start)
+
+    def backup_pages(self, ids: list[int], slots: Any, start: int) -> None:
+        """Copy the pages of `ids[start:]` held at `slots` to host before their SWA slots are released."""
+        self.controller.backup(ids, slots, start=start)
 
     # -- attach / detach ---------------------------------------------------------------------
 

@@ -270,10 +270,13 @@ def dense_attention(
     return out.reshape(nq, heads * dim).to(q.dtype)
 
 
-def reference_generate(model: TinyTransformer, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+def reference_generate(
+    model: TinyTransformer, prompt: Sequence[int], max_new_tokens: int, *, ignore_eos: bool = False
+) -> list[int]:
     """Greedy decoding with a dense forward over the whole sequence at every step (no cache).
 
-    Slow on purpose: it is the oracle the paged engine is compared against. Stops at EOS.
+    Slow on purpose: it is the oracle the paged engine is compared against. Stops at EOS
+    unless `ignore_eos`.
     """
     ids = list(prompt)
     out: list[int] = []
@@ -284,7 +287,7 @@ def reference_generate(model: TinyTransformer, prompt: Sequence[int], max_new_to
         nxt = int(logits[-1].argmax())
         out.append(nxt)
         ids.append(nxt)
-        if nxt == model.shape.eos_token_id:
+        if nxt == model.shape.eos_token_id and not ignore_eos:
             break
     return out
 

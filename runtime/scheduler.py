@@ -13,6 +13,14 @@ A request's invariant between steps: KV is held for `kv_len` tokens; while decod
 Prefill computes KV for the prompt minus its last token, so the first sampled token
 comes out of a decode step like every other: one code path samples.
 
+Sliding-window models: a token's SWA K/V is read only while it is inside the window of
+some query still to come, so after every step each request releases the SWA slots of
+its generated whole pages behind the window (`SWATokenToKVPoolAllocator.free_swa`);
+the SWA pool then holds a prompt and about one window per request, not whole
+sequences. Pages handed over from the prefix cache keep theirs (other requests may
+extend from them), HiCache copies a page to host before its SWA slots go, and the
+prefix cache records released pages so it never hands out a prefix whose window is gone.
+
 When memory runs out the prefix cache is evicted first; if a decode step still does not
 fit, the newest request is retracted (its KV freed, requeued to recompute), which keeps
 outputs identical because decoding is a pure function of the tokens and the sampler's
@@ -70,6 +78,7 @@ class Req:
     kv_len: int = 0
     draft_kv_len: int = 0
     matched_len: int = 0
+    swa_gap: tuple[int, int] = (0, 0)  # positions [a, b) whose SWA slots were released (page multiples)
     cached_tokens: int = 0
     prefetched_tokens: int = 0
     node: Any = None
@@ -97,6 +106,20 @@ class Req:
     def prefill_target(self) -> int:
         """Tokens that need KV before the first decode step: everything but the newest token."""
         return len(self.prompt) + len(self.output) - 1
+
+
+def swa_window(runner: Any, speculative: Any = None) -> int | None:
+    """The window to keep SWA K/V for, or None when the allocator never releases SWA slots.
+
+    A draft worker shares the slot map, so the wider of the two models' windows counts.
+    """
+    if not hasattr(runner.token_to_kv_pool_allocator, "free_swa"):
+        return None
+    windows = [runner.model_shape.sliding_window]
+    if speculative is not None:
+        windows.append(speculative.draft.model_shape.sliding_window)
+    known = [w for w in windows if w]
+    return max(known) if known else None
 
 
 def sample(logits: torch.Tensor, req: Req) -> int:
@@ -129,6 +152,7 @@ class Scheduler:
         self.hicache = hicache
         self.allocator = runner.token_to_kv_pool_allocator
         self.req_pool = runner.req_to_token_pool
+        self.window = swa_window(runner, speculative)
         self._inbox: collections.deque[Req] = collections.deque()
         self._inbox_lock = threading.Lock()
         self.waiting: collections.deque[Req] = collections.deque()
@@ -190,6 +214,9 @@ class Scheduler:
         if self.decoding:
             self._decode()
             ran = True
+        if self.window is not None:
+            for req in [*self.prefilling, *self.decoding]:
+                self._release_swa_behind_window(req)
         return ran
 
     def abort_all(self, reason: str) -> None:
@@ -245,11 +272,22 @@ class Scheduler:
     # -- memory --------------------------------------------------------------------------
 
     def alloc_with_eviction(self, alloc: Callable[[], torch.Tensor | None], need: int) -> torch.Tensor | None:
-        """Run `alloc`; when it does not fit, evict cached pages and try once more."""
+        """Run `alloc`; while it does not fit and cached pages can go, evict some and retry.
+
+        One round may not be enough: evicted pages whose SWA slots were already
+        released free nothing on the SWA side.
+        """
         out = alloc()
-        if out is None and self.cache is not None and self.cache.evictable_tokens():
+        while out is None and self.cache is not None and self.cache.evictable_tokens():
             self.cache.evict(max(need, self.limits.page_size))
             out = alloc()
+        if out is None and self.window is not None:
+            # last resort before retracting: cached pages and prompts give up SWA K/V nobody reads
+            released = [self._release_swa_behind_window(r, keep_prompt=False) for r in [*self.prefilling, *self.decoding]]
+            if self.cache is not None and self.cache.release_swa(max(need, self.limits.page_size)):
+                released.append(True)
+            if any(released):
+                out = alloc()
         return out
 
     def last_loc(self, req: Req) -> int:
@@ -265,13 +303,46 @@ class Scheduler:
         if end > start:
             self.allocator.free(self.slots_of(req, start, end))
 
+    def _seen_len(self, req: Req) -> int:
+        """Tokens whose K/V both models hold (the draft may lag the target by a step)."""
+        return min(req.kv_len, req.draft_kv_len) if self.speculative is not None else req.kv_len
+
+    def _release_swa_behind_window(self, req: Req, *, keep_prompt: bool = True) -> bool:
+        """Free the SWA slots of the request's own whole pages that no future query reads.
+
+        With a prefix cache the prompt's pages keep theirs while the SWA pool has room
+        (`keep_prompt`), so the same prompt can be reused whole. The bound keeps one page
+        more than the window so the cached path ends on a boundary `PrefixCache.match`
+        accepts. Returns whether anything was freed.
+        """
+        assert self.window is not None
+        page = self.limits.page_size
+        # the next query sits at position >= seen and reads keys after seen - window
+        end = (self._seen_len(req) - self.window - page + 1) // page * page
+        low = req.matched_len
+        if keep_prompt and self.cache is not None:
+            low = max(low, len(req.prompt) // page * page)
+        a, b = req.swa_gap
+        if b <= a:  # nothing released yet
+            a = b = low
+        todo = [(s, e) for s, e in ((low, min(a, end)), (max(b, low), end)) if e > s]
+        for s, e in todo:
+            slots = self.slots_of(req, s, e)
+            if self.hicache is not None:
+                # the host copy must be taken while the page's SWA K/V is still there
+                self.hicache.backup_pages(req.all_ids[:e], slots, s)
+            self.allocator.free_swa(slots)
+        if todo:
+            req.swa_gap = (min(a, todo[0][0]), max(b, todo[-1][1]))
+        return bool(todo)
+
     def _release(self, req: Req, *, cache: bool) -> None:
         """Give the request's KV to the prefix cache (or free it), unlock its prefix, free its row."""
         assert req.row is not None
-        keep = min(req.kv_len, req.draft_kv_len) if self.speculative is not None else req.kv_len
+        keep = self._seen_len(req)
         if self.cache is not None and cache:
             slots = self.slots_of(req, 0, req.kv_len)
-            spare = self.cache.insert(req.all_ids[:keep], slots[:keep].tolist())
+            spare = self.cache.insert(req.all_ids[:keep], slots[:keep].tolist(), swa_gap=req.swa_gap)
             tail = slots[keep:].tolist()
             if spare or tail:
                 self.allocator.free(sorted(set(spare) | set(tail)))
@@ -285,6 +356,7 @@ class Scheduler:
         self.req_pool.free(req.row)
         req.row = None
         req.kv_len = req.draft_kv_len = req.matched_len = 0
+        req.swa_gap = (0, 0)
 
     def _retract_newest(self) -> bool:
         """Free the newest decoding request's KV and requeue it first; False when none can go."""

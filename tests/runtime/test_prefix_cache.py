@@ -87,3 +87,45 @@ def test_insert_length_mismatch_is_refused() -> None:
     cache, _ = make()
     with pytest.raises(ValueError, match="one slot per token"):
         cache.insert([1, 2], [10])
+
+
+def windowed(page: int = 2, window: int = 3) -> tuple[PrefixCache, Freed, Freed]:
+    freed, swa_freed = Freed(), Freed()
+    return PrefixCache(page, free=freed, window=window, free_swa=swa_freed), freed, swa_freed
+
+
+def test_match_ends_before_released_windows() -> None:
+    """With window 3 and page 2 a match needs the page before its end live; tombstones cut it short."""
+    cache, _, _ = windowed()
+    ids = [1, 2, 3, 4, 5, 6, 7, 8]
+    cache.insert(ids, [10, 11, 12, 13, 14, 15, 16, 17], swa_gap=(2, 4))  # page [3, 4] released
+    assert cache.match(ids).slots == (10, 11, 12, 13, 14, 15, 16, 17)  # positions 6..7 are live
+    assert cache.match(ids[:6]).slots == (10, 11, 12, 13, 14, 15)  # ending at 6 reads positions 4..5: live
+    assert cache.match(ids, limit=4).slots == (10, 11)
+    match = cache.match(ids)
+    assert match.tombstones == frozenset({1})
+    assert match.live_runs(2) == [(0, 2), (4, 8)]
+
+
+def test_live_insert_revives_an_unused_tombstone() -> None:
+    """A recomputed page with its SWA K/V replaces the tombstone; the old slots come back to be freed."""
+    cache, _, _ = windowed(window=5)  # ending at 4 reads positions 0..3
+    cache.insert([1, 2, 3, 4], [10, 11, 12, 13], swa_gap=(0, 2))
+    assert cache.match([1, 2, 3, 4, 9]).slots == ()
+    assert cache.insert([1, 2, 3, 4], [20, 21, 12, 13]) == [10, 11]
+    assert cache.match([1, 2, 3, 4, 9]).slots == (20, 21, 12, 13)
+
+
+def test_release_swa_spares_the_window_of_locked_matches() -> None:
+    """Under SWA pressure unlocked live pages become tombstones; a locked match keeps the pages it reads."""
+    cache, freed, swa_freed = windowed()
+    cache.insert([1, 2, 3, 4, 5, 6], [10, 11, 12, 13, 14, 15])
+    match = cache.match([1, 2, 3, 4, 5, 6])
+    cache.lock(match.node)  # window 3 reads positions 4..5: the last page
+    assert cache.release_swa(100) == 4
+    assert swa_freed == [10, 11, 12, 13] and freed == []
+    assert cache.match([1, 2, 3, 4, 5, 6]).slots == (10, 11, 12, 13, 14, 15)
+    assert cache.match([1, 2, 3, 4]).slots == ()
+    cache.unlock(match.node)
+    assert cache.release_swa(100) == 2
+    assert cache.cached_tokens() == 6
