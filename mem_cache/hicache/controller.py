@@ -21,9 +21,10 @@ and device copies happen under one lock. Storage errors never reach the caller:
 damaged pages are counted in `stats.corrupt_skipped` and treated as missing, failed
 writes in `stats.write_errors`.
 
-Sliding-window layers are copied through the pool's full->SWA slot map; entries
-for tokens that had already left the window hold whatever the map's slot 0 holds,
-exactly as on the device, so such pages are only as good as the device copy was.
+Sliding-window layers are copied through the pool's full->SWA slot map; a token
+whose SWA slot was released maps to slot 0, so a caller that releases SWA slots
+must back a page up before releasing them (the engine's scheduler does) and never
+after.
 
 Attach is two-phase, so several ranks can make it all-or-nothing:
 `prepare_attach` opens and validates the backend without touching the controller,

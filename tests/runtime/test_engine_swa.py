@@ -59,3 +59,25 @@ def test_speculative_decoding_with_released_windows(make_engine) -> None:
     result = engine.generate(ids, max_new_tokens=70, ignore_eos=True)
     assert len(ids) + len(result.token_ids) > engine.memory.describe()["swa_tokens"]
     assert result.token_ids == tuple(reference_generate(engine.model, ids, 70, ignore_eos=True))
+
+
+def test_storage_keeps_pages_whose_window_was_released(make_engine) -> None:
+    """Pages are stored before their SWA slots go, so a fresh engine reuses a prefix ending in released output."""
+    from mem_cache.hicache.memory_storage import clear_shared_stores
+
+    clear_shared_stores()
+    argv = (
+        "--max-total-tokens", "256", "--enable-hierarchical-cache", "--hicache-storage-backend", "memory",
+        "--hicache-storage-backend-extra-config", '{"store": "swa-release"}',
+        "--hicache-storage-prefetch-policy", "wait_complete",
+    )
+    first_engine = make_engine(*argv)
+    ids = first_engine.tokenizer.encode(PROMPT)
+    first = list(first_engine.generate(ids, max_new_tokens=60, ignore_eos=True).token_ids)
+    first_engine.shutdown()  # flushes the writes
+    fresh = make_engine(*argv)
+    inside = ids + first[:40]  # ends where the first engine had released the SWA slots
+    r = fresh.generate(inside, max_new_tokens=8, ignore_eos=True)
+    assert r.stats.prefetched_tokens == 79  # every page but the token that is fed to decode
+    assert r.token_ids == tuple(reference_generate(fresh.model, inside, 8, ignore_eos=True))
+    clear_shared_stores()
