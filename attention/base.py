@@ -120,9 +120,11 @@ class AttentionBackend(abc.ABC):
             raise AttentionInputError(f"req_pool_indices {rows.tolist()} are outside the req-to-token table (rows 0..{table.shape[0] - 1})")
         if max(batch.seq_lens_cpu, default=0) > table.shape[1]:
             raise AttentionInputError(f"a seq_len of {max(batch.seq_lens_cpu)} exceeds the req-to-token row length {table.shape[1]}")
-        written = torch.cat(
-            [table[r, p:s] for r, p, s in zip(rows.tolist(), batch.prefix_lens_cpu, batch.seq_lens_cpu, strict=True)]
-        ) if batch.batch_size else table.new_zeros(0)
+        # Table cells of the new tokens, request after request, without a loop per request.
+        new = (batch.seq_lens - batch.extend_prefix_lens).to(table.device)
+        first = batch.extend_prefix_lens.to(table.device) - (torch.cumsum(new, 0) - new)
+        cols = first.repeat_interleave(new) + torch.arange(int(new.sum()), device=table.device)
+        written = table[rows.repeat_interleave(new), cols]
         if not torch.equal(written.to(torch.int64), batch.out_cache_loc.to(device=table.device)):
             msg = "out_cache_loc differs from the req-to-token rows of the new tokens -- write the slots into the table before attention"
             raise AttentionInputError(msg)
