@@ -21,7 +21,7 @@ from attention.errors import AttentionInputError
 from attention.forward_batch import ForwardBatch, ForwardMode
 from attention.layer import AttentionLayer, layer_window
 from attention.runner import ModelRunnerLike
-from attention.swa import decide_swa_kv_pool
+from attention.swa import decide_swa_kv_pool, translate_page_table
 
 log = structlog.get_logger(__name__)
 
@@ -39,8 +39,9 @@ class LayerKV:
 
     def slots(self, full_slots: torch.Tensor) -> torch.Tensor:
         """Buffer rows for full-pool slots (translated through the map on an SWA layer)."""
-        full_slots = full_slots.to(torch.int64)
-        return full_slots if self.full_to_swa is None else self.full_to_swa[full_slots]
+        if self.full_to_swa is None:
+            return full_slots.to(torch.int64)
+        return translate_page_table(self.pool, full_slots)
 
 
 @attrs.define(slots=True, eq=False)

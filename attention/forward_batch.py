@@ -76,7 +76,14 @@ class ForwardBatch:
         return cls._build(ForwardMode.DECODE, req_pool_indices, seq, seq - 1, out_cache_loc)
 
     @classmethod
-    def _build(cls, mode, req_pool_indices, seq_lens, prefix_lens, out_cache_loc) -> ForwardBatch:  # type: ignore[no-untyped-def]
+    def _build(
+        cls,
+        mode: ForwardMode,
+        req_pool_indices: torch.Tensor | list[int],
+        seq_lens: torch.Tensor | list[int],
+        prefix_lens: torch.Tensor | list[int],
+        out_cache_loc: torch.Tensor | list[int],
+    ) -> ForwardBatch:
         rows = _as_index(req_pool_indices, "req_pool_indices")
         seq = _as_index(seq_lens, "seq_lens")
         prefix = _as_index(prefix_lens, "extend_prefix_lens")

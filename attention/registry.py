@@ -78,15 +78,15 @@ class HybridAttnBackend:
         self.decode_backend = decode
         self.name = f"{prefill.name}+{decode.name}"
 
+    def _target(self, batch: ForwardBatch) -> AttentionBackend:
+        return self.decode_backend if batch.mode is ForwardMode.DECODE else self.prefill_backend
+
     def init_forward_metadata(self, batch: ForwardBatch) -> Any:
-        target = self.decode_backend if batch.mode is ForwardMode.DECODE else self.prefill_backend
-        return target.init_forward_metadata(batch)
+        return self._target(batch).init_forward_metadata(batch)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
                 batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
-        if batch.mode is ForwardMode.DECODE:
-            return self.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
-        return self.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+        return self._target(batch).forward(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
 
     def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
                        batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
