@@ -134,3 +134,10 @@ def test_allow_comments_above_defs_and_classes_are_seen():
         (5, "above a class", False),
         (7, "between decorator and class", False),
     ]
+
+
+def test_too_deep_nesting_is_reported_not_raised():
+    """An expression nested deeper than the visitor can recurse is a file error, not a traceback."""
+    code = "server_args = 1\nx = " + " + ".join(["a"] * 3000) + "\n"
+    result = scan_text("deep.py", code, SETTINGS)
+    assert (result.sites, result.error) == ((), "cannot scan: nested too deeply for the scanner -- split the expression")

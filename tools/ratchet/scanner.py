@@ -722,7 +722,12 @@ def scan_text(path: str, text: str, settings: ScanSettings) -> FileScan:
         return FileScan(path, error=f"cannot parse: {_one_line(str(exc))}")
     except (RecursionError, ValueError) as exc:
         return FileScan(path, error=f"cannot parse: {type(exc).__name__}: {_one_line(str(exc))}")
-    _, visitor = analyze(module, settings)
+    try:
+        _, visitor = analyze(module, settings)
+    except RecursionError:
+        return FileScan(path, error="cannot scan: nested too deeply for the scanner -- split the expression")
+    except Exception as exc:  # a scanner bug must still name the file, not end the run
+        return FileScan(path, error=f"cannot scan: internal error {type(exc).__name__}: {_one_line(str(exc))}")
     return collect(path, visitor)
 
 
