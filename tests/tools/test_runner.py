@@ -53,6 +53,23 @@ def test_cache_serves_unchanged_files_and_misses_changed_ones(repo):
     assert (cache_dir / ".gitignore").read_text().endswith("*\n")
 
 
+def test_full_runs_prune_entries_of_old_file_versions(repo):
+    """A pruning (full) run keeps only the entries it used; a partial run keeps the rest too."""
+    config, settings, files = _setup(repo)
+    cache_dir = repo.root / config.cache_dir
+
+    def entries():
+        (cache_file,) = cache_dir.glob("scan-*.json")
+        return len(json.loads(cache_file.read_text())["entries"])
+
+    scan_files(files, settings, cache=ScanCache(cache_dir, settings, prune=True), jobs=1)
+    repo.write("pkg/reads.py", "x = get_server_args().tp_size\n")
+    scan_files(files[1:2], settings, cache=ScanCache(cache_dir, settings), jobs=1)
+    assert entries() == 4
+    scan_files(files, settings, cache=ScanCache(cache_dir, settings, prune=True), jobs=1)
+    assert entries() == 3
+
+
 def test_cache_key_changes_with_settings(repo):
     """Different scan settings never share cached results."""
     config, settings, _ = _setup(repo)

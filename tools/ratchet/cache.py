@@ -44,14 +44,19 @@ def cache_key(settings: ScanSettings) -> str:
 
 
 class ScanCache:
-    """One JSON file of `{content hash: FileScan JSON}` for the current key; loaded once, saved once."""
+    """One JSON file of `{content hash: FileScan JSON}` for the current key; loaded once, saved once.
 
-    def __init__(self, directory: Path | None, settings: ScanSettings) -> None:
+    With `prune` (a run over every configured file) only the entries this run used are
+    saved, so results for old versions of edited files do not pile up.
+    """
+
+    def __init__(self, directory: Path | None, settings: ScanSettings, *, prune: bool = False) -> None:
         self.directory = directory
         self.key = cache_key(settings)
         self.entries: dict[str, dict[str, Any]] = {}
+        self.used: set[str] = set()
+        self.prune = prune
         self.dirty = False
-        self.hits = 0
         if directory is not None:
             self._load()
 
@@ -71,15 +76,19 @@ class ScanCache:
     def get(self, digest: str) -> dict[str, Any] | None:
         entry = self.entries.get(digest)
         if entry is not None:
-            self.hits += 1
+            self.used.add(digest)
         return entry
 
     def put(self, digest: str, entry: dict[str, Any]) -> None:
         self.entries[digest] = entry
+        self.used.add(digest)
         self.dirty = True
 
     def save(self) -> None:
         """Write atomically (rename into place) and drop cache files of other keys."""
+        if self.prune and len(self.used) < len(self.entries):
+            self.entries = {d: e for d, e in self.entries.items() if d in self.used}
+            self.dirty = True
         if self.directory is None or not self.dirty:
             return
         try:

@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _scan(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace, paths: Sequence[str]) -> list[FileScan]:
     files = collect_files(config, paths)
-    cache = None if args.no_cache else ScanCache(config.root / config.cache_dir, settings)
+    cache = None if args.no_cache else ScanCache(config.root / config.cache_dir, settings, prune=not paths)
     return scan_files(files, settings, cache=cache, jobs=args.jobs, stats=ScanStats())
 
 
