@@ -43,6 +43,19 @@ def test_file_missing_from_baseline_has_baseline_zero(repo):
     assert out.splitlines()[0] == "pkg/new.py:2:12  attribute  attention_backend  -> use get_exec().kernel.attention_backend"
 
 
+def test_writes_are_pointed_at_overrides(repo):
+    """A write is reported with the override advice, not with an accessor that cannot write."""
+    repo.write("pkg/a.py", "def f(server_args):\n    server_args.page_size = 16\n")
+    code, out, _ = repo.run("check")
+    assert code == 1
+    assert out.splitlines()[0] == "pkg/a.py:2:5  write  page_size  -> change it through an override, never on the record"
+    code, out, _ = repo.run("check", "--format", "json")
+    (problem,) = json.loads(out)["problems"]
+    assert problem["message"] == (
+        "raw write of 'page_size' (write count 1, baseline 0) -- change it through an override, never on the record"
+    )
+
+
 def test_decrease_demands_update(repo):
     """Fewer reads than the baseline fails until `update` locks the progress in."""
     repo.config('\n[counts."pkg/a.py"]\nalias = 2\n\n[counts."pkg/gone.py"]\ndirect = 1\n')

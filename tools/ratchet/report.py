@@ -23,18 +23,30 @@ EXTRA_RULES: dict[str, str] = {
 Accessors = Mapping[str, "str | None"]
 
 
-def advice(field: str, accessors: Accessors) -> str:
-    accessor = accessors.get(field)
+WRITE_ADVICE = "change it through an override, never on the record"
+
+
+def advice(site: Site, accessors: Accessors) -> str:
+    """The sanctioned alternative: the field's accessor for a read, an override for a write."""
+    if site.kind == "write":
+        return WRITE_ADVICE
+    accessor = accessors.get(site.field)
     return f"use {accessor}" if accessor else "use the field's accessor"
 
 
 def site_line(site: Site, accessors: Accessors) -> str:
-    return f"{site.path}:{site.line}:{site.col}  {site.kind}  {site.field}  -> {advice(site.field, accessors)}"
+    return f"{site.path}:{site.line}:{site.col}  {site.kind}  {site.field}  -> {advice(site, accessors)}"
 
 
 def progress_message(path: str, fixed: int) -> str:
     noun = "site" if fixed == 1 else "sites"
     return f"{fixed} {noun} fixed in {path}; run `sgconf-ratchet update` to lock in the progress"
+
+
+def _what(site: Site) -> str:
+    if site.kind == "write":
+        return f"raw write of '{site.field}'"
+    return f"raw {site.kind} read of '{site.field}'"
 
 
 def _items(outcome: Outcome, accessors: Accessors, config_name: str) -> list[dict[str, Any]]:
@@ -50,8 +62,8 @@ def _items(outcome: Outcome, accessors: Accessors, config_name: str) -> list[dic
                     "col": site.col,
                     "field": site.field,
                     "accessor": accessors.get(site.field),
-                    "message": f"raw {site.kind} read of '{site.field}' ({reg.kind} count {reg.observed}, "
-                    f"baseline {reg.baseline}) -- {advice(site.field, accessors)}",
+                    "message": f"{_what(site)} ({reg.kind} count {reg.observed}, "
+                    f"baseline {reg.baseline}) -- {advice(site, accessors)}",
                 }
             )
     for prog in outcome.progress:
