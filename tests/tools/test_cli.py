@@ -172,12 +172,18 @@ def test_unparsable_file_without_any_token_is_still_reported(repo):
 
 
 def test_undecodable_file_exits_two(repo):
-    """Bytes that are not valid source text are an error, even without any token in them."""
+    """Bytes Python would not decode (bad UTF-8, a misspelt coding cookie) are an error, token or not."""
     (repo.root / "pkg").mkdir()
     (repo.root / "pkg" / "latin.py").write_bytes(b"x = '\xff\xfe'\n")
     code, out, _ = repo.run("check")
     assert code == 2
     assert out.splitlines()[0].startswith("pkg/latin.py: cannot decode: ")
+    (repo.root / "pkg" / "latin.py").write_bytes(b"# -*- coding: latin-1 -*-\nx = '\xff\xfe'\n")
+    assert repo.run("check")[0] == 0
+    (repo.root / "pkg" / "typo.py").write_bytes(b"#!/usr/bin/env python\n# -*- coding: uft-8 -*-\nx = 1\n")
+    code, out, _ = repo.run("check")
+    assert code == 2
+    assert out.splitlines()[0] == "pkg/typo.py: cannot decode: unknown encoding: uft-8"
 
 
 def test_exclude_globs_and_explicit_paths(repo):

@@ -5,6 +5,7 @@ Kept apart from the scanner so a fully cached run never imports libcst.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 
 import attrs
@@ -48,11 +49,14 @@ def decode_with_encoding(data: bytes) -> tuple[str, str]:
 
     Raises UnicodeDecodeError, SyntaxError (a bad cookie) or LookupError (an unknown codec).
     """
-    try:
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first >= 0 else -1
+    head = data if second < 0 else data[:second]
+    if b"coding" not in head and not data.startswith(codecs.BOM_UTF8):
         return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        import io
-        import tokenize
+    # a cookie (or a BOM) decides, as it does for Python: a misspelt one is an error
+    import io
+    import tokenize
 
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding), encoding
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding), encoding
