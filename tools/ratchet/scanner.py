@@ -434,23 +434,18 @@ class ReadVisitor(cst.CSTVisitor):
     def visit_ExceptStarHandler_body(self, node: cst.ExceptStarHandler) -> None:
         self._bind_exception(node.name)
 
-    def visit_MatchAs(self, node: cst.MatchAs) -> bool:
+    def _visit_capture(self, node: cst.MatchAs | cst.MatchStar) -> bool:
         if node.name is not None:
             self._quiet_names.add(id(node.name))
         return True
 
-    def leave_MatchAs(self, original_node: cst.MatchAs) -> None:
+    def _leave_capture(self, original_node: cst.MatchAs | cst.MatchStar) -> None:
+        # `case ... as name` / `case [*name]` rebinds the name to something else
         if original_node.name is not None:
             self._bind(original_node.name.value, None)
 
-    def visit_MatchStar(self, node: cst.MatchStar) -> bool:
-        if node.name is not None:
-            self._quiet_names.add(id(node.name))
-        return True
-
-    def leave_MatchStar(self, original_node: cst.MatchStar) -> None:
-        if original_node.name is not None:
-            self._bind(original_node.name.value, None)
+    visit_MatchAs = visit_MatchStar = _visit_capture
+    leave_MatchAs = leave_MatchStar = _leave_capture
 
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
