@@ -117,10 +117,19 @@ class AttentionBackend(abc.ABC):
     @staticmethod
     def _check_table(batch: ForwardBatch, table: torch.Tensor) -> None:
         rows = batch.req_pool_indices.to(table.device)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= table.shape[0]):
-            raise AttentionInputError(f"req_pool_indices {rows.tolist()} are outside the req-to-token table (rows 0..{table.shape[0] - 1})")
+        outside = rows[(rows < 0) | (rows >= table.shape[0])]
+        if outside.numel():
+            msg = (
+                f"req_pool_indices {outside.tolist()} are outside the req-to-token table (rows 0..{table.shape[0] - 1})"
+                " -- use rows allocated from the runner's req_to_token_pool"
+            )
+            raise AttentionInputError(msg)
         if max(batch.seq_lens_cpu, default=0) > table.shape[1]:
-            raise AttentionInputError(f"a seq_len of {max(batch.seq_lens_cpu)} exceeds the req-to-token row length {table.shape[1]}")
+            msg = (
+                f"a seq_len of {max(batch.seq_lens_cpu)} exceeds the req-to-token row length {table.shape[1]}"
+                " -- split the request or size the table for its context length"
+            )
+            raise AttentionInputError(msg)
         # Table cells of the new tokens, request after request, without a loop per request.
         new = (batch.seq_lens - batch.extend_prefix_lens).to(table.device)
         first = batch.extend_prefix_lens.to(table.device) - (torch.cumsum(new, 0) - new)
@@ -212,7 +221,10 @@ class AttentionBackend(abc.ABC):
         if not (q.shape[0] == k.shape[0] == v.shape[0] == n):
             raise AttentionInputError(f"q, k, v have {q.shape[0]}, {k.shape[0]}, {v.shape[0]} rows for {n} new tokens")
         if k.shape[1] != v.shape[1] or q.shape[1] % k.shape[1] or q.shape[2] != k.shape[2]:
-            msg = f"q heads {q.shape[1]} must be a multiple of kv heads {k.shape[1]} with matching head_dim"
+            msg = (
+                f"q has {q.shape[1]} heads of dim {q.shape[2]}, k {k.shape[1]} and v {v.shape[1]} heads of dim "
+                f"{k.shape[2]}: q heads must be a multiple of the kv heads, with the same head_dim"
+            )
             raise AttentionInputError(msg)
         meta = self._metadata(batch)
         kv = self.layer_kv(meta, spec.layer_id)

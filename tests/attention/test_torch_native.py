@@ -199,7 +199,8 @@ def test_forward_checks_the_table_was_written(make_world):
 @pytest.mark.parametrize(
     ("q", "k", "message"),
     [
-        ((1, 3, 16), (1, 2, 16), "q heads 3 must be a multiple of kv heads 2"),
+        ((1, 3, 16), (1, 2, 16), "q has 3 heads of dim 16, k 2 and v 2 heads of dim 16: q heads must be a multiple"),
+        ((1, 4, 8), (1, 2, 16), "q has 4 heads of dim 8, k 2 and v 2 heads of dim 16: .* the same head_dim"),
         ((2, 4, 16), (2, 2, 16), "q, k, v have 2, 2, 2 rows for 1 new tokens"),
         ((1, 64), (1, 2, 16), r"q, k, v must be \[tokens, heads, dim\]"),
     ],
@@ -269,3 +270,13 @@ def test_decode_under_inference_mode_then_outside(make_world):
     world.decode(reqs)
     assert not any(w.is_inference() for w in world.target.backend._workspace)
     assert max(world.errors) < TOL
+
+
+def test_batch_outside_the_table_is_refused(make_world):
+    """Rows outside the req-to-token table, or sequences longer than a row, are named before any write."""
+    world, reqs = _tiny_full_world(make_world)
+    backend = world.target.backend
+    with pytest.raises(AttentionInputError, match=r"req_pool_indices \[9\] are outside the req-to-token table \(rows 0..8\) -- use rows"):
+        backend.init_forward_metadata(ForwardBatch.decode(req_pool_indices=[reqs[0].row, 9], seq_lens=[4, 1], out_cache_loc=[1, 2]))
+    with pytest.raises(AttentionInputError, match="a seq_len of 257 exceeds the req-to-token row length 256 -- split"):
+        backend.init_forward_metadata(ForwardBatch.decode(req_pool_indices=[reqs[0].row], seq_lens=[257], out_cache_loc=[1]))
