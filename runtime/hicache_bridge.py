@@ -67,9 +67,13 @@ class HiCacheBridge:
         if available <= matched:
             return 0
         if ctl.storage_backend is not None:
+            # the policy decides how long to wait; only what reached host by then is loaded,
+            # so best_effort and timeout never block a step on storage reads
             result = ctl.prefetch(want)
             self.prefetched_pages += result.fetched_pages
-            available = max(matched, min(available, result.ready_tokens)) if result.ready_tokens else available
+            available = min(available, result.ready_tokens)
+            if available <= matched:
+                return 0
         need = available - matched
         cache = sched.cache
         match = cache.match(ids, limit=matched)
@@ -92,6 +96,15 @@ class HiCacheBridge:
         self.loaded_tokens += loaded
         log.debug("hicache.load", tokens=loaded, matched=matched)
         return loaded
+
+    def start_prefetch(self, ids: list[int]) -> None:
+        """Start reading the storage pages of a newly queued request; returns at once.
+
+        Reads overlap the request's wait in the queue, so a best_effort or timeout
+        prefetch at admission finds more pages already in host.
+        """
+        if self.controller.storage_backend is not None:
+            self.controller.prefetch(ids, policy="best_effort")
 
     def backup_prefix(self, ids: list[int], sched: Any) -> None:
         """Copy the cached pages of a finished request's tokens to host (and storage per policy).

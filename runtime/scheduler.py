@@ -203,8 +203,12 @@ class Scheduler:
     def step(self) -> bool:
         """Admit, prefill one chunk batch, decode once; returns whether anything ran."""
         with self._inbox_lock:
-            while self._inbox:
-                self.waiting.append(self._inbox.popleft())
+            arrived = list(self._inbox)
+            self._inbox.clear()
+        self.waiting.extend(arrived)
+        if self.hicache is not None:
+            for req in arrived:
+                self.hicache.start_prefetch(req.all_ids[: req.prefill_target])
         self._admit()
         ran = self._prefill()
         ready = [r for r in self.prefilling if r.kv_len == r.prefill_target]

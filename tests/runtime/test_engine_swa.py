@@ -81,3 +81,36 @@ def test_storage_keeps_pages_whose_window_was_released(make_engine) -> None:
     assert r.stats.prefetched_tokens == 79  # every page but the token that is fed to decode
     assert r.token_ids == tuple(reference_generate(fresh.model, inside, 8, ignore_eos=True))
     clear_shared_stores()
+
+
+def test_best_effort_prefetch_never_waits_for_storage(make_engine) -> None:
+    """With best_effort a request runs without pages still being read; once they land, the next one loads them."""
+    import threading
+
+    from mem_cache.hicache.memory_storage import clear_shared_stores
+
+    clear_shared_stores()
+    argv = (
+        "--max-total-tokens", "256", "--enable-hierarchical-cache", "--hicache-storage-backend", "memory",
+        "--hicache-storage-backend-extra-config", '{"store": "best-effort"}',
+    )
+    writer = make_engine(*argv)
+    ids = writer.tokenizer.encode(PROMPT)
+    expected = writer.generate(ids, max_new_tokens=8).token_ids
+    writer.shutdown()
+    reader = make_engine(*argv)
+    gate = threading.Event()
+    backend = reader.hicache.controller.storage_backend
+    read = backend._read
+    backend._read = lambda key: (gate.wait(), read(key))[1]  # storage that answers only when told
+    try:
+        r = reader.generate(ids, max_new_tokens=8, timeout=20)
+    finally:
+        gate.set()
+    assert r.token_ids == expected and r.stats.prefetched_tokens == 0
+    assert reader.hicache.controller.wait_idle(timeout=20)
+    with reader._lock:
+        reader.prefix_cache.reset()
+    again = reader.generate(ids, max_new_tokens=8)
+    assert again.token_ids == expected and again.stats.prefetched_tokens == 39
+    clear_shared_stores()
