@@ -174,6 +174,9 @@ class Engine:
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
         draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
+        topk = snap.spec.speculative_eagle_topk
+        if topk is not None and topk > 1:
+            log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)
         return SpeculativeWorker(
             self.runner,
             draft_runner,

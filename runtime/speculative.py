@@ -17,6 +17,11 @@ changes how many tokens one target forward yields: the accept length in the stat
 
 The draft runner shares the target's allocator and request table and keeps its K/V in
 its own pool at the same slots (DESIGN.md section 5), so one slot list serves both.
+
+Drafts are a single chain: `speculative_eagle_topk > 1` (a token tree verified with a
+tree mask) sizes the pools as configured but is drafted as topk 1, and the engine logs
+`speculative.single_chain` once at start. Output is unaffected; only the accept length
+is lower than a tree would reach.
 """
 
 from __future__ import annotations

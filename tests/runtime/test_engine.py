@@ -129,3 +129,14 @@ def test_identical_draft_accepts_everything(make_engine, tmp_path: Path) -> None
     engine.shutdown()
     plain = make_engine()
     assert plain.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True).token_ids == sampled.token_ids
+
+
+def test_topk_above_one_drafts_a_single_chain(make_engine) -> None:
+    """A tree topk is announced as drafted single-chain, and greedy output still equals the target's."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        engine = make_engine("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2")
+    assert {"event": "speculative.single_chain", "speculative_eagle_topk": 2, "drafted_topk": 1, "log_level": "warning"} in logs
+    ref = reference_generate(engine.model, engine.tokenizer.encode(PROMPT), 12)
+    assert engine.generate(PROMPT, max_new_tokens=12).token_ids == tuple(ref)
