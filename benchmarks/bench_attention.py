@@ -4,8 +4,10 @@ Batch 32, context 2048 (the new token included), grouped-query heads. The paged 
 the whole `torch_native` decode call: per-batch metadata (SWA resolution, table check),
 the K/V write into the pool, the gather through req-to-token and the attention. The
 baselines run `torch.nn.functional.scaled_dot_product_attention` on K/V that were
-gathered once beforehand (pure attention), and with the gather timed too. Both sides
-run interleaved in one process; only ratios are printed as results.
+gathered once beforehand (pure attention: the floor, since paged decode must also copy
+every key and value once), and on K/V gathered by plain indexing into fresh tensors
+inside the timed call (the straightforward paged decode). All cases run interleaved in
+one process; only ratios are printed as results.
 
     .venv/bin/python benchmarks/bench_attention.py
 """
