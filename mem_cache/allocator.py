@@ -61,7 +61,9 @@ class _ExtendLayout:
     Token t of the concatenated batch belongs to request r. It either continues r's partly
     used last page (slot `last[r] + 1 + j`, j its offset in r's extension) or lands at
     position `v` of the slots of the newly taken pages, in order. Both are a per-request
-    base plus t, so the whole batch is one gather of per-request values.
+    base plus t, so the whole batch is one gather of per-request values. Gathers use
+    index_select rather than `x[idx]`: same result, and it stays single-threaded at batch
+    sizes, where intra-op threads only add wake-up latency on a busy machine.
     """
 
     __slots__ = ("t", "lim", "base_new", "starts", "req", "n_pages")
@@ -74,19 +76,24 @@ class _ExtendLayout:
         in_last_page = first_new * page - prefix  # tokens that fit in the partly used last page
         self.lim = self.starts + in_last_page
         self.base_new = (torch.cumsum(new_pages, 0) - new_pages) * page - self.lim
-        self.req = torch.repeat_interleave(ext, output_size=total)
         self.t = t  # 0..total-1
+        # request of each token: +1 where each request after the first begins, summed up; empty
+        # requests add at the same place and a trailing one lands in the spare last entry
+        # (repeat_interleave/searchsorted give the same but go multi-threaded at these sizes)
+        bumps = torch.zeros(total + 1, dtype=torch.int64, device=t.device)
+        bumps.index_add_(0, self.starts[1:], torch.ones_like(self.starts[1:]))
+        self.req = bumps[:total].cumsum_(0)
 
     def slots(self, last: torch.Tensor, pages: torch.Tensor, page: int, offsets: torch.Tensor) -> torch.Tensor:
         """The slots of every new token, given each request's last slot and the new pages."""
         t, req = self.t, self.req
-        cont = (last + 1 - self.starts)[req] + t
+        cont = (last + 1 - self.starts).index_select(0, req) + t
         if pages.numel() == 0:
             return cont
         fresh = ((pages * page).unsqueeze(1) + offsets).reshape(-1)
         # tokens of the last page get a negative virtual position here; clamped, then discarded by where()
-        v = (self.base_new[req] + t).clamp_(min=0)
-        return torch.where(t < self.lim[req], cont, fresh[v])
+        v = (self.base_new.index_select(0, req) + t).clamp_(min=0)
+        return torch.where(t < self.lim.index_select(0, req), cont, fresh.index_select(0, v))
 
 
 class PagedTokenToKVPoolAllocator:
@@ -168,15 +175,15 @@ class PagedTokenToKVPoolAllocator:
         """The distinct pages holding `indices`, after checking they are ours and allocated."""
         page = self.page_size
         pages = indices // page if page > 1 else indices
-        if not bool(self._live[pages.clamp(0, self.num_pages + 1)].all()):
+        if not bool(self._live.index_select(0, pages.clamp(0, self.num_pages + 1)).all()):
             self._raise_bad_free(indices, pages)
         # distinct pages without a sort: each index writes its position into its page's
         # stamp; exactly one writer per page wins, and it is the one that reads itself back
         pos = self._positions(pages.numel())
-        self._stamp[pages] = pos
-        first = self._stamp[pages] == pos
+        self._stamp.scatter_(0, pages, pos)
+        first = self._stamp.index_select(0, pages) == pos
         if page > 1:
-            return pages[first]
+            return pages.masked_select(first)
         if not bool(first.all()):
             raise DoubleFreeError(f"slot {int(pages[~first][0])} is freed twice in one call")
         return pages
@@ -415,7 +422,9 @@ class SWATokenToKVPoolAllocator:
         if taken is None:
             return None
         full_pages, swa_pages = taken
-        self._page_map[full_pages] = (swa_pages * self.page_size).unsqueeze(1) + full._offsets
+        # index_copy_/index_fill_ on rows, not `map2d[rows] = ...`: the latter is a generic index_put
+        # whose intra-op threading costs milliseconds on a busy machine
+        self._page_map.index_copy_(0, full_pages, (swa_pages * self.page_size).unsqueeze(1) + full._offsets)
         return full._slots_of(full_pages)
 
     def alloc_extend(
@@ -489,7 +498,7 @@ class SWATokenToKVPoolAllocator:
         mapped = swa_first > 0
         swa_pages = swa_first[mapped] if self.page_size == 1 else swa_first[mapped] // self.page_size
         self.swa_attn_allocator._release_pages(swa_pages)
-        self._page_map[full_pages] = 0
+        self._page_map.index_fill_(0, full_pages, 0)
 
     def free(self, indices: IntsLike) -> None:
         """Free full slots `indices` (whole pages) and their SWA slots; clears their map entries."""
