@@ -107,7 +107,8 @@ class KVCacheMemory:
     """What a configurator built: the plan, request table, KV pool(s) and allocator.
 
     A draft worker's memory shares `req_to_token_pool`, `allocator` and `plan` with its
-    target's and has its own `kv_pool`.
+    target's and has its own `kv_pool`. Full-capacity draft depths share one identity map,
+    kept on the target as `draft_identity_map`; the draft that made it owns (and counts) it.
     """
 
     plan: MemoryPoolConfig
@@ -117,6 +118,8 @@ class KVCacheMemory:
     is_draft_worker: bool = False
     draft_model_idx: int | None = None
     max_mamba_cache_size: int | None = None
+    owns_index_map: bool = False
+    draft_identity_map: torch.Tensor | None = None
 
     @property
     def max_total_num_tokens(self) -> int:
@@ -129,7 +132,7 @@ class KVCacheMemory:
     def nbytes(self) -> int:
         """Bytes of this worker's own tensors (a draft worker: its KV pool only)."""
         own = self.kv_pool.nbytes()
-        if isinstance(self.kv_pool, SWAKVPool) and (self.is_draft_worker is False or self.kv_pool.identity_map):
+        if isinstance(self.kv_pool, SWAKVPool) and self.owns_index_map:
             own += self.kv_pool.full_to_swa_index_mapping.nbytes
         if not self.is_draft_worker:
             own += self.req_to_token_pool.nbytes()
@@ -214,7 +217,7 @@ class KVCacheConfigurator:
             total_bytes=plan.total_bytes,
             budget_bytes=plan.budget_bytes,
         )
-        return KVCacheMemory(plan, req_pool, pool, allocator, max_mamba_cache_size=mamba)
+        return KVCacheMemory(plan, req_pool, pool, allocator, max_mamba_cache_size=mamba, owns_index_map=plan.uses_swa_pool)
 
     def _swa_pool(self, full: int, swa: int, *, identity: bool) -> SWAKVPool:
         s = self.shape
@@ -241,7 +244,7 @@ class KVCacheConfigurator:
         d = draft
         no_hybrid = self.inputs.disable_hybrid_swa_memory
 
-        def swa_pool(size_swa: int, *, identity: bool, mapping: torch.Tensor | None = None) -> SWAKVPool:
+        def swa_pool(size_swa: int, *, identity: bool, mapping: torch.Tensor | None) -> SWAKVPool:
             return SWAKVPool(
                 full_size, size_swa, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, swa_layers, full_layers, dev,
                 swa_head_num=d.swa_num_key_value_heads, swa_head_dim=d.swa_head_dim, swa_v_head_dim=d.swa_v_head_dim,
@@ -252,13 +255,20 @@ class KVCacheConfigurator:
             self.shape, draft, is_draft_worker=True, draft_model_idx=idx, disable_hybrid_swa_memory=no_hybrid
         )
         pool: KVPool
+        owns_map = False
         if not swa_layers:
             # a full-only draft (e.g. EAGLE3 on an SWA target): a plain pool at the target's full slots
             pool = MHATokenToKVPool(full_size, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, full_layers, dev)
             kind = "mha"
         elif plan.costs.Dsf and (idx is None or full_capacity):
-            # banded MTP depths: a full-capacity SWA ring, slots equal full slots
-            pool = swa_pool(full_size, identity=True)
+            # banded MTP depths: a full-capacity SWA ring, slots equal full slots. The identity
+            # map is read-only, so every depth (one pool for all, or one worker per depth)
+            # shares the first one built; the plan budgets exactly one.
+            shared = target.draft_identity_map
+            pool = swa_pool(full_size, identity=True, mapping=shared)
+            if shared is None:
+                target.draft_identity_map = pool.full_to_swa_index_mapping
+                owns_map = True
             kind = "swa_full_capacity"
         else:
             # SWA draft layers share the target's window pool size and its full-to-SWA map
@@ -277,6 +287,7 @@ class KVCacheConfigurator:
         return KVCacheMemory(
             plan, target.req_to_token_pool, pool, target.allocator,
             is_draft_worker=True, draft_model_idx=idx, max_mamba_cache_size=target.max_mamba_cache_size,
+            owns_index_map=owns_map,
         )
 
 

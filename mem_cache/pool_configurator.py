@@ -12,7 +12,8 @@ by `choose_pool_configurator`:
   the live requests can hold; it is fixed at that and the full pool gets the rest.
 
 The budget covers every tensor the pools allocate: KV buffers including each pool's
-padding page, the full-to-SWA index maps (8 bytes a slot), and the req-to-token table.
+padding page, the full-to-SWA index maps (8 bytes a slot; the target's, and one identity
+map that every full-capacity draft depth shares), and the req-to-token table.
 """
 
 from __future__ import annotations
@@ -147,6 +148,15 @@ class LayerCosts:
         return self.s * self.S
 
     @property
+    def draft_index_maps(self) -> int:
+        """Full-to-SWA maps the draft owns: one identity map shared by every full-capacity depth.
+
+        The identity map is read-only (full slot i is SWA slot i), so a copy per depth would
+        hold the same values; sharing one frees `Dsf - 1` maps' bytes for KV tokens.
+        """
+        return 1 if self.Dsf else 0
+
+    @property
     def draft_per_token(self) -> int:
         return self.f_d * self.Df + self.s_d * (self.Ds + self.Dsf)
 
@@ -251,7 +261,7 @@ class PoolConfigurator:
         out["swa_index_map"] = (full + page + 1) * MAP_BYTES
         out["draft_kv_full"] = (full + page) * c.f_d * c.Df + (full + page) * c.s_d * c.Dsf
         out["draft_kv_swa"] = (swa + page) * c.s_d * c.Ds
-        out["draft_index_maps"] = (full + page + 1) * MAP_BYTES * c.Dsf
+        out["draft_index_maps"] = (full + page + 1) * MAP_BYTES * c.draft_index_maps
         return out
 
     def _bytes(self, full: int, swa: int, reqs: int) -> int:
@@ -391,7 +401,7 @@ class HybridSWAPoolConfigurator(PoolConfigurator):
         c = self.costs
         if c.F == 0:
             return 0, c.s * c.S + c.f_d * c.Df + c.s_d * (c.Ds + c.Dsf) + MAP_BYTES
-        per_full = c.f * c.F + c.f_d * c.Df + c.s_d * c.Dsf + MAP_BYTES * (1 + c.Dsf)
+        per_full = c.f * c.F + c.f_d * c.Df + c.s_d * c.Dsf + MAP_BYTES * (1 + c.draft_index_maps)
         return per_full, c.s * c.S + c.s_d * c.Ds
 
     def _sizes(self, avail: int) -> tuple[int, int]:

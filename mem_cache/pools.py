@@ -188,7 +188,8 @@ class SWAKVPool:
     -1 location, "no previous token", translates to -1). The SWA allocator writes the map.
     With `identity_map=True` (a full-capacity draft depth) the SWA sub-pool has the full
     size and the map is the identity, so SWA slots equal full slots. `index_mapping`
-    shares another pool's map (a draft pool following its target's allocator).
+    shares another pool's map: a draft pool following its target's allocator, or (with
+    `identity_map=True`) another full-capacity depth's identity map.
     """
 
     def __init__(
@@ -240,9 +241,10 @@ class SWAKVPool:
         self._swa_layers = frozenset(self.swa_attention_layer_ids)
         self.layer_ids = tuple(sorted((*self.full_attention_layer_ids, *self.swa_attention_layer_ids)))
         if index_mapping is not None:
-            # a draft pool shares its target's map: the target's allocator keeps it current
-            if index_mapping.numel() != size + page_size + 1 or identity_map:
-                raise ValueError(f"a shared index map must have {size + page_size + 1} entries and no identity_map")
+            # a draft pool shares its target's map (the target's allocator keeps it current), or
+            # another full-capacity depth's identity map (read-only, so one copy serves every depth)
+            if index_mapping.numel() != size + page_size + 1:
+                raise ValueError(f"a shared index map must have {size + page_size + 1} entries (got {index_mapping.numel()})")
             self.full_to_swa_index_mapping = index_mapping
         else:
             self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=torch.int64, device=self.device)

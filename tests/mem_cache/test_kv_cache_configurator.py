@@ -58,9 +58,7 @@ def test_built_pools_fit_the_budget(name: str) -> None:
         plan = target.plan
         used = target.nbytes() + (draft_mem.nbytes() if draft_mem else 0)
         where = f"{name} {spec} page={page} ratio={ratio}"
-        assert used <= plan.total_bytes <= budget, where
-        if not plan.costs.Dsf:  # banded depths built as one draft pool share one identity map, budgeted per depth
-            assert used == plan.total_bytes, where
+        assert used == plan.total_bytes <= budget, where
         assert used >= 0.99 * budget, where
         assert plan.full_max_total_num_tokens % page == 0 and plan.swa_max_total_num_tokens % page == 0, where
         if shape.is_hybrid_swa():
@@ -69,6 +67,24 @@ def test_built_pools_fit_the_budget(name: str) -> None:
             assert plan.full_max_total_num_tokens == 0, where
             assert plan.swa_max_total_num_tokens == plan.max_total_num_tokens, where
             assert isinstance(target.kv_pool, SWAKVPool) and target.kv_pool.full_kv_pool.nbytes() == 0, where
+
+
+def test_per_depth_draft_workers_share_one_identity_map() -> None:
+    """One draft worker per MTP depth allocates exactly the plan: the first full-capacity depth owns the one identity map."""
+    shape = _shape("small-hybrid-mtp")
+    draft = shape.mtp_draft_shape()
+    with override_server_args(context_length=1024, kv_cache_dtype="bfloat16", speculative_algorithm="EAGLE"):
+        target = KVCacheConfigurator(shape, 64 << 20, draft_shape=draft, device="meta").build()
+        depths = [
+            KVCacheConfigurator(shape, 64 << 20, draft_shape=draft, device="meta", is_draft_worker=True, target=target, draft_model_idx=i).build()
+            for i in range(draft.num_hidden_layers)
+        ]
+    plan = target.plan
+    assert (plan.costs.Dsf, plan.costs.Df) == (2, 1)
+    assert plan.bytes_by_pool()["draft_index_maps"] == (plan.full_max_total_num_tokens + 1 + 1) * 8
+    assert [d.owns_index_map for d in depths] == [True, False, False]
+    assert depths[0].kv_pool.full_to_swa_index_mapping is depths[2].kv_pool.full_to_swa_index_mapping
+    assert target.nbytes() + sum(d.nbytes() for d in depths) == plan.total_bytes
 
 
 def test_eagle_draft_takes_exactly_its_share() -> None:
