@@ -393,6 +393,12 @@ class Scheduler:
 
             slots = self.alloc_with_eviction(extend, take)
             if slots is None:
+                # the whole chunk does not fit, a smaller one may: the SWA slots behind the
+                # window are released after each step, so the rest follows in later chunks
+                take = min(take, self._prefill_room(start))
+                if take > 0:
+                    slots = self.allocator.alloc_extend([start], [start + take], [last])
+            if slots is None:
                 if not chunk and not self.decoding and self.prefilling[0] is req:
                     self._fail(req, "the prompt does not fit the KV pool -- shorten it or raise max_total_tokens")
                 break
@@ -418,6 +424,18 @@ class Scheduler:
         self.counters["prefill_tokens"] += sum(n for _, n, _ in chunk)
         self.counters["prefill_batches"] += 1
         return True
+
+    def _prefill_room(self, start: int) -> int:
+        """Tokens a chunk starting at `start` can take now on every side of the allocator.
+
+        Counts the free part of the request's last page plus whole free pages, less one
+        decode step's worth for each decoding request, so a capped chunk does not force
+        a retraction in the same step.
+        """
+        page = self.limits.page_size
+        headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
+        reserve = len(self.decoding) * -(-headroom // page) * page
+        return (-start) % page + int(self.allocator.available_size()) - reserve
 
     def _fail(self, req: Req, message: str) -> None:
         self.prefilling.remove(req)

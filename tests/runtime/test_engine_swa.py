@@ -114,3 +114,15 @@ def test_best_effort_prefetch_never_waits_for_storage(make_engine) -> None:
     again = reader.generate(ids, max_new_tokens=8)
     assert again.token_ids == expected and again.stats.prefetched_tokens == 39
     clear_shared_stores()
+
+
+@pytest.mark.parametrize("argv", [(), ("--page-size", "4"), ("--disable-radix-cache",)])
+def test_prompt_longer_than_the_swa_pool_is_prefilled_in_smaller_chunks(make_engine, argv: tuple[str, ...]) -> None:
+    """A prompt whose one chunk exceeds the SWA pool is cut to what fits, and its output equals the dense reference."""
+    engine = make_engine("--chunked-prefill-size", "512", *argv)
+    ids = [(i * 7) % 200 + 1 for i in range(120)]
+    assert engine.memory.describe()["swa_tokens"] < len(ids) - 1  # the whole prompt cannot be one chunk
+    result = engine.generate(ids, max_new_tokens=8, ignore_eos=True)
+    assert result.token_ids == tuple(reference_generate(engine.model, ids, 8, ignore_eos=True))
+    counters = engine.stats()["counters"]
+    assert counters["prefill_tokens"] == 119 and counters["prefill_batches"] == 2
