@@ -36,15 +36,19 @@ A rank that died stays silent, so every later round fails (naming it) until it i
 replaced: all or nothing holds for the whole group, not for the ranks that happen to
 be up. The replacement joins with the board's `address` instead of the broadcast, the
 coordinator discards what was queued for the dead rank (`clear_inbox`) and then
-replays every round the group committed onto it (`resync`): the replacement starts
-from the same launch config, so the same overrides in the same order bring it to the
-coordinator's generation and fingerprint, side effects included. A live rank left
-behind (its commit failed) catches up the same way.
+brings it up to date (`resync`) in one catch-up round: the current value of every
+field overridden since publish, each with the source that last set it, read from the
+coordinator's live config. The replacement starts from the same launch config, so
+those values take it to the coordinator's fingerprint; it commits them as one
+override at the coordinator's generation, and its side effects prepare what the
+changed fields need (the attached storage backend). A live rank left behind (its
+commit failed) catches up the same way.
 
 Limits: the board lives in the coordinator's process, so if the coordinator dies
 between writing a commit and a follower reading it, that follower cannot tell; it
 releases what it prepared, logs `config_group.board_lost` and stops taking part.
-The coordinator keeps every committed round for `resync` (a few hundred bytes each).
+The coordinator keeps no history for `resync`: a catch-up round is as large as the set
+of fields overridden since publish, however many rounds committed them.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ import attrs
 import structlog
 import torch.distributed as dist
 
-from runtime.overrides import shown
+from runtime.overrides import inner_source, shown
 from sgconf.errors import ConfigError, Problem
 from sgconf.registry import field_info
 from sgconf.registry import fields as declared_fields
@@ -129,7 +133,7 @@ class ResyncFailed(ConfigError, RuntimeError):
         self.reasons = tuple(reasons)
         header = (
             f"rank {rank} could not catch up to generation {generation} -- "
-            "fix the reason below and restart that rank again, or restart the whole group"
+            "fix the reason below and resync or restart that rank again, or restart the whole group"
         )
         super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
 
@@ -244,10 +248,6 @@ class ConfigGroup:
         self._mismatch: Mismatch | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        # (generation after, source, fields) of each round committed on `_history_of`, replayed by
-        # `resync`; a re-publish starts a new context at generation 0 and so a new history
-        self._history: list[tuple[int, str, dict[str, Any]]] = []
-        self._history_of: Any = None
         self._server: dist.TCPStore | None = None
         self.address: tuple[str, int]
         if address is not None:
@@ -343,13 +343,35 @@ class ConfigGroup:
                 dropped += 1
         return dropped
 
-    def resync(self, rank: int, *, timeout_s: float | None = None) -> RankState:
-        """Replay every committed round on `rank` (a replacement, or a rank left behind) up to ours.
+    def catch_up(self) -> dict[str, Any]:
+        """What `resync` sends: our generation and the current value of each field overridden since publish.
 
-        The rank applies, in order, each round past its own generation: config and side
-        effects, as if it had voted yes then. Returns its state, equal to the
-        coordinator's; raises ResyncFailed (with the rank's reason, or its silence) when
-        it could not get there. No round runs meanwhile.
+        `values` maps each such field to its value now, `set_by` to the source of the
+        override that last set it, and `sources` lists those sources in the order they
+        last acted. Its size depends on the fields, not on how many rounds set them.
+        """
+        self._require_coordinator("catch_up")
+        ctx = self._context()
+        set_by: dict[str, str] = {}
+        for rec in ctx.overrides_log():
+            for name in rec.fields:
+                set_by.pop(name, None)  # re-inserted: the order is that of the last change
+                set_by[name] = rec.source
+        return {
+            "generation": ctx.generation,
+            "values": {name: ctx.value(name) for name in set_by},
+            "set_by": set_by,
+            "sources": list(dict.fromkeys(reversed(set_by.values())))[::-1],
+        }
+
+    def resync(self, rank: int, *, timeout_s: float | None = None) -> RankState:
+        """Bring `rank` (a replacement, or a rank left behind) to our generation and fingerprint in one round.
+
+        The rank checks each field of `catch_up()` against the source that set it here,
+        prepares its side effects for the overrides it lacks, and commits the values as
+        one override at our generation. Returns its state, equal to the coordinator's;
+        raises ResyncFailed (with the rank's reason, or its silence) when it could not
+        get there. No round runs meanwhile.
         """
         self._require_coordinator("resync")
         self._require_follower(rank)
@@ -358,13 +380,11 @@ class ConfigGroup:
             self._round += 1
             n = self._round
             own = self._state(())
-            rounds = self._rounds_of(self._context())
-            self._send(rank, {"kind": "replay", "round": n, "rounds": rounds})
-            # each replayed round may open a storage backend: allow one timeout per round
-            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s * (1 + len(rounds)))
+            self._send(rank, {"kind": "catch_up", "round": n, **self.catch_up()})
+            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s)
         ack = reply.get(rank)
         if ack is None:
-            raise ResyncFailed(rank, own["generation"], [f"did not answer within {timeout_s:g}s per round"])
+            raise ResyncFailed(rank, own["generation"], [f"did not answer within {timeout_s:g}s"])
         if ack.get("error"):
             raise ResyncFailed(rank, own["generation"], [ack["error"]])
         if (ack["generation"], ack["fingerprint"]) != (own["generation"], own["fingerprint"]):
@@ -375,7 +395,7 @@ class ConfigGroup:
                 f" (fields differing: {', '.join(differing) or 'none'}); its launch config or our history differ"
             )
             raise ResyncFailed(rank, own["generation"], [reason])
-        log.info("config_group.resynced", rank=rank, generation=ack["generation"], rounds=ack["replayed"])
+        log.info("config_group.resynced", rank=rank, generation=ack["generation"], fields=ack["changed"])
         return RankState(rank, True, ack["generation"], ack["fingerprint"])
 
     def status(self) -> dict[str, Any]:
@@ -449,15 +469,8 @@ class ConfigGroup:
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
         own = self._commit(prepared)
-        if own["error"] is None:
-            self._rounds_of(ctx).append((own["generation"], source, fields))
         acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
         return self._compare(n, source, fields, own, acks)
-
-    def _rounds_of(self, ctx: Any) -> list[tuple[int, str, dict[str, Any]]]:
-        if ctx is not self._history_of:
-            self._history_of, self._history = ctx, []
-        return self._history
 
     def _decide(self, n: int, wanted: str) -> str:
         return self._store.compare_set(f"decision/{n}", "", wanted).decode()
@@ -518,8 +531,8 @@ class ConfigGroup:
                     store.set(f"status/{message['round']}/{self.rank}", json.dumps(reply, default=repr))
                 elif kind == "override":
                     self._follow(store, message)
-                elif kind == "replay":
-                    store.set(f"ack/{message['round']}/{self.rank}", json.dumps(self._replay(message["rounds"]), default=repr))
+                elif kind == "catch_up":
+                    store.set(f"ack/{message['round']}/{self.rank}", json.dumps(self._catch_up(message), default=repr))
             except dist.DistError:
                 log.error("config_group.board_lost", rank=self.rank, round=message.get("round"))
                 return
@@ -534,7 +547,8 @@ class ConfigGroup:
             if generation != message["base_generation"]:
                 msg = (
                     f"this rank is at generation {generation}, the coordinator at {message['base_generation']} "
-                    "-- the ranks diverged; restart this rank or publish the same config on every rank"
+                    "-- the ranks diverged; resync this rank from the coordinator"
+                    " (POST /replicas/<index>/resync on a data-parallel server) or publish the same config on every rank"
                 )
                 raise ConfigError([Problem("$generation", msg)])
             prepared = self._prepare(source, fields)
@@ -562,34 +576,53 @@ class ConfigGroup:
             store.set(f"ack/{n}/{self.rank}", json.dumps({"aborted": True}))
             log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
 
-    def _replay(self, rounds: Sequence[Sequence[Any]]) -> dict[str, Any]:
-        replayed = 0
+    def _catch_up(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        at, target = self._context().generation, int(message["generation"])
+        changed = 0
         error = None
-        for generation, source, fields in rounds:
-            at = self._context().generation
-            if generation <= at:
-                continue  # this rank already took that round
-            if generation != at + 1:
-                error = f"this rank is at generation {at}, but the oldest round it misses is at {generation}"
-                break
-            try:
-                prepared = self._prepare(source, fields)
-            except Exception as exc:
-                error = f"replaying {source!r} (generation {generation}): {'; '.join(_reasons(exc))}"
-                break
-            state = self._commit(prepared)
-            if state["error"]:
-                error = state["error"]
-                break
-            replayed += 1
+        try:
+            if at > target:
+                raise ValueError(f"this rank is at generation {at}, ahead of the coordinator at {target}")
+            if at < target:
+                changed = self._apply_catch_up(target, message["values"], message["set_by"], message["sources"])
+        except Exception as exc:  # reported to the coordinator, which raises ResyncFailed with it
+            error = "; ".join(_reasons(exc))
         state = self._state(())
-        return {**state, "digests": _digests(self._context()), "replayed": replayed, "error": error}
+        return {**state, "digests": _digests(self._context()), "changed": changed, "error": error}
+
+    def _apply_catch_up(
+        self, target: int, values: Mapping[str, Any], set_by: Mapping[str, str], sources: Sequence[str]
+    ) -> int:
+        """Commit `values` as one override at generation `target`; returns how many fields side effects saw."""
+        problems = []
+        for name, source in set_by.items():
+            info = field_info(name)
+            if not info.spec.source_allowed(inner_source(source)):
+                msg = f"'{name}' was set by {source!r}, which may not set it on this rank -- check its launch config"
+                problems.append(Problem(info.path, msg))
+        if problems:
+            raise ConfigError(problems)
+        label = f"config_group.resync({', '.join(sources)})"  # the original sources stay in the log entry
+        # one validated override carrying every field at once (rules see them together), each field
+        # already checked against its own source above; it lands at the coordinator's generation
+        proposal = self._context()._propose(label, values, layer="override", check_source=False)
+        proposal = attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=target))
+        # side effects see only the overrides this rank lacks, each with every field its source set
+        lacking = {set_by.get(c.name) for c in proposal.changes if c.old != c.new}
+        needed = {name: new for name, new in proposal.values.items() if set_by.get(name) in lacking}
+        state = self._commit(_Prepared(proposal, self._prepare_effects(label, needed) if needed else []))
+        if state["error"]:
+            raise RuntimeError(state["error"])
+        return len(needed)
 
     # -- every rank ------------------------------------------------------------------
 
     def _prepare(self, source: str, fields: Mapping[str, Any]) -> _Prepared:
         proposal = self._context().validate_override(source, **fields)
         values = getattr(proposal, "values", None) or fields
+        return _Prepared(proposal, self._prepare_effects(source, values))
+
+    def _prepare_effects(self, source: str, values: Mapping[str, Any]) -> list[PreparedEffect]:
         effects: list[PreparedEffect] = []
         try:
             for effect in self._effects:
@@ -600,7 +633,7 @@ class ConfigGroup:
             for done in reversed(effects):
                 _quietly(done.abort, "abort")
             raise
-        return _Prepared(proposal, effects)
+        return effects
 
     def _commit(self, prepared: _Prepared) -> dict[str, Any]:
         ctx = self._context()

@@ -259,6 +259,30 @@ def test_failing_effect_releases_the_ones_prepared_before_it() -> None:
     group.close()
 
 
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_catch_up_stays_the_same_size_however_many_rounds_commit() -> None:
+    """After 300 rounds the catch-up carries only the two fields they set, with the source that last set each."""
+    import json
+
+    from runtime.distributed import ConfigGroup
+
+    group = ConfigGroup(None, 0, 1, timeout_s=1.0)
+    group.propagate("test.tune", schedule_conservativeness=0.25)
+    group.propagate("test.policy", schedule_policy="lpm")
+    early = len(json.dumps(group.catch_up()))
+    for i in range(300):
+        group.propagate("test.tune", schedule_conservativeness=0.25 if i % 2 else 0.75)
+    group.propagate("test.policy", schedule_policy="lpm")
+    assert group.catch_up() == {
+        "generation": 303,
+        "values": {"schedule_conservativeness": 0.25, "schedule_policy": "lpm"},
+        "set_by": {"schedule_conservativeness": "test.tune", "schedule_policy": "test.policy"},
+        "sources": ["test.tune", "test.policy"],
+    }
+    assert len(json.dumps(group.catch_up())) == early + 2  # generation 2 -> 303: two digits more, nothing else
+    group.close()
+
+
 def test_rank_outside_the_group_is_refused() -> None:
     """A rank outside [0, world_size) is refused at construction, before any collective."""
     from runtime.distributed import ConfigGroup
@@ -376,7 +400,8 @@ def test_follower_rejects_a_diverged_generation(clean: World) -> None:
     assert sorted(info.value.refusals) == followers
     assert info.value.refusals[1] == (
         f"$generation: this rank is at generation {base}, the coordinator at {base + 1} -- the ranks diverged; "
-        "restart this rank or publish the same config on every rank",
+        "resync this rank from the coordinator (POST /replicas/<index>/resync on a data-parallel server)"
+        " or publish the same config on every rank",
     )
     assert {s.generation for s in clean.group.ranks()} == {base}
 
@@ -469,7 +494,8 @@ def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None
             world.group.propagate("test.tune", schedule_policy="lpm")
         assert info.value.refusals[victim] == (
             "$generation: this rank is at generation 0, the coordinator at 2 -- the ranks diverged; "
-            "restart this rank or publish the same config on every rank",
+            "resync this rank from the coordinator (POST /replicas/<index>/resync on a data-parallel server)"
+        " or publish the same config on every rank",
         )
         state = world.group.resync(victim)
         assert (state.generation, state.fingerprint) == (2, get_context().fingerprint())
