@@ -31,11 +31,20 @@ class PlanError(ConfigError):
 
 
 class InsufficientMemoryError(PlanError, MemoryError):
-    """Raised when the KV pools do not fit the budget; `min_mem_fraction_static` says what would."""
+    """Raised when the KV pools do not fit the budget; `min_budget_bytes` (and, for a budget
+    derived from device memory, `min_mem_fraction_static`) says what would."""
 
-    def __init__(self, message: str, *, min_mem_fraction_static: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        min_mem_fraction_static: float | None = None,
+        min_budget_bytes: int | None = None,
+        path: str = "$.schedule.mem_fraction_static",
+    ) -> None:
         self.min_mem_fraction_static = min_mem_fraction_static
-        super().__init__([Problem("$.schedule.mem_fraction_static", message)], header="not enough memory for the KV cache")
+        self.min_budget_bytes = min_budget_bytes
+        super().__init__([Problem(path, message)], header="not enough memory for the KV cache")
 
 
 __all__ = [

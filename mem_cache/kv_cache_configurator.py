@@ -143,7 +143,10 @@ class KVCacheConfigurator:
     """Plans and builds the KV cache for one worker.
 
     `shape` is the target model; `available_bytes` the bytes the KV cache may use (None:
-    `default_available_bytes`). A draft worker (`is_draft_worker=True`) needs the target's
+    `default_available_bytes`). `budget_flag` names the flag that set `available_bytes`
+    explicitly (e.g. `--available-memory`), so a plan that does not fit asks for a larger
+    budget there; None means the budget scales with mem_fraction_static, which is then
+    the fix named. A draft worker (`is_draft_worker=True`) needs the target's
     `KVCacheMemory` as `target`; `draft_model_idx` names one draft depth (None: all).
     """
 
@@ -158,6 +161,7 @@ class KVCacheConfigurator:
         target: KVCacheMemory | None = None,
         device: str | torch.device | None = None,
         snapshot: Any = None,
+        budget_flag: str | None = None,
     ) -> None:
         if is_draft_worker and target is None:
             raise ValueError("a draft worker reuses its target's plan and allocator -- pass target=")
@@ -166,6 +170,7 @@ class KVCacheConfigurator:
         self.inputs = plan_inputs(self.snap, shape)
         self.device = torch.device(device if device is not None else self.snap.device.device)
         self.available_bytes = available_bytes if available_bytes is not None else default_available_bytes(self.snap, str(self.device))
+        self.budget_flag = budget_flag if available_bytes is not None else None
         self.is_draft_worker = is_draft_worker
         self.draft_model_idx = draft_model_idx
         self.target = target
@@ -180,7 +185,7 @@ class KVCacheConfigurator:
         """The memory plan (no tensors); a draft worker returns its target's."""
         if self.target is not None and self.is_draft_worker:
             return self.target.plan
-        return self.pool_configurator.plan(self.available_bytes)
+        return self.pool_configurator.plan(self.available_bytes, budget_flag=self.budget_flag)
 
     # ---- build --------------------------------------------------------------------------
     def build(self) -> KVCacheMemory:

@@ -90,7 +90,8 @@ def _plan(argv: Sequence[str]) -> int:
     try:
         snap = get_context().snapshot()
         budget = available if available is not None else default_available_bytes(snap)
-        plan = KVCacheConfigurator(shape, budget, snapshot=snap).plan()
+        flag = "--available-memory" if available is not None else None
+        plan = KVCacheConfigurator(shape, budget, snapshot=snap, budget_flag=flag).plan()
     finally:
         if not was_published:
             reset()

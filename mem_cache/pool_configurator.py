@@ -215,6 +215,12 @@ class MemoryPoolConfig:
         }
 
 
+def gib_at_least(n: int) -> str:
+    """`n` bytes in GiB, rounded up to two decimals so the printed size is never below `n`."""
+    hundredths = -(-n * 100 // (1 << 30))
+    return f"{hundredths // 100}.{hundredths % 100:02d}"
+
+
 def validate_swa_pool_size(swa_tokens: int, sliding_window: int, page_size: int, ratio: float) -> None:
     """Refuse an SWA pool that cannot hold one window plus a page.
 
@@ -319,12 +325,14 @@ class PoolConfigurator:
         frac = self.inputs.mem_fraction_static * need / max(budget, 1)
         return math.ceil(frac * 100) / 100
 
-    def plan(self, budget: int) -> MemoryPoolConfig:
+    def plan(self, budget: int, *, budget_flag: str | None = None) -> MemoryPoolConfig:
         """Size every pool for `budget` bytes.
 
-        Raises InsufficientMemoryError (with the smallest mem_fraction_static that would
-        fit) when not even one page fits, and PlanError when the SWA pool cannot hold a
-        window plus a page.
+        `budget_flag` names the flag that set `budget` explicitly (`--available-memory`);
+        None means the budget is device memory times mem_fraction_static. Raises
+        InsufficientMemoryError when not even one page fits, with the fix that applies:
+        the smallest budget for the flag, or the smallest mem_fraction_static. Raises
+        PlanError when the SWA pool cannot hold a window plus a page.
         """
         i, page = self.inputs, self.inputs.page_size
         if i.max_running_requests is not None:
@@ -334,7 +342,7 @@ class PoolConfigurator:
             reqs = self._default_reqs(self._max_total(full0, swa0), budget)
         full, swa = self._solve(budget, reqs)
         if self._max_total(full, swa) < page:
-            self._not_enough(budget)
+            self._not_enough(budget, budget_flag)
         capped = False
         if i.max_total_tokens is not None and i.max_total_tokens < self._max_total(full, swa):
             full, swa = self.calculate_pool_sizes_from_max_tokens(i.max_total_tokens, page)
@@ -345,7 +353,7 @@ class PoolConfigurator:
             self._validate(full, swa)
         except PlanError as exc:
             if self._bytes(*self._min_sizes(), reqs) > budget:
-                self._not_enough(budget)
+                self._not_enough(budget, budget_flag)
             raise exc from None
         pools = self.pool_bytes(full, swa, reqs)
         return MemoryPoolConfig(
@@ -366,17 +374,25 @@ class PoolConfigurator:
             extra_context_len=i.extra_context_len,
         )
 
-    def _not_enough(self, budget: int) -> None:
-        frac = self.min_mem_fraction_static(budget)
+    def _not_enough(self, budget: int, budget_flag: str | None) -> None:
         full, swa = self._min_sizes()
         need = self._bytes(full, swa, self.inputs.max_running_requests or 1)
+        if budget_flag is not None:
+            # mem_fraction_static does not scale an explicit budget: name the budget that fits
+            msg = (
+                f"the KV cache needs at least {need} bytes, the budget is {budget} bytes (from {budget_flag}) "
+                f"-- raise {budget_flag} to at least {need} bytes ({gib_at_least(need)}GiB)"
+            )
+            path = "$." + budget_flag.strip("-=").replace("-", "_")
+            raise InsufficientMemoryError(msg, min_budget_bytes=need, path=path)
+        frac = self.min_mem_fraction_static(budget)
         hint = (
             f"raise --mem-fraction-static to at least {frac}"
             if frac < 1
             else "no mem_fraction_static fits: use a device with more memory, a smaller --context-length or --kv-cache-dtype"
         )
         msg = f"the KV cache needs at least {need} bytes, the budget is {budget} bytes (mem_fraction_static {self.inputs.mem_fraction_static}) -- {hint}"
-        raise InsufficientMemoryError(msg, min_mem_fraction_static=frac)
+        raise InsufficientMemoryError(msg, min_mem_fraction_static=frac, min_budget_bytes=need)
 
 
 class DefaultPoolConfigurator(PoolConfigurator):
@@ -514,5 +530,6 @@ __all__ = [
     "align",
     "align_up",
     "choose_pool_configurator",
+    "gib_at_least",
     "validate_swa_pool_size",
 ]

@@ -73,20 +73,29 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
 
     Without `max_total_tokens` the budget is the configurator's default, capped at
     `CPU_KV_BUDGET_BYTES` on CPU: the embedded model needs little, and zero-filled
-    gigabytes would only slow start-up.
+    gigabytes would only slow start-up. A plan that does not fit the cap is made from the
+    uncapped budget instead, so a refusal always names the mem_fraction_static that fits.
     """
+    from mem_cache.errors import InsufficientMemoryError
     from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
     from mem_cache.model_shape import model_shape_from_config
 
     target_shape = model_shape_from_config(model_config, name="target")
-    budget = default_available_bytes(snap)
-    if str(snap.device.device) == "cpu":
-        budget = min(budget, CPU_KV_BUDGET_BYTES)
+    device_budget = default_available_bytes(snap)
+    budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget
     spec = snap.spec
     algorithm = spec.speculative_algorithm
     draft_cfg = draft_config_for(model_config, spec) if algorithm else None
     draft_mshape = model_shape_from_config(draft_cfg, name="draft") if draft_cfg is not None else None
-    target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
+    try:
+        target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
+    except InsufficientMemoryError:
+        if budget == device_budget:
+            raise
+        # the cap only saves start-up time: raising mem_fraction_static cannot lift it, so it
+        # must not be what refuses a plan
+        budget = device_budget
+        target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
     plan = target.plan
     rows, cols = plan.req_to_token_shape
     limit = snap.schedule.max_running_requests

@@ -10,6 +10,7 @@ from mem_cache.errors import InsufficientMemoryError, PlanError
 from mem_cache.examples import example_names, load_example
 from mem_cache.kv_cache_configurator import KVCacheConfigurator
 from mem_cache.model_shape import model_shape_from_config
+from mem_cache.pool_configurator import gib_at_least
 from mem_cache.pools import MHATokenToKVPool, SWAKVPool
 from runtime import get_context, override_server_args
 
@@ -135,6 +136,24 @@ def test_not_enough_memory_names_the_fraction() -> None:
         "$.schedule.mem_fraction_static: the KV cache needs at least 12320 bytes, the budget is 12000 bytes "
         "(mem_fraction_static 0.5) -- raise --mem-fraction-static to at least 0.52"
     ]
+
+
+def test_not_enough_memory_names_the_explicit_budget() -> None:
+    """An explicit budget too small raises with the smallest budget, in bytes and GiB, for the flag that set it."""
+    with override_server_args(context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+        with pytest.raises(InsufficientMemoryError) as info:
+            KVCacheConfigurator(_shape("small-dense"), 12000, device="meta", budget_flag="--available-memory").plan()
+    assert (info.value.min_budget_bytes, info.value.min_mem_fraction_static) == (12320, None)
+    assert info.value.lines() == [
+        "$.available_memory: the KV cache needs at least 12320 bytes, the budget is 12000 bytes "
+        "(from --available-memory) -- raise --available-memory to at least 12320 bytes (0.01GiB)"
+    ]
+
+
+@pytest.mark.parametrize(("n", "text"), [(1, "0.01"), (1 << 30, "1.00"), ((1 << 30) + 1, "1.01"), (260003088, "0.25")])
+def test_gib_at_least_rounds_up(n: int, text: str) -> None:
+    """The GiB figure is rounded up, so the printed size always holds the bytes asked for."""
+    assert gib_at_least(n) == text
 
 
 def test_small_swa_pool_names_the_ratio() -> None:

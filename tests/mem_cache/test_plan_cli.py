@@ -44,6 +44,28 @@ def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.Capture
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--available-memory", "1KiB"],
+            "$.available_memory: the KV cache needs at least 260003088 bytes, the budget is 1024 bytes "
+            "(from --available-memory) -- raise --available-memory to at least 260003088 bytes (0.25GiB)",
+        ),
+        (
+            ["--mem-fraction-static", "0.01"],
+            "$.schedule.mem_fraction_static: the KV cache needs at least 260003088 bytes, the budget is 42949672 bytes "
+            "(mem_fraction_static 0.01) -- raise --mem-fraction-static to at least 0.07",
+        ),
+    ],
+)
+def test_not_enough_memory_names_the_setting_that_sets_the_budget(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An explicit budget asks for a larger --available-memory; a device-derived one for a larger --mem-fraction-static."""
+    base = ["--model-config", "small-dense", "--device", "cpu", "--context-length", "1000000", "--max-running-requests", "64"]
+    assert main([*base, *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == ["sgconf: not enough memory for the KV cache", f"  {line}"]
+
+
 def test_parse_size() -> None:
     """Binary and decimal units and plain byte counts are understood."""
     assert (parse_size("24GiB"), parse_size("1.5GB"), parse_size("512")) == (24 << 30, 1_500_000_000, 512)
