@@ -166,7 +166,7 @@ class Scheduler:
     def new_request(
         self, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed: int, ignore_eos: bool = False
     ) -> Req:
-        """Build a request; raises RequestRejected when it can never fit a request row."""
+        """Build a request; raises RequestRejected when it can never fit the context or the KV pool."""
         if not prompt:
             raise RequestRejected("'prompt' is empty -- send at least one token")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
@@ -176,7 +176,16 @@ class Scheduler:
         if len(prompt) + max_new_tokens > limit:
             msg = (
                 f"prompt of {len(prompt)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
-                f"length {limit} -- shorten the prompt or lower max_new_tokens"
+                f"length {limit} ('context_length') -- shorten the prompt or lower max_new_tokens"
+            )
+            raise RequestRejected(msg)
+        # the first step holds KV for the prompt but its last token, plus one step's tokens
+        page = self.limits.page_size
+        need = -(-(len(prompt) - 1 + headroom) // page) * page
+        if need > self.allocator.size:
+            msg = (
+                f"prompt of {len(prompt)} tokens needs {need} KV slots, more than 'max_total_tokens' "
+                f"{self.allocator.size} holds -- shorten the prompt or raise --max-total-tokens"
             )
             raise RequestRejected(msg)
         gen = None

@@ -232,3 +232,28 @@ def test_generate_validates_its_body(serve) -> None:
     ok = client.post("/generate", json={"input_ids": [72, 105], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}})
     assert ok.status_code == 200 and len(ok.json()["output_ids"]) == 3
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "running": 0}
+
+
+def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
+    """A prompt beyond the KV pool or the context gets 400 naming the limit; only a stopped engine gets 503."""
+    engine, client = serve("--max-total-tokens", "64")
+    r = client.post("/generate", json={"input_ids": [1] * 100, "max_new_tokens": 4})
+    assert r.status_code == 400
+    assert r.json() == {
+        "detail": "prompt of 100 tokens needs 100 KV slots, more than 'max_total_tokens' 64 holds"
+        " -- shorten the prompt or raise --max-total-tokens"
+    }
+    r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
+    assert r.status_code == 400
+    assert r.json() == {
+        "detail": "prompt of 2040 tokens plus max_new_tokens 20 exceeds the context length 2048 ('context_length')"
+        " -- shorten the prompt or lower max_new_tokens"
+    }
+    assert client.post("/generate", json={"input_ids": [1] * 60, "max_new_tokens": 1}).status_code == 200
+    engine.shutdown(unpublish=False)  # the config stays published, as in a server draining its engine
+    r = client.post("/generate", json={"input_ids": [1] * 8, "max_new_tokens": 1})
+    assert r.status_code == 503
+    assert r.json() == {"detail": "the engine is shut down -- start a new one"}
+    from runtime.context import reset
+
+    reset()  # the fixture's shutdown finds the engine stopped and leaves the context to us
