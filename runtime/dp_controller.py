@@ -16,8 +16,10 @@ rank 0 and coordinator of the config group, replica i is rank i + 1.
 - `/health` is 503 as soon as a replica process has exited, and config changes are
   refused (503) until it is back: every rank must take part in a round.
   `POST /replicas/<index>/restart` (admin) starts a new process in its place, which
-  replays every override the group committed so far (`ConfigGroup.resync`) before it
-  takes requests, so it rejoins at the others' generation and fingerprint.
+  catches up with every override the group committed so far (`ConfigGroup.resync`)
+  before it takes requests, so it rejoins at the others' generation and fingerprint.
+  `POST /replicas/<index>/resync` (admin) brings a running replica that fell behind
+  (its commit failed, or it refuses rounds as diverged) up to date the same way.
 - Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
   replica: a stop message, then terminate, then kill; a replica whose controller dies
   sees its pipe close and exits, so no replica is left behind.
@@ -54,6 +56,10 @@ class ReplicaFailed(RuntimeError):
 
 class ReplicaRunning(RuntimeError):
     """Raised when asked to restart a replica whose process is still running."""
+
+
+class ReplicaExited(RuntimeError):
+    """Raised when asked to resync a replica whose process has exited."""
 
 
 class Replica:
@@ -285,7 +291,10 @@ class DPController:
         with self._restart_lock:
             old = self.replicas[index]
             if old.alive():
-                msg = f"replica {index} is running (pid {old.pid}) -- only an exited replica can be restarted"
+                msg = (
+                    f"replica {index} is running (pid {old.pid}) -- only an exited replica can be restarted;"
+                    f" bring a running one up to date with POST /replicas/{index}/resync"
+                )
                 raise ReplicaRunning(msg)
             old.stop(5.0)  # reaps the exited process and closes its pipe
             self.group.clear_inbox(old.rank)  # what was sent to the dead rank must not reach the new one
@@ -299,6 +308,26 @@ class DPController:
             self.replicas[index] = new  # routed to only now, at the group's generation
         log.info("dp.replica_restarted", replica=index, pid=new.pid, generation=state.generation)
         return {**new.describe(), "generation": state.generation, "fingerprint": state.fingerprint}
+
+    def resync(self, index: int) -> dict[str, Any]:
+        """Bring a running replica to the group's generation and fingerprint (`ConfigGroup.resync`); returns its row.
+
+        Raises IndexError (no such replica), ReplicaExited (restart it instead) or
+        ResyncFailed (it could not catch up; it keeps running at its own generation).
+        """
+        if not 0 <= index < self.dp_size:
+            raise IndexError(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
+        with self._restart_lock:
+            replica = self.replicas[index]
+            if not replica.alive():
+                msg = (
+                    f"replica {index} exited (exit code {replica.process.exitcode}) -- "
+                    f"start a new one with POST /replicas/{index}/restart"
+                )
+                raise ReplicaExited(msg)
+            state = self.group.resync(replica.rank)
+        log.info("dp.replica_resynced", replica=index, generation=state.generation)
+        return {**replica.describe(), "generation": state.generation, "fingerprint": state.fingerprint}
 
     def ranks(self, *fields: str) -> list[dict[str, Any]]:
         """Every rank's generation and fingerprint (and the named fields), with its replica index."""
@@ -500,6 +529,19 @@ def create_dp_app(controller: DPController) -> Any:
             raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
         return {"status": "restarted", **row}
 
+    @app.post("/replicas/{index}/resync")
+    async def resync(request: Request, index: int) -> dict[str, Any]:
+        require_admin(request)
+        try:
+            row = await run_in_threadpool(lambda: controller.resync(index))
+        except IndexError as exc:
+            raise HTTPProblem(404, str(exc)) from None
+        except ReplicaExited as exc:
+            raise HTTPProblem(409, str(exc)) from None
+        except ResyncFailed as exc:
+            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
+        return {"status": "resynced", **row}
+
     return app
 
 
@@ -550,4 +592,4 @@ def serve_dp(record: Any) -> int | None:
         reset()
 
 
-__all__ = ["DPController", "ReplicaFailed", "ReplicaRunning", "choose", "create_dp_app", "serve_dp"]
+__all__ = ["DPController", "ReplicaExited", "ReplicaFailed", "ReplicaRunning", "choose", "create_dp_app", "serve_dp"]

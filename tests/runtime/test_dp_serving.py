@@ -146,7 +146,13 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     r = client.post("/replicas/0/restart", headers=ADMIN)
     assert r.status_code == 409
     assert r.json()["detail"] == (
-        f"replica 0 is running (pid {controller.replicas[0].pid}) -- only an exited replica can be restarted"
+        f"replica 0 is running (pid {controller.replicas[0].pid}) -- only an exited replica can be restarted;"
+        " bring a running one up to date with POST /replicas/0/resync"
+    )
+    r = client.post("/replicas/1/resync", headers=ADMIN)
+    assert (r.status_code, r.json()["detail"]) == (
+        409,
+        "replica 1 exited (exit code -9) -- start a new one with POST /replicas/1/restart",
     )
     r = client.post("/replicas/2/restart", headers=ADMIN)
     assert (r.status_code, r.json()["detail"]) == (404, "there is no replica 2 -- replicas are numbered 0 to 1")
@@ -168,6 +174,32 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     picks = [client.post("/generate", json={"text": "hi", "max_new_tokens": 1}).json()["meta_info"]["dp_rank"]
              for _ in range(2)]
     assert sorted(picks) == [0, 1]
+
+    # the replicas fall behind (an override only the controller took): rounds are refused with the route
+    # to fix it, and resync brings each running replica to the controller's generation in one round
+    from runtime import get_context
+
+    get_context().override("test.local", load_balance_method="shortest_queue")
+    r = client.post("/config/overrides", json={"schedule_policy": "lpm"}, headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"][0] == (
+        "rank 1: $generation: this rank is at generation 4, the coordinator at 5 -- the ranks diverged;"
+        " resync this rank from the coordinator (POST /replicas/<index>/resync on a data-parallel server)"
+        " or publish the same config on every rank"
+    )
+    assert client.post("/replicas/0/resync").status_code == 401
+    r = client.post("/replicas/2/resync", headers=ADMIN)
+    assert (r.status_code, r.json()["detail"]) == (404, "there is no replica 2 -- replicas are numbered 0 to 1")
+    for index in (0, 1):
+        r = client.post(f"/replicas/{index}/resync", headers=ADMIN)
+        assert r.status_code == 200, r.text
+        assert (r.json()["status"], r.json()["replica"], r.json()["generation"]) == ("resynced", index, 5)
+        assert r.json()["fingerprint"] == get_context().fingerprint()
+    info = client.get("/server_info").json()
+    assert [(row["generation"], row["fingerprint"]) for row in info["ranks"]] == [(5, get_context().fingerprint())] * 3
+    r = client.post("/config/overrides", json={"schedule_policy": "lpm"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert [s["generation"] for s in r.json()["ranks"]] == [6, 6, 6]
 
 
 class FakeReplica:
