@@ -202,6 +202,25 @@ class RuntimeContext:
         with _lock:
             return self._propose(source, values, layer="override", check_source=True)
 
+    def validate_catch_up(self, source: str, /, *, generation: int, **values: Any) -> OverrideProposal:
+        """Dry run of a catch-up: `values` land as one override at `generation`, not generation + 1.
+
+        For a rank that fell behind its config group (`runtime.distributed`): the group is at
+        `generation` and each value was already accepted there from its own source, so the
+        caller checks allow-lists per field against those sources; names, types and
+        cross-field rules are checked here as for any override. Raises ConfigError when
+        `generation` is not ahead of this context.
+        """
+        with _lock:
+            if generation <= self.generation:
+                msg = (
+                    f"a catch-up to generation {generation} is not ahead of this context "
+                    f"(generation {self.generation}) -- nothing to catch up"
+                )
+                raise ConfigError([Problem("$generation", msg)], header=f"catch-up from {source!r} rejected")
+            proposal = self._propose(source, values, layer="override", check_source=False)
+            return attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=generation))
+
     def commit(self, proposal: OverrideProposal) -> OverrideReceipt:
         """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since."""
         with _lock:

@@ -605,8 +605,7 @@ class ConfigGroup:
         label = f"config_group.resync({', '.join(sources)})"  # the original sources stay in the log entry
         # one validated override carrying every field at once (rules see them together), each field
         # already checked against its own source above; it lands at the coordinator's generation
-        proposal = self._context()._propose(label, values, layer="override", check_source=False)
-        proposal = attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=target))
+        proposal = self._context().validate_catch_up(label, generation=target, **values)
         # side effects see only the overrides this rank lacks, each with every field its source set
         lacking = {set_by.get(c.name) for c in proposal.changes if c.old != c.new}
         needed = {name: new for name, new in proposal.values.items() if set_by.get(name) in lacking}

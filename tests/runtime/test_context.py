@@ -333,6 +333,25 @@ def test_validate_override_is_a_dry_run_and_commit_applies(ctx):
         ctx.validate_override("http", page_size=3)
 
 
+def test_validate_catch_up_lands_at_the_group_generation(ctx):
+    """A catch-up commits all its values as one override at the given generation, and never goes back."""
+    proposal = ctx.validate_catch_up("config_group.resync(http)", generation=4, stream_interval="6", schedule_policy="lpm")
+    assert ctx.generation == 0 and get_serving().stream_interval == 1
+    receipt = ctx.commit(proposal)
+    assert receipt.generation == 4 and ctx.generation == 4
+    assert (get_serving().stream_interval, get_schedule().schedule_policy) == (6, "lpm")
+    assert [(r.source, r.generation) for r in ctx.overrides_log()] == [("config_group.resync(http)", 4)]
+    with pytest.raises(ConfigError) as info:
+        ctx.validate_catch_up("config_group.resync(http)", generation=4, stream_interval=7)
+    assert str(info.value) == (
+        "catch-up from 'config_group.resync(http)' rejected\n"
+        "  $generation: a catch-up to generation 4 is not ahead of this context (generation 4) -- nothing to catch up"
+    )
+    with pytest.raises(ConfigError):
+        ctx.validate_catch_up("config_group.resync(http)", generation=5, stream_interval=0)
+    assert ctx.generation == 4
+
+
 def test_snapshot_is_one_generation(ctx):
     """A snapshot keeps its generation and values after later overrides; derived values read it."""
     snap = ctx.snapshot()
