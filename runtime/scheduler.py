@@ -401,9 +401,11 @@ class Scheduler:
                 return self.allocator.alloc_extend([s], [s + t], [ll])
 
             slots = self.alloc_with_eviction(extend, take)
-            if slots is None:
-                # the whole chunk does not fit, a smaller one may: the SWA slots behind the
-                # window are released after each step, so the rest follows in later chunks
+            capped = slots is None and not chunk and not self.decoding
+            if capped:
+                # alone, a request whose whole chunk does not fit takes what does: the SWA slots
+                # behind the window are released after each step, so the rest follows in later
+                # chunks; nothing decodes meanwhile, so the memory it holds starves no one
                 take = min(take, self._prefill_room(start))
                 if take > 0:
                     slots = self.allocator.alloc_extend([start], [start + take], [last])
@@ -414,6 +416,8 @@ class Scheduler:
             self.req_pool.write(req.row, start, slots)
             chunk.append((req, take, slots))
             budget -= take
+            if capped:
+                break  # the pool is full: later requests wait until this prompt is in
         if not chunk:
             return False
         batch = ForwardBatch.extend(
@@ -437,14 +441,9 @@ class Scheduler:
     def _prefill_room(self, start: int) -> int:
         """Tokens a chunk starting at `start` can take now on every side of the allocator.
 
-        Counts the free part of the request's last page plus whole free pages, less one
-        decode step's worth for each decoding request, so a capped chunk does not force
-        a retraction in the same step.
+        That is the free part of the request's last page plus the whole free pages.
         """
-        page = self.limits.page_size
-        headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
-        reserve = len(self.decoding) * -(-headroom // page) * page
-        return (-start) % page + int(self.allocator.available_size()) - reserve
+        return (-start) % self.limits.page_size + int(self.allocator.available_size())
 
     def _fail(self, req: Req, message: str) -> None:
         self.prefilling.remove(req)

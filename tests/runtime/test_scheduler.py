@@ -1,0 +1,126 @@
+"""The scheduler on its own: admission, chunked prefill, retraction, counts, stepped by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import attrs
+import pytest
+
+from runtime.engine import Engine
+from runtime.model import reference_generate
+from runtime.scheduler import Req, Scheduler
+
+MakeScheduler = Callable[..., tuple[Engine, Scheduler]]
+
+
+@pytest.fixture
+def make_scheduler() -> Iterator[MakeScheduler]:
+    """A paused engine's runner and pools under a fresh scheduler with the given limits; no prefix cache."""
+    engines: list[Engine] = []
+
+    def make(*argv: str, **limits: int) -> tuple[Engine, Scheduler]:
+        engine = Engine.from_args(["--max-total-tokens", "256", "--disable-radix-cache", *argv])
+        engine.pause()  # the engine's own loop never steps; only the scheduler under test touches the pools
+        engines.append(engine)
+        return engine, Scheduler(engine.runner, attrs.evolve(engine.scheduler.limits, **limits), prefix_cache=None)
+
+    yield make
+    for engine in engines:
+        engine.shutdown()
+
+
+def submit(sched: Scheduler, prompt_len: int, max_new_tokens: int = 4) -> Req:
+    req = sched.new_request(
+        [(i * 5) % 250 + 1 for i in range(prompt_len)], max_new_tokens=max_new_tokens, temperature=0.0, seed=0, ignore_eos=True
+    )
+    sched.submit(req)
+    return req
+
+
+def run_to_end(sched: Scheduler, steps: int = 500) -> None:
+    for _ in range(steps):
+        if not sched.has_work():
+            return
+        sched.step()
+    raise AssertionError(f"the scheduler still has work after {steps} steps")
+
+
+def test_admission_stops_at_max_running_requests(make_scheduler: MakeScheduler) -> None:
+    """Three requests under max_running_requests 2: two run, one waits until a row is given back."""
+    engine, sched = make_scheduler(max_running_requests=2)
+    reqs = [submit(sched, 6, max_new_tokens=3) for _ in range(3)]
+    assert sched.counts() == (3, 0)
+    sched.step()
+    assert sched.counts() == (1, 2)
+    assert [r.row is not None for r in reqs] == [True, True, False]
+    run_to_end(sched)
+    assert sched.counts() == (0, 0)
+    assert all(r.finish_reason == "length" and len(r.output) == 3 for r in reqs)
+    assert engine.memory.req_to_token_pool.available_size() == sched.req_pool.size
+
+
+def test_admission_stops_when_request_rows_run_out(make_scheduler: MakeScheduler) -> None:
+    """With one free request row, one request is admitted and the other waits for it."""
+    engine, sched = make_scheduler()
+    pool = engine.memory.req_to_token_pool
+    held = pool.alloc(pool.available_size() - 1)
+    assert held is not None
+    first, second = submit(sched, 6), submit(sched, 6)
+    sched.step()
+    assert sched.counts() == (1, 1) and first.row is not None and second.row is None
+    run_to_end(sched)
+    assert first.finish_reason == second.finish_reason == "length"
+    pool.free(held)
+
+
+def test_chunked_prefill_takes_at_most_the_chunk_size_per_step(make_scheduler: MakeScheduler) -> None:
+    """A 40-token prompt under chunked_prefill_size 16 is prefilled 16, 16, 7; two prompts share one step's budget."""
+    _, sched = make_scheduler(chunked_prefill_size=16)
+    long = submit(sched, 40)
+    seen = []
+    while not long.output:
+        sched.step()
+        seen.append(long.kv_len)
+    assert seen == [16, 32, 40]  # the third step prefills the last 7 and decodes the first token
+    assert sched.counters["prefill_batches"] == 3 and sched.counters["prefill_tokens"] == 39
+    run_to_end(sched)
+    a, b = submit(sched, 10), submit(sched, 20)
+    sched.step()
+    # a's 9 prefill tokens and b's 7 fill the 16; a decodes in the same step, b still prefills
+    assert (a.kv_len, len(a.output), b.kv_len, len(b.output)) == (10, 1, 7, 0)
+    sched.step()
+    assert (b.kv_len, len(b.output)) == (20, 1)
+
+
+def test_newest_request_is_retracted_when_the_pool_runs_out(make_scheduler: MakeScheduler) -> None:
+    """Two decodes that outgrow the pool: the newer is retracted, requeued first, and both finish exactly."""
+    engine, sched = make_scheduler("--max-total-tokens", "64")
+    free = engine.memory.allocator.available_size()
+    older, newer = submit(sched, 20, max_new_tokens=30), submit(sched, 20, max_new_tokens=30)
+    while not sched.counters["retractions"]:
+        sched.step()
+    assert sched.counts() == (1, 1)
+    assert list(sched.waiting) == [newer] and newer.row is None and newer.kv_len == 0
+    assert newer.retractions == 1 and older.retractions == 0
+    run_to_end(sched)
+    assert older.retractions == 0 and newer.retractions == sched.counters["retractions"]
+    for req in (older, newer):
+        assert req.output == reference_generate(engine.model, req.prompt, 30, ignore_eos=True)
+    assert engine.memory.allocator.available_size() == free
+
+
+def test_a_prompt_too_big_for_one_chunk_waits_for_running_decodes(make_scheduler: MakeScheduler) -> None:
+    """A long prompt that fits only in smaller chunks starts once the pool is its own; the decode it waits for finishes."""
+    engine, sched = make_scheduler("--max-total-tokens", "64")
+    short = submit(sched, 10, max_new_tokens=30)
+    sched.step()
+    long = submit(sched, 60, max_new_tokens=2)
+    while short.finish_reason is None:
+        sched.step()
+        assert long.kv_len == 0  # no partial prompt holds slots the decode needs
+    run_to_end(sched)
+    assert short.error is None and long.error is None
+    assert short.output == reference_generate(engine.model, short.prompt, 30, ignore_eos=True)
+    assert long.output == reference_generate(engine.model, long.prompt, 2, ignore_eos=True)
+    assert sched.counters["prefill_batches"] == 3  # the short prompt, then the long one in two chunks
