@@ -4,7 +4,8 @@ Each `step()` does, in order:
 1. admit waiting requests while request rows and `max_running_requests` allow; each
    reuses the longest cached page prefix (prefix cache, then the HiCache tiers);
 2. one extend batch of prefill chunks, at most `chunked_prefill_size` new tokens in all,
-   so a long prompt never stalls running requests for more than one chunk;
+   so a long prompt never stalls running requests for more than one chunk; a request
+   alone whose chunk does not fit the pool (the SWA side) takes a smaller one instead;
 3. one decode step for every request whose prompt is in the cache (or one speculative
    draft-and-verify step when a draft worker is configured).
 
