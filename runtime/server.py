@@ -30,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from runtime.errors import NotPublishedError
 from sgconf.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -139,6 +140,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPProblem)
     async def _problem(request: Request, exc: HTTPProblem) -> JSONResponse:
         return JSONResponse(_body_of(exc), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(NotPublishedError)
+    async def _unpublished(request: Request, exc: NotPublishedError) -> JSONResponse:
+        # the engine stopped and took its config with it: the server is going away, not broken
+        msg = "the server's config is no longer published (its engine stopped) -- start a new server"
+        return JSONResponse({"detail": msg}, status_code=503)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

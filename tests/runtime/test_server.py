@@ -257,3 +257,8 @@ def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
     from runtime.context import reset
 
     reset()  # the fixture's shutdown finds the engine stopped and leaves the context to us
+    r = client.post("/generate", json={"input_ids": [1] * 8, "max_new_tokens": 1})
+    assert r.status_code == 503
+    assert r.json() == {
+        "detail": "the server's config is no longer published (its engine stopped) -- start a new server"
+    }
