@@ -44,6 +44,7 @@ class HiCacheBridge:
             hicache_size=int(mem.hicache_size),
             write_policy=mem.hicache_write_policy,
             prefetch_policy=mem.hicache_storage_prefetch_policy,
+            prefetch_timeout_s=float(mem.hicache_storage_prefetch_timeout_s),
         )
         if mem.hicache_storage_backend is not None:
             try:

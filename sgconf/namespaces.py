@@ -94,6 +94,12 @@ class MemoryConfig:
     hicache_storage_prefetch_policy: Literal["best_effort", "wait_complete", "timeout"] = setting(
         "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES
     )
+    hicache_storage_prefetch_timeout_s: float = setting(
+        2.0,
+        help="seconds the 'timeout' prefetch policy waits for storage before serving what arrived",
+        checks=[positive()],
+        allow_sources=HICACHE_SOURCES,
+    )
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
         None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES
     )

@@ -103,6 +103,7 @@ _HICACHE_FIELDS = (
     "hicache_mem_layout",
     "hicache_storage_backend",
     "hicache_storage_prefetch_policy",
+    "hicache_storage_prefetch_timeout_s",
     "hicache_storage_backend_extra_config",
 )
 

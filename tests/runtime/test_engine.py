@@ -140,3 +140,15 @@ def test_topk_above_one_drafts_a_single_chain(make_engine) -> None:
     assert {"event": "speculative.single_chain", "speculative_eagle_topk": 2, "drafted_topk": 1, "log_level": "warning"} in logs
     ref = reference_generate(engine.model, engine.tokenizer.encode(PROMPT), 12)
     assert engine.generate(PROMPT, max_new_tokens=12).token_ids == tuple(ref)
+
+
+def test_prefetch_timeout_comes_from_the_memory_bag(make_engine) -> None:
+    """The 'timeout' prefetch policy waits as long as --hicache-storage-prefetch-timeout-s says."""
+    engine = make_engine(
+        "--enable-hierarchical-cache",
+        "--hicache-storage-prefetch-policy", "timeout",
+        "--hicache-storage-prefetch-timeout-s", "0.25",
+    )
+    assert engine.hicache is not None
+    assert engine.hicache.controller.prefetch_policy == "timeout"
+    assert engine.hicache.controller.prefetch_timeout_s == 0.25
