@@ -36,6 +36,11 @@ class HiCacheBridge:
         from mem_cache.hicache import HiCacheController
 
         mem = snap.memory
+        # The host tier always keeps pages per layer and copies them with plain tensor copies
+        # (hybrid models mix layer geometries); say so rather than silently ignore the setting.
+        for name, used in (("hicache_mem_layout", "layer_first"), ("hicache_io_backend", "direct")):
+            if getattr(mem, name) != used:
+                log.warning("hicache.setting_not_supported", field=name, value=getattr(mem, name), using=used)
         controller = HiCacheController(
             engine.memory.kv_pool,
             page_size=engine.memory.page_size,

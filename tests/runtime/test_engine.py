@@ -152,3 +152,21 @@ def test_prefetch_timeout_comes_from_the_memory_bag(make_engine) -> None:
     assert engine.hicache is not None
     assert engine.hicache.controller.prefetch_policy == "timeout"
     assert engine.hicache.controller.prefetch_timeout_s == 0.25
+
+
+def test_unsupported_host_layout_is_reported(make_engine) -> None:
+    """A host layout or copy engine the tier does not implement is logged, not silently ignored."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        make_engine("--enable-hierarchical-cache", "--hicache-mem-layout", "page_first")
+    warned = [e for e in logs if e["event"] == "hicache.setting_not_supported"]
+    assert warned == [
+        {
+            "event": "hicache.setting_not_supported",
+            "log_level": "warning",
+            "field": "hicache_mem_layout",
+            "value": "page_first",
+            "using": "layer_first",
+        }
+    ]
