@@ -47,9 +47,9 @@ def main() -> int:
 
     import uvicorn
 
-    from runtime.engine import Engine
+    from engine.engine import Engine
+    from engine.http.app import create_app
     from runtime.logs import configure_logging
-    from runtime.server import create_app
 
     configure_logging(level="warning")
     with socket.socket() as s:

@@ -37,10 +37,10 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted; returns the exit status (2 for bad config, printed without a traceback)."""
-    from runtime.engine import Engine
+    from engine.engine import Engine
 
     record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
-    from runtime.dp_controller import serve_dp
+    from engine.dp.controller import serve_dp
 
     status = serve_dp(record)  # --dp-size N > 1: replicas behind a controller; None otherwise
     if status is not None:
@@ -57,8 +57,8 @@ def serve(engine: Any) -> int:
     import structlog
     import uvicorn
 
+    from engine.http.app import create_app
     from runtime.accessors import get_serving
-    from runtime.server import create_app
 
     serving = get_serving()
     log = structlog.get_logger(__name__)

@@ -3,7 +3,7 @@
 The controller runs in the HTTP process with role `dp_controller` (it reads only the
 namespaces of that role: model, parallel, serving, observability, disagg). It starts
 N replica processes with torch.multiprocessing (spawn; each builds its own engine and
-pools, see `runtime.replica`), and forms one gloo group with them: the controller is
+pools, see `engine.dp.replica`), and forms one gloo group with them: the controller is
 rank 0 and coordinator of the config group, replica i is rank i + 1.
 
 - `/generate` goes to one replica, round robin or to the shortest queue
@@ -191,10 +191,10 @@ class DPController:
         import torch.distributed as dist
         import torch.multiprocessing as mp
 
+        from engine.dp.replica import replica_main
         from runtime.accessors import get_parallel
         from runtime.context import get_server_args
         from runtime.distributed import ConfigGroup
-        from runtime.replica import replica_main
 
         parallel = get_parallel()
         self.dp_size = int(parallel.dp_size)
@@ -390,9 +390,8 @@ def _free_port() -> int:
 
 
 def create_dp_app(controller: DPController) -> Any:
-    """The FastAPI app in front of the replicas; same routes and error shapes as `runtime.server`."""
-    from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
-    from runtime.server import (
+    """The FastAPI app in front of the replicas; same routes and error shapes as `engine.http.app`."""
+    from engine.http.app import (
         ATTACH_FIELDS,
         GENERATE_FIELDS,
         OVERRIDE_SOURCE,
@@ -404,6 +403,7 @@ def create_dp_app(controller: DPController) -> Any:
         require_admin,
         require_api_key,
     )
+    from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
 
     app = FastAPI(title="sgconf data-parallel controller", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.controller = controller

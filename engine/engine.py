@@ -23,9 +23,9 @@ import attrs
 import structlog
 import torch
 
-from runtime.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
-from runtime.prefix_cache import PrefixCache
-from runtime.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
+from engine.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +97,7 @@ class Engine:
         self._paused = False
         self._started = time.time()
 
-        from runtime.memory import build_memory
+        from engine.memory import build_memory
 
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
@@ -113,7 +113,7 @@ class Engine:
             )
         self.hicache = None
         if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
-            from runtime.hicache_bridge import HiCacheBridge
+            from engine.hicache_bridge import HiCacheBridge
 
             self.hicache = HiCacheBridge.create(self, snap)
         # resolution always decides the chunk size, so a None here is a bug, not user input
@@ -153,7 +153,7 @@ class Engine:
 
     def _make_runner(self, model: TinyTransformer, pool: Any, *, is_draft: bool) -> Any:
         from attention import create_attention_backend
-        from runtime.model_runner import ModelRunner
+        from engine.model_runner import ModelRunner
 
         return ModelRunner(
             model,
@@ -169,7 +169,7 @@ class Engine:
     def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
         if snap.spec.speculative_algorithm is None:
             return None
-        from runtime.speculative import SpeculativeWorker
+        from engine.speculative import SpeculativeWorker
 
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)

@@ -175,8 +175,8 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
 
 def create_app(engine: Any) -> FastAPI:
     """The FastAPI app serving `engine`; see the module docstring for the routes."""
-    from runtime.engine import EngineBusy, EngineStopped, GenerationError
-    from runtime.scheduler import RequestRejected
+    from engine.engine import EngineBusy, EngineStopped, GenerationError
+    from engine.scheduler import RequestRejected
 
     app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine import Engine
-from runtime.model import reference_generate
-from runtime.scheduler import RequestRejected
+from engine.engine import Engine
+from engine.model import reference_generate
+from engine.scheduler import RequestRejected
 from sgconf.models import builtin_model_config
 
 PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."

@@ -42,7 +42,7 @@ import structlog
 import torch
 
 from attention.forward_batch import ForwardBatch
-from runtime.prefix_cache import PrefixCache
+from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from engine.engine import Engine
+from engine.http.app import create_app
 from runtime.accessors import get_memory
-from runtime.engine import Engine
-from runtime.server import create_app
 
 KEY = "admin-secret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
