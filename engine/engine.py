@@ -23,28 +23,12 @@ import attrs
 import structlog
 import torch
 
+from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
 from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
-from engine.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class EngineBusy(RuntimeError):
-    """Raised when an operation that needs an idle engine finds requests queued or running."""
-
-    def __init__(self, message: str, *, queued: int, running: int) -> None:
-        super().__init__(message)
-        self.queued = queued
-        self.running = running
-
-
-class EngineStopped(RuntimeError):
-    """Raised when a request reaches an engine that was shut down."""
-
-
-class GenerationError(RuntimeError):
-    """Raised when a request fails inside the engine (it did not fit the KV pool)."""
 
 
 @attrs.frozen(slots=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.engine import Engine
+from engine.errors import RequestRejected
 from engine.model import reference_generate
-from engine.scheduler import RequestRejected
 from sgconf.models import builtin_model_config
 
 PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."
