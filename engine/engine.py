@@ -202,6 +202,25 @@ class Engine:
         Raises RequestRejected for a request that can never fit, EngineStopped after
         shutdown, GenerationError when the request failed inside the engine.
         """
+        req = self.submit(
+            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos
+        )
+        return self.wait(req, timeout=timeout)
+
+    def submit(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Req:
+        """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
+
+        With the loop paused (`pause()`), queued requests run only when `step()` is
+        called, which lets a caller fix the exact interleaving of a batch.
+        """
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
@@ -225,6 +244,10 @@ class Engine:
                 raise EngineStopped("the engine is shut down -- start a new one")
             self.scheduler.submit(req)
             self._wake.notify()
+        return req
+
+    def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
+        """Wait for a submitted request and return its result; raises like `generate`."""
         if not req.done.wait(timeout):
             raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
         if req.error is not None:
@@ -232,6 +255,17 @@ class Engine:
                 raise EngineStopped(req.error)
             raise GenerationError(req.error)
         return self._result(req)
+
+    def step(self) -> bool:
+        """Run one scheduler step on a paused engine; returns whether anything ran.
+
+        The loop thread never steps while paused, so a test (or a tool) that calls this
+        decides alone which requests share each step.
+        """
+        with self._wake:
+            if not self._paused:
+                raise RuntimeError("step() drives a paused engine -- call pause() first")
+            return self.scheduler.step()
 
     def _result(self, req: Req) -> GenerateResult:
         end = req.finished_at or time.perf_counter()
