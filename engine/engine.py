@@ -24,7 +24,7 @@ import structlog
 import torch
 
 from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
-from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
+from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from mem_cache.prefix_cache import PrefixCache
 
@@ -71,7 +71,7 @@ class Engine:
 
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
-        self.shape = ModelShape.from_config(self.model_config)
+        self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
         self.device = snap.device.device
         self.seed = int(snap.device.random_seed or 0)
@@ -119,7 +119,7 @@ class Engine:
         log.info(
             "engine.start",
             model=snap.model.model_path,
-            layers=self.shape.num_layers,
+            layers=self.shape.num_hidden_layers,
             kv_tokens=self.memory.max_total_tokens,
             page_size=self.memory.page_size,
             speculative=snap.spec.speculative_algorithm,
@@ -225,9 +225,10 @@ class Engine:
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
             ids = [int(t) for t in prompt_or_ids]
-            bad = [t for t in ids if not 0 <= t < self.shape.vocab_size]
+            vocab = run_sizes(self.shape)[2]
+            bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
-                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{self.shape.vocab_size - 1}")
+                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{vocab - 1}")
         if max_new_tokens < 1:
             raise RequestRejected(f"'max_new_tokens' must be >= 1 (got {max_new_tokens})")
         if temperature < 0:

@@ -10,7 +10,8 @@ from typing import Any
 
 import attrs
 
-from engine.model import ModelShape
+from engine.model import runnable_shape
+from mem_cache.model_shape import ModelShape
 
 CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64
@@ -78,15 +79,13 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     """
     from mem_cache.errors import InsufficientMemoryError
     from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
-    from mem_cache.model_shape import model_shape_from_config
-
-    target_shape = model_shape_from_config(model_config, name="target")
+    target_shape = shape
     device_budget = default_available_bytes(snap)
     budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget
     spec = snap.spec
     algorithm = spec.speculative_algorithm
     draft_cfg = draft_config_for(model_config, spec) if algorithm else None
-    draft_mshape = model_shape_from_config(draft_cfg, name="draft") if draft_cfg is not None else None
+    draft_mshape = runnable_shape(draft_cfg, name="draft") if draft_cfg is not None else None
     try:
         target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
     except InsufficientMemoryError:
@@ -114,6 +113,6 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
         draft = KVCacheConfigurator(
             target_shape, budget, is_draft_worker=True, target=target, draft_shape=draft_mshape, snapshot=snap
         ).build()
-        memory.draft_shape = ModelShape.from_config(draft_cfg)
+        memory.draft_shape = draft_mshape
         memory.draft_kv_pool = draft.kv_pool
     return memory

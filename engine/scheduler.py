@@ -113,9 +113,9 @@ def swa_window(runner: Any, speculative: Any = None) -> int | None:
     """
     if not hasattr(runner.token_to_kv_pool_allocator, "free_swa"):
         return None
-    windows = [runner.model_shape.sliding_window]
+    windows = [runner.model_shape.swa_window]
     if speculative is not None:
-        windows.append(speculative.draft.model_shape.sliding_window)
+        windows.append(speculative.draft.model_shape.swa_window)
     known = [w for w in windows if w]
     return max(known) if known else None
 
