@@ -44,11 +44,12 @@ import attrs
 import structlog
 import torch
 
+from mem_cache.hicache.backends import create_storage_backend
 from mem_cache.hicache.errors import AttachStateError, LayoutMismatchError, StorageAttachError
 from mem_cache.hicache.host_pool import EvictedPage, HostKVPool
 from mem_cache.hicache.layout import KVLayout, host_pool_pages, layout_of
 from mem_cache.hicache.prefix_keys import page_keys
-from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase, create_storage_backend
+from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase
 
 log = structlog.get_logger("mem_cache.hicache")
 
