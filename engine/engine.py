@@ -23,10 +23,21 @@ import attrs
 import structlog
 import torch
 
+from attention import create_attention_backend
 from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.hicache_bridge import HiCacheBridge
+from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model_runner import ModelRunner
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
+from engine.speculative import SpeculativeWorker
+from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
+from runtime.context import get_context, is_published, publish, reset
+from runtime.logs import configure_from_config
+from runtime.snapshot import Snapshot
+from sgconf.loading import load
+from sgconf.models import load_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -58,17 +69,11 @@ class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
     def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None, configure_logs: bool = False) -> None:
-        from runtime.context import publish
-
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
-            from runtime.logs import configure_from_config
-
             configure_from_config()
-        snap = self.context.snapshot()
+        snap = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
-            from sgconf.models import load_model_config
-
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
@@ -81,39 +86,9 @@ class Engine:
         self._paused = False
         self._started = time.time()
 
-        from engine.memory import build_memory
-
-        self.memory = build_memory(snap, self.shape, self.model_config)
-        dtype = torch_dtype(snap.model.dtype)
-        self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
-        self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
-        self.speculative = self._make_speculative(snap, dtype)
-        self.prefix_cache: PrefixCache | None = None
-        if not snap.memory.disable_radix_cache:
-            window = swa_window(self.runner, self.speculative)
-            allocator = self.memory.allocator
-            self.prefix_cache = PrefixCache(
-                self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
-            )
-        self.hicache = None
-        if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
-            from engine.hicache_bridge import HiCacheBridge
-
-            self.hicache = HiCacheBridge.create(self, snap)
-        # resolution always decides the chunk size, so a None here is a bug, not user input
-        assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
-        limits = SchedulerLimits(
-            max_running_requests=self.memory.max_running_requests,
-            chunked_prefill_size=snap.schedule.chunked_prefill_size,
-            max_prefill_tokens=int(snap.schedule.max_prefill_tokens),
-            page_size=self.memory.page_size,
-            max_context_len=self.memory.max_context_len,
-            eos_token_id=self.shape.eos_token_id,
-            context_length=snap.model.context_length,
-        )
-        self.scheduler = Scheduler(
-            self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
-        )
+        self._build_model(snap)
+        self._build_caches(snap)
+        self.scheduler = self._build_scheduler(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
         log.info(
@@ -129,16 +104,49 @@ class Engine:
     @classmethod
     def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
         """Load a record from CLI-style flags (plus env and `--config`) and build an engine on it."""
-        from sgconf.loading import load
-
         return cls(load(list(argv), env=env if env is not None else {}).record)
 
     # -- building ------------------------------------------------------------------------
 
-    def _make_runner(self, model: TinyTransformer, pool: Any, *, is_draft: bool) -> Any:
-        from attention import create_attention_backend
-        from engine.model_runner import ModelRunner
+    def _build_model(self, snap: Snapshot) -> None:
+        """Plan and build the pools, then the model, its runner and the draft worker on them."""
+        self.memory = build_memory(snap, self.shape, self.model_config)
+        dtype = torch_dtype(snap.model.dtype)
+        self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
+        self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
+        self.speculative = self._make_speculative(snap, dtype)
 
+    def _build_caches(self, snap: Snapshot) -> None:
+        """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
+        self.prefix_cache: PrefixCache | None = None
+        self.hicache: HiCacheBridge | None = None
+        if snap.memory.disable_radix_cache:
+            return
+        window = swa_window(self.runner, self.speculative)
+        allocator = self.memory.allocator
+        self.prefix_cache = PrefixCache(
+            self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
+        )
+        if snap.memory.enable_hierarchical_cache:
+            self.hicache = HiCacheBridge.create(self, snap)
+
+    def _build_scheduler(self, snap: Snapshot) -> Scheduler:
+        # resolution always decides the chunk size, so a None here is a bug, not user input
+        assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
+        limits = SchedulerLimits(
+            max_running_requests=self.memory.max_running_requests,
+            chunked_prefill_size=snap.schedule.chunked_prefill_size,
+            max_prefill_tokens=int(snap.schedule.max_prefill_tokens),
+            page_size=self.memory.page_size,
+            max_context_len=self.memory.max_context_len,
+            eos_token_id=self.shape.eos_token_id,
+            context_length=snap.model.context_length,
+        )
+        return Scheduler(
+            self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
+        )
+
+    def _make_runner(self, model: TinyTransformer, pool: KVPool | None, *, is_draft: bool) -> ModelRunner:
         return ModelRunner(
             model,
             token_to_kv_pool=pool,
@@ -150,21 +158,21 @@ class Engine:
             device=self.device,
         )
 
-    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
+    def _make_speculative(self, snap: Snapshot, dtype: torch.dtype) -> SpeculativeWorker | None:
         if snap.spec.speculative_algorithm is None:
             return None
-        from engine.speculative import SpeculativeWorker
-
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
         draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
         topk = snap.spec.speculative_eagle_topk
         if topk is not None and topk > 1:
             log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)
+        steps = snap.spec.speculative_num_steps
+        assert steps is not None, "speculative_num_steps was not resolved"  # resolution decides it with the algorithm
         return SpeculativeWorker(
             self.runner,
             draft_runner,
-            num_steps=int(snap.spec.speculative_num_steps),
+            num_steps=int(steps),
             algorithm=snap.spec.speculative_algorithm,
         )
 
@@ -406,8 +414,6 @@ class Engine:
                 self.hicache.close()
         log.info("engine.stop")
         if unpublish:
-            from runtime.context import get_context, is_published, reset
-
             if is_published() and get_context() is self.context:
                 reset()
 

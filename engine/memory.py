@@ -11,7 +11,10 @@ from typing import Any
 import attrs
 
 from engine.model import runnable_shape
+from mem_cache.allocator import PagedKVAllocator
 from mem_cache.model_shape import ModelShape
+from mem_cache.pool_configurator import MemoryPoolConfig
+from mem_cache.pools import KVPool, ReqToTokenPool
 
 CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64
@@ -25,13 +28,13 @@ class EngineMemory:
     max_total_tokens: int
     max_running_requests: int
     max_context_len: int
-    req_to_token_pool: Any
-    kv_pool: Any
-    allocator: Any
+    req_to_token_pool: ReqToTokenPool
+    kv_pool: KVPool
+    allocator: PagedKVAllocator
     spec_algorithm: str | None = None
     draft_shape: ModelShape | None = None
-    draft_kv_pool: Any = None
-    plan: Any = None
+    draft_kv_pool: KVPool | None = None
+    plan: MemoryPoolConfig | None = None
 
     def describe(self) -> dict[str, Any]:
         """Pool sizes for `/server_info` and stats."""
