@@ -193,27 +193,16 @@ class Engine:
 
     # -- public API ----------------------------------------------------------------------
 
-    def generate(
-        self,
-        prompt_or_ids: str | Sequence[int],
-        *,
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-        timeout: float | None = None,
-    ) -> GenerateResult:
-        """Generate up to `max_new_tokens` tokens; thread-safe, batched with concurrent calls.
+    def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
+        """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
 
-        Greedy at temperature 0; sampling draws from a generator seeded with `seed`
-        (default `random_seed`), so the same prompt and seed give the same tokens.
-        Raises RequestRejected for a request that can never fit, EngineStopped after
-        shutdown, GenerationError when the request failed inside the engine.
+        `params` are `submit`'s (max_new_tokens, temperature, seed, ignore_eos). Greedy at
+        temperature 0; sampling draws from a generator seeded with `seed` (default
+        `random_seed`), so the same prompt and seed give the same tokens. Raises
+        RequestRejected for a request that can never fit, EngineStopped after shutdown,
+        GenerationError when the request failed inside the engine.
         """
-        req = self.submit(
-            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos
-        )
-        return self.wait(req, timeout=timeout)
+        return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
     def submit(
         self,
