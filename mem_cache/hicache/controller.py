@@ -30,6 +30,10 @@ Attach is two-phase, so several ranks can make it all-or-nothing:
 `prepare_attach` opens and validates the backend without touching the controller,
 then `commit_attach` (cannot fail on a valid handle) or `abort_attach` (releases it
 and removes a directory that opening created). `attach_storage_backend` does both.
+
+The module is long because the three tiers, the write policies and the two-phase
+attach share one lock and one set of counters; split apart, every piece would need the
+others' internals.
 """
 
 from __future__ import annotations
