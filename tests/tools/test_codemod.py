@@ -158,26 +158,27 @@ def test_fix_then_check_is_clean(repo):
     source = "class W:\n    def f(self):\n        return self.server_args.page_size\n"
     repo.write("pkg/w.py", source)
     assert repo.run("check")[0] == 1
-    code, out, _ = repo.run("fix", "--diff")
+    code, out, err = repo.run("fix", "--diff")
     assert code == 0
+    assert out.startswith("--- a/pkg/w.py\n+++ b/pkg/w.py\n")
     assert "-        return self.server_args.page_size\n+        return get_schedule().page_size\n" in out
-    assert out.endswith("sgconf-ratchet: would fix 1 site(s) in 1 file(s)\n")
+    assert err == "sgconf-ratchet: would fix 1 site(s) in 1 file(s)\n"
     assert repo.read("pkg/w.py") == source
-    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n", "")
+    assert repo.run("fix") == (0, "", "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n")
     assert repo.read("pkg/w.py") == (
         "from runtime import get_schedule\n\nclass W:\n    def f(self):\n        return get_schedule().page_size\n"
     )
     assert repo.run("check")[0] == 0
-    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 0 site(s) in 0 file(s)\n", "")
+    assert repo.run("fix") == (0, "", "sgconf-ratchet: fixed 0 site(s) in 0 file(s)\n")
 
 
 def test_fix_exits_one_when_sites_are_left(repo):
     """Sites the codemod cannot fix are printed and the exit status is 1."""
     repo.write("pkg/w.py", "def f(server_args):\n    del server_args.page_size\n")
-    code, out, _ = repo.run("fix")
-    assert code == 1
-    assert out.splitlines()[0] == (
-        "pkg/w.py:2:9  write  page_size  not fixed: a write to the record; change it by hand "
+    code, out, err = repo.run("fix")
+    assert (code, out) == (1, "")
+    assert err.splitlines()[0] == (
+        "pkg/w.py:2:9: field 'page_size' not fixed: a write to the record; change it by hand "
         "(post-publish changes go through an override)"
     )
 
