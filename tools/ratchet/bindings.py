@@ -23,11 +23,21 @@ from typing import Any
 class Binding:
     """One binding of a name to the record; the codemod needs to know how it is used."""
 
-    __slots__ = ("kind", "name", "stmt", "uses_other", "reads", "sources", "flows_out")
+    __slots__ = ("kind", "name", "stmt", "built", "uses_other", "reads", "sources", "flows_out")
 
-    def __init__(self, kind: str, name: str, stmt: tuple[int, int] | None, sources: tuple[Binding, ...] = ()) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        stmt: tuple[int, int] | None,
+        sources: tuple[Binding, ...] = (),
+        *,
+        built: bool = False,
+    ) -> None:
         self.kind = kind  # "alias" or "parameter"
         self.name = name
+        # the record was built here (`ServerArgs(...)`, a copy), so it is not the published one
+        self.built = built
         # (line, col) of a removable `name = <record>` statement, when it is one
         self.stmt = stmt
         self.uses_other = False  # the name is used for something other than field reads
@@ -90,7 +100,7 @@ def join_values(name: str, values: Sequence[Binding | None]) -> Binding | None:
         return None
     if len(records) == 1 and all(v is records[0] for v in values):
         return records[0]
-    return Binding(records[0].kind, name, None, sources=tuple(records))
+    return Binding(records[0].kind, name, None, sources=tuple(records), built=any(r.built for r in records))
 
 
 class Scopes:

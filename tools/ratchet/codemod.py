@@ -5,7 +5,9 @@
 the rewrite left unused (`get_server_args`, typically) are removed. An alias
 (`sa = get_server_args()`) is rewritten only when every use of it is a field read that
 can be rewritten; its binding statement is then removed (unless comments sit on it).
-Writes, walrus-bound records, aliases used for anything else and names that hold the
+Writes, records built in place (`ServerArgs(...)`, `dataclasses.replace(...)`: not the
+published record, so an accessor would read something else), walrus-bound records,
+aliases used for anything else and names that hold the
 record on some paths only (branches that bind them differently) are listed, never
 touched: rewriting them would change what the code does.
 
@@ -140,6 +142,8 @@ def _problem(
         return f"no accessor known for '{found.field}'"
     if found.walrus:
         return "the record is also bound by `:=` here"
+    if found.built:
+        return "the record is built here, not the published one; an accessor would read another value"
     binding = found.binding
     if binding is None:
         return None

@@ -120,6 +120,22 @@ class Reads:
             return "direct" if self.source(call.args[0]) is not None else None
         return None
 
+    def built(self, expr: ast.expr) -> bool:
+        """Whether the record `expr` evaluates to was built here rather than handed out published.
+
+        Constructors, classmethods, copies and `-> ServerArgs` functions build one; a getter,
+        a parameter or an attribute hands out the record the process runs with.
+        """
+        if isinstance(expr, ast.Name):
+            binding = self.lookup(expr.id)
+            return binding is not None and binding.built
+        if isinstance(expr, ast.NamedExpr):
+            return self.built(expr.value)
+        if isinstance(expr, ast.Call) and self._call_source(expr) == "direct":
+            name = _call_name(expr.func)
+            return name not in self.s.getters
+        return False
+
     def access(self, node: ast.expr) -> FieldAccess | None:
         """The field access `node` is (an Attribute or a getattr-family Call), without classifying the base."""
         fields = self.s.fields

@@ -47,6 +47,7 @@ class Found:
     col: int
     binding: Binding | None
     walrus: bool
+    built: bool = False
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -149,7 +150,7 @@ class ModuleScan:
     def _alias(self, name: str, value: ast.expr | None, stmt: tuple[int, int] | None) -> Binding | None:
         if value is None or self.reads.source(value) is None:
             return None
-        return Binding("alias", name, stmt)
+        return Binding("alias", name, stmt, built=self.reads.built(value))
 
     def bind_target(self, target: ast.expr, value: ast.expr | None, stmt: tuple[int, int] | None = None) -> None:
         """Bind the names of an assignment target; a tuple pairs with a tuple value element-wise."""
@@ -197,7 +198,8 @@ class ModuleScan:
         target = node.target
         if isinstance(target, ast.Name):
             if self.reads.mentions_record(node.annotation):
-                self.scopes.bind(target.id, Binding("alias", target.id, None))
+                built = node.value is not None and self.reads.built(node.value)
+                self.scopes.bind(target.id, Binding("alias", target.id, None, built=built))
             elif node.value is not None:
                 self.scopes.bind(target.id, self._alias(target.id, node.value, None))
 
@@ -460,7 +462,8 @@ class ModuleScan:
             literal = node.args[1]  # type: ignore[attr-defined]
             key = ("str", literal.lineno, cols.char(literal.lineno, literal.col_offset))
         col = cols.char(node.lineno, node.col_offset) + 1
-        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr)
+        built = self.reads.built(base)
+        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr, built)
         self.found.append(found)
         if binding is not None:
             binding.reads.append(found)

@@ -116,7 +116,7 @@ class FileReaders:
     def _bind(self, target: ast.expr, value: ast.expr, aliases: dict[str, set[tuple[str, ...]]]) -> None:
         if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             if len(target.elts) == len(value.elts):
-                for t, v in zip(target.elts, value.elts):
+                for t, v in zip(target.elts, value.elts, strict=True):
                     self._bind(t, v, aliases)
             return
         if not isinstance(target, ast.Name):
