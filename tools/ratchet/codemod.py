@@ -282,11 +282,11 @@ def fix_text(
         try:
             module = cst.parse_module(text)
             new, done = rewrite(module, plan)
-            new = fix_imports(tree, new, plan.needed, module_name)
+            new_text = fix_imports(tree, new, plan.needed, module_name).code
         except (cst.ParserSyntaxError, RecursionError) as exc:
             return FixResult(path, text, text, error=f"cannot rewrite: {_one_line(str(exc))}")
     missing = set(plan.replace) - done
     if missing:  # a site libcst could not find again: refuse rather than half-fix the file
         where = ", ".join(f"line {line}" for _, line, _ in sorted(missing, key=lambda k: k[1]))
         return FixResult(path, text, text, error=f"cannot rewrite: sites not found by position ({where})")
-    return FixResult(path, text, new.code, plan.fixed, plan.skipped)
+    return FixResult(path, text, new_text, plan.fixed, plan.skipped)
