@@ -1,4 +1,5 @@
-"""`sgconf-ratchet`: check, update, explain and fix raw record reads against `ratchet.toml`.
+"""`sgconf-ratchet`: init, check, update, explain and fix raw record reads against `ratchet.toml`,
+and `unread` for declared fields nothing reads.
 
 Exit status: 0 clean, 1 violations (or sites `fix` had to leave), 2 usage, config,
 read or parse errors. No traceback reaches the user for bad input.
