@@ -88,6 +88,7 @@ class _Rewriter(cst.CSTTransformer):
         self.replace = replace
         self.remove = remove
         self.done: set[tuple[str, int, int]] = set()
+        self._parsed: dict[str, cst.BaseExpression] = {}  # nodes are immutable, so one per accessor
 
     def _pos(self, node: cst.CSTNode) -> tuple[int, int]:
         pos = self.get_metadata(PositionProvider, node)
@@ -98,8 +99,11 @@ class _Rewriter(cst.CSTTransformer):
         if text is None:
             return updated
         self.done.add(key)
+        expr = self._parsed.get(text)
+        if expr is None:
+            expr = self._parsed[text] = cst.parse_expression(text)
         # keep the parentheses that wrapped the old expression
-        return cst.parse_expression(text).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return expr.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         end = self.get_metadata(PositionProvider, original_node.attr).end
@@ -248,17 +252,21 @@ def fix_imports(old: ast.Module, new: cst.Module, needed: frozenset[str], module
     for name in sorted(needed):
         AddImportsVisitor.add_needed_import(context, module_name, name)
     gone = _loaded_names(old) - _loaded_names(ast.parse(new.code))
+    removals = 0
     for stmt in old.body:
         if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
             for alias in stmt.names:
                 if (alias.asname or alias.name) in gone:
                     RemoveImportsVisitor.remove_unused_import(context, stmt.module, alias.name, alias.asname)
+                    removals += 1
         elif isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if (alias.asname or alias.name.partition(".")[0]) in gone:
                     RemoveImportsVisitor.remove_unused_import(context, alias.name, None, alias.asname)
+                    removals += 1
     new = AddImportsVisitor(context).transform_module(new)
-    return RemoveImportsVisitor(context).transform_module(new)
+    # the removal visitor runs a full scope analysis: only pay for it when there is work
+    return RemoveImportsVisitor(context).transform_module(new) if removals else new
 
 
 def fix_text(
