@@ -326,3 +326,18 @@ def test_inline_fields_make_it_work_on_any_codebase(repo):
     code, out, _ = repo.run("check")
     assert code == 1
     assert out.splitlines()[0] == "pkg/a.py:1:5: field 'block_size' read raw (direct) -- use get_cache().block_size"
+
+
+def test_check_never_imports_libcst():
+    """Detection runs on the stdlib ast: a check in a fresh interpreter leaves libcst unimported."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys\nfrom tools.ratchet.cli import main\nmain(['check', '--no-cache'])\nprint('libcst' in sys.modules)\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(root)), timeout=240
+    )
+    assert proc.stdout.splitlines()[-1] == "False"

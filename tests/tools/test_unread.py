@@ -189,3 +189,19 @@ def test_repository_allow_list_names_only_hot_unread_fields():
     assert config.unread_allow
     assert all(entry.reason for entry in config.unread_allow)
     assert {entry.field for entry in config.unread_allow} <= set(config.hot_field_names())
+
+
+def test_json_format(schema_repo):
+    """--format json carries the same verdict: the hot field, the warnings and one reader per read field."""
+    import json
+
+    code, out, _ = schema_repo.run("unread", "--format", "json")
+    data = json.loads(out)
+    assert (code, data["exit_code"]) == (1, 1)
+    assert data["unread_hot"] == [{"accessor": "get_serving().stream_interval", "field": "stream_interval"}]
+    assert [w["field"] for w in data["warnings"]] == ["hicache_ratio", "max_loras"]
+    assert data["readers"]["page_size"] == {"line": 4, "path": "pkg/a.py"}
+    code, _, err = schema_repo.run("unread", "--format", "sarif")
+    assert code == 2
+    assert err == "sgconf-ratchet: unread prints text or json (got --format sarif) -- use --format json\n"
+

@@ -315,7 +315,10 @@ def _init(args: argparse.Namespace) -> int:
 
 def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
     """Exit 1 when a hot field has no reader; unread non-hot fields are warnings."""
-    from tools.ratchet.unread import build_report, find_readers, read_path
+    from tools.ratchet.unread import build_report, find_readers, read_path, render_json, render_text
+
+    if args.format not in ("text", "json"):
+        raise RatchetConfigError(f"unread prints text or json (got --format {args.format}) -- use --format json")
 
     declared = config.field_names()
     hot = config.hot_field_names()
@@ -330,27 +333,9 @@ def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
     readers = find_readers(sources, paths)
     reasons = {a.field: a.reason for a in config.unread_allow}
     report = build_report(declared, hot, readers, reasons)
-    for field in report.unread_hot:
-        print(
-            f"{config.file.name}: hot field '{field}' has no reader -- read it through "
-            f"{accessors.get(field) or 'its accessor'}, or list it under [[unread.allow]] with a reason"
-        )
-    for field in report.stale_allows:
-        why = "is not a declared field" if field not in declared else f"is read in {':'.join(map(str, readers[field]))}"
-        print(f"{config.file.name}: [[unread.allow]] field '{field}' {why} -- remove the entry")
-    for field in report.allowed:
-        label = "hot field" if field in hot else "field"
-        print(f"allowed: {label} '{field}' has no reader ({reasons[field]})")
-    for field in report.unread_cold:
-        print(f"warning: field '{field}' has no reader -- read it through {accessors.get(field) or 'its accessor'} or remove it")
-    failed = len(report.unread_hot) + len(report.stale_allows)
-    unread = len(report.unread_hot) + len(report.unread_cold) + len(report.allowed)
-    status = f"{failed} problem(s)" if failed else "ok"
-    print(
-        f"sgconf-ratchet: {len(declared)} declared field(s), {len(report.readers)} read, {unread} unread "
-        f"({len(report.unread_hot)} hot, {len(report.allowed)} allowed, {len(report.unread_cold)} warned): {status}"
-    )
-    return 1 if failed else 0
+    render = render_json if args.format == "json" else render_text
+    print(render(report, hot=hot, accessors=accessors, reasons=reasons, config_name=config.file.name))
+    return report.exit_code
 
 
 def _parse_all(config: RatchetConfig) -> tuple[list[tuple[str, ast.Module]], list[str]]:

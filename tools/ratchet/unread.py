@@ -21,6 +21,7 @@ Raw record reads (`server_args.x`) do not count: they are what `check` forbids.
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
@@ -173,6 +174,11 @@ class UnreadReport:
     allowed: tuple[str, ...]  # unread hot fields listed in [[unread.allow]]
     stale_allows: tuple[str, ...]  # allow entries for fields that have a reader, or are not declared
 
+    @property
+    def exit_code(self) -> int:
+        """1 when a hot field has no reader or an allow entry is stale, else 0 (warnings only)."""
+        return 1 if self.unread_hot or self.stale_allows else 0
+
 
 def find_readers(
     sources: Iterable[tuple[str, ast.Module]], paths: Mapping[str, ReadPath]
@@ -199,3 +205,64 @@ def build_report(
     unread_set = set(unread)
     stale = tuple(sorted(f for f in allow_set if f not in unread_set))
     return UnreadReport(tuple(declared), dict(readers), unread_hot, cold, allowed, stale)
+
+
+def _stale_why(report: UnreadReport, field: str) -> str:
+    if field not in report.declared:
+        return "is not a declared field"
+    path, line = report.readers[field]
+    return f"is read in {path}:{line}"
+
+
+def render_text(
+    report: UnreadReport,
+    *,
+    hot: set[str],
+    accessors: Mapping[str, str | None],
+    reasons: Mapping[str, str],
+    config_name: str,
+) -> str:
+    """Failures first (hot fields without a reader, stale allow entries), then allowed, then warnings, then totals."""
+    lines = []
+    for field in report.unread_hot:
+        lines.append(
+            f"{config_name}: hot field '{field}' has no reader -- read it through "
+            f"{accessors.get(field) or 'its accessor'}, or list it under [[unread.allow]] with a reason"
+        )
+    for field in report.stale_allows:
+        lines.append(f"{config_name}: [[unread.allow]] field '{field}' {_stale_why(report, field)} -- remove the entry")
+    for field in report.allowed:
+        label = "hot field" if field in hot else "field"
+        lines.append(f"allowed: {label} '{field}' has no reader ({reasons[field]})")
+    for field in report.unread_cold:
+        lines.append(f"warning: field '{field}' has no reader -- read it through {accessors.get(field) or 'its accessor'} or remove it")
+    failed = len(report.unread_hot) + len(report.stale_allows)
+    unread = len(report.unread_hot) + len(report.unread_cold) + len(report.allowed)
+    status = f"{failed} problem(s)" if failed else "ok"
+    lines.append(
+        f"sgconf-ratchet: {len(report.declared)} declared field(s), {len(report.readers)} read, {unread} unread "
+        f"({len(report.unread_hot)} hot, {len(report.allowed)} allowed, {len(report.unread_cold)} warned): {status}"
+    )
+    return "\n".join(lines)
+
+
+def render_json(
+    report: UnreadReport,
+    *,
+    hot: set[str],
+    accessors: Mapping[str, str | None],
+    reasons: Mapping[str, str],
+    config_name: str,
+) -> str:
+    """The same facts as the text, as one JSON object (`readers` maps each read field to one place)."""
+    data = {
+        "exit_code": report.exit_code,
+        "declared": len(report.declared),
+        "readers": {f: {"path": p, "line": line} for f, (p, line) in sorted(report.readers.items())},
+        "unread_hot": [{"field": f, "accessor": accessors.get(f)} for f in report.unread_hot],
+        "stale_allows": [{"field": f, "why": _stale_why(report, f)} for f in report.stale_allows],
+        "allowed": [{"field": f, "hot": f in hot, "reason": reasons[f]} for f in report.allowed],
+        "warnings": [{"field": f, "accessor": accessors.get(f)} for f in report.unread_cold],
+        "config": config_name,
+    }
+    return json.dumps(data, indent=2, sort_keys=True)
