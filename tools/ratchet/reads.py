@@ -5,7 +5,7 @@ Two questions, asked of stdlib `ast` nodes:
 - `Reads.source(expr)`: does `expr` evaluate to the record, and reached how? `direct`
   (a getter call such as `get_server_args()`, a constructor `ServerArgs(...)`, a
   classmethod `ServerArgs.from_cli_args(...)`, a copy `dataclasses.replace(sa, ...)`,
-  a call of a function annotated `-> ServerArgs`), `attribute` (`x.server_args`, also at
+  a call of a function annotated `-> ServerArgs`, awaited or not), `attribute` (`x.server_args`, also at
   the end of a chain such as `self.model_runner.server_args`, and `kwargs["server_args"]`
   / `kwargs.get("server_args")`), or the kind of the binding a name holds (`alias`,
   `parameter`, from `tools.ratchet.bindings`).
@@ -94,7 +94,7 @@ class Reads:
             return "attribute" if expr.attr in self.s.attributes else None
         if isinstance(expr, ast.Call):
             return self._call_source(expr)
-        if isinstance(expr, ast.NamedExpr):
+        if isinstance(expr, (ast.NamedExpr, ast.Await)):
             return self.source(expr.value)
         if isinstance(expr, ast.Subscript):
             key = expr.slice
@@ -129,7 +129,7 @@ class Reads:
         if isinstance(expr, ast.Name):
             binding = self.lookup(expr.id)
             return binding is not None and binding.built
-        if isinstance(expr, ast.NamedExpr):
+        if isinstance(expr, (ast.NamedExpr, ast.Await)):
             return self.built(expr.value)
         if isinstance(expr, ast.Call) and self._call_source(expr) == "direct":
             name = _call_name(expr.func)

@@ -247,8 +247,13 @@ class DirectRule(Rule):
                     return None
                 def f(self):
                     return load().page_size + self.args().tp_size
+                async def fetch(self) -> ServerArgs:
+                    return await remote()
+                async def g(self):
+                    sa = await self.fetch()
+                    return (await self.fetch()).dp_size, sa.page_size
             """,
-            (("direct", "page_size"), ("direct", "tp_size")),
+            (("direct", "page_size"), ("direct", "tp_size"), ("direct", "dp_size"), ("alias", "page_size")),
         ),
     )
 
