@@ -52,6 +52,8 @@ class HiCacheBridge:
             write_policy=mem.hicache_write_policy,
             prefetch_policy=mem.hicache_storage_prefetch_policy,
             prefetch_timeout_s=float(mem.hicache_storage_prefetch_timeout_s),
+            read_timeout_s=float(mem.hicache_storage_read_timeout_s),
+            mac_secret=mem.hicache_storage_mac_key,
         )
         if mem.hicache_storage_backend is not None:
             try:

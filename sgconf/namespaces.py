@@ -55,7 +55,16 @@ class ParallelConfig:
         "round_robin", help="how the data-parallel controller routes requests to replicas", hot=True
     )
     config_sync_timeout_s: float = setting(
-        10.0, help="seconds a rank may take to vote on a propagated override", checks=[positive()], hot=True
+        10.0, help="seconds a rank may take to vote on a propagated override (1 to 600)", checks=[interval(1, 600)], hot=True
+    )
+    replica_heartbeat_interval_s: float = setting(
+        0.5, help="seconds between two progress reports of a replica to its controller", checks=[interval(0.05, 10)]
+    )
+    replica_stall_timeout_s: float = setting(
+        30.0,
+        help="seconds without a progress report (or, while busy, without a finished step) before a replica is unresponsive",
+        checks=[interval(1, 3600)],
+        hot=True,
     )
 
     # Derived members: computed from fields, never declared, never overridden directly.
@@ -99,6 +108,16 @@ class MemoryConfig:
         help="seconds the 'timeout' prefetch policy waits for storage before serving what arrived",
         checks=[positive()],
         allow_sources=HICACHE_SOURCES,
+    )
+    hicache_storage_read_timeout_s: float = setting(
+        5.0,
+        help="seconds any storage read on the engine's path may take before it counts as a miss",
+        checks=[interval(0.001, 600)],
+    )
+    hicache_storage_mac_key: str | None = setting(
+        None,
+        help="secret that authenticates storage pages (16+ chars); default: a key file kept 0600 in the storage directory",
+        secret=True,
     )
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
         None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES

@@ -20,6 +20,7 @@ from mem_cache.hicache.controller import (
 from mem_cache.hicache.errors import (
     AttachStateError,
     CorruptPageError,
+    ForgedPageError,
     HiCacheError,
     LayoutMismatchError,
     StorageAttachError,
@@ -28,8 +29,10 @@ from mem_cache.hicache.file_storage import FileStorage
 from mem_cache.hicache.host_pool import HostKVPool
 from mem_cache.hicache.layout import KVLayout, LayerGeometry, host_pool_pages, layout_of
 from mem_cache.hicache.memory_storage import MemoryStorage
+from mem_cache.hicache.page_codec import PageCodec
 from mem_cache.hicache.prefix_keys import page_keys
 from mem_cache.hicache.storage import StorageBackend, StorageBase, StorageStats
+from mem_cache.hicache.write_backoff import WriteBackoff
 
 __all__ = [
     "PREFETCH_POLICIES",
@@ -37,6 +40,7 @@ __all__ = [
     "AttachStateError",
     "CorruptPageError",
     "FileStorage",
+    "ForgedPageError",
     "HiCacheController",
     "HiCacheError",
     "HiCacheStats",
@@ -45,6 +49,7 @@ __all__ = [
     "LayerGeometry",
     "LayoutMismatchError",
     "MemoryStorage",
+    "PageCodec",
     "PrefetchResult",
     "PreparedAttach",
     "StorageAttachError",
@@ -52,6 +57,7 @@ __all__ = [
     "StorageBase",
     "StorageStats",
     "StorageStatus",
+    "WriteBackoff",
     "create_storage_backend",
     "host_pool_pages",
     "layout_of",

@@ -14,6 +14,7 @@ import structlog
 
 from mem_cache.hicache.errors import StorageAttachError
 from mem_cache.hicache.file_storage import open_file_storage
+from mem_cache.hicache.mac_key import key_from_secret
 from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
 from sgconf.suggest import did_you_mean
@@ -31,11 +32,16 @@ def register_storage_backend(name: str, factory: BackendFactory) -> None:
     STORAGE_BACKENDS[name] = factory
 
 
-def create_storage_backend(name: str, extra_config: Mapping[str, Any] | None = None) -> StorageBase:
+def create_storage_backend(
+    name: str, extra_config: Mapping[str, Any] | None = None, *, mac_secret: str | None = None
+) -> StorageBase:
     """Open the backend called `name` with its options; raises StorageAttachError.
 
-    The error names the config field at fault, the value given and what to do, and
-    nothing is left behind (no directory created for an unknown backend).
+    Pages are authenticated with the key of `mac_secret` when given, else with the key
+    the backend keeps beside its pages (the file backend's key file), else with a key
+    of this process. The error names the config field at fault, the value given and
+    what to do, and nothing is left behind (no directory created for an unknown
+    backend or a weak secret).
     """
     if not isinstance(name, str) or name not in STORAGE_BACKENDS:
         known = sorted(STORAGE_BACKENDS)
@@ -53,8 +59,19 @@ def create_storage_backend(name: str, extra_config: Mapping[str, Any] | None = N
             f" {extra_config!r}) -- pass e.g. {{\"dir\": \"/var/cache/sgconf\"}}"
         )
         raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
+    key = key_from_secret(mac_secret) if mac_secret is not None else None
     backend = STORAGE_BACKENDS[name](extra_config)
-    log.info("hicache.storage.open", backend=name, options=sorted(extra_config))
+    try:
+        if key is not None:
+            backend.use_mac_key(key, source="setting")
+        else:
+            stored = backend.stored_mac_key()
+            if stored is not None:
+                backend.use_mac_key(stored, source=backend.stored_key_source)
+    except BaseException:
+        backend.abandon()
+        raise
+    log.info("hicache.storage.open", backend=name, options=sorted(extra_config), mac_key_source=backend.key_source)
     return backend
 
 

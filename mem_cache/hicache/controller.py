@@ -18,8 +18,12 @@ loaded back at least once (proven reuse), and on nothing else.
 
 Storage I/O runs on background threads (one writer, `io_threads` readers); host pool
 and device copies happen under one lock. Storage errors never reach the caller:
-damaged pages are counted in `stats.corrupt_skipped` and treated as missing, failed
-writes in `stats.write_errors`.
+damaged pages are counted in `stats.corrupt_skipped`, pages that fail their MAC in
+`stats.forged_skipped`, and both are treated as missing; failed writes are counted in
+`stats.write_errors` and back the backend off (it reports itself degraded). No call
+made on the engine's path waits on storage longer than `read_timeout_s`: a read or an
+existence check that takes longer counts in `stats.read_timeouts` and is a miss (the
+read may still land in host later, for the next request).
 
 Sliding-window layers are copied through the pool's full->SWA slot map; a token
 whose SWA slot was released maps to slot 0, so a caller that releases SWA slots
@@ -41,6 +45,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,6 +77,8 @@ class HiCacheStats:
     storage_hits: int  # pages read back from storage (prefetch or load fallback)
     prefetched_pages: int  # pages prefetch moved from storage into host
     corrupt_skipped: int  # damaged pages/temp files found in storage, across backends
+    forged_skipped: int  # pages that failed their MAC or were moved under another key, across backends
+    read_timeouts: int  # storage waits on the engine's path cut short by read_timeout_s
     storage_writes: int
     write_errors: int
     host_evictions: int
@@ -136,6 +143,8 @@ class HiCacheController:
         write_policy: str = "write_through",
         prefetch_policy: str = "best_effort",
         prefetch_timeout_s: float = 2.0,
+        read_timeout_s: float = 5.0,
+        mac_secret: str | None = None,
         layer_ids: Sequence[int] | None = None,
         pin_memory: bool | None = None,
         io_threads: int = 2,
@@ -152,6 +161,8 @@ class HiCacheController:
         self.write_policy = write_policy
         self.prefetch_policy = prefetch_policy
         self.prefetch_timeout_s = prefetch_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._mac_secret = mac_secret
         self._lock = threading.RLock()
         self._attach_lock = threading.Lock()
         self._backend: StorageBase | None = None
@@ -162,9 +173,10 @@ class HiCacheController:
         self._pending_writes: set[cf.Future[bool]] = set()
         self._inflight: dict[str, cf.Future[bool]] = {}
         self._retired_corrupt = 0
+        self._retired_forged = 0
         self._counts = dict.fromkeys(
             ("backed_up_pages", "host_hits", "storage_hits", "prefetched_pages", "storage_writes",
-             "write_errors", "host_evictions", "layout_mismatches"),
+             "write_errors", "host_evictions", "layout_mismatches", "read_timeouts"),
             0,
         )
         self._closed = False
@@ -226,14 +238,8 @@ class HiCacheController:
         with self._lock:
             n = self.host.prefix_length(keys)
             backend = self._backend
-        if backend is not None:
-            while n < len(keys):
-                key = keys[n]
-                with self._lock:
-                    known = key in self.host or key in self._inflight
-                if not (known or backend.exists(key)):
-                    break
-                n += 1
+        if backend is not None and n < len(keys):
+            n += self._stored_run(backend, keys[n:])
         return start + n * self.page_size
 
     def prefetch(self, token_ids: Sequence[int], *, start: int = 0, policy: str | None = None) -> PrefetchResult:
@@ -253,21 +259,22 @@ class HiCacheController:
             backend = self._backend
             n = self.host.prefix_length(keys)
         futures: list[cf.Future[bool]] = []
-        if backend is not None:
+        if backend is not None and n < len(keys):
             protect = tuple(keys)
-            for key in keys[n:]:
+            for key in keys[n : n + self._stored_run(backend, keys[n:])]:
                 with self._lock:
                     if key in self.host:
                         continue
-                    known = key in self._inflight
-                if not (known or backend.exists(key)):
-                    break
                 futures.append(self._request_fetch(backend, key, protect))
         timed_out = False
         if futures and policy != "best_effort":
-            timeout = self.prefetch_timeout_s if policy == "timeout" else None
+            # wait_complete still waits at most read_timeout_s: a hung tier must not hang a step
+            bounded = policy == "timeout" and self.prefetch_timeout_s <= self.read_timeout_s
+            timeout = self.prefetch_timeout_s if bounded else self.read_timeout_s
             _, not_done = cf.wait(futures, timeout=timeout)
             timed_out = bool(not_done)
+            if timed_out and not bounded:
+                self._count_timeout("prefetch", len(not_done))
         with self._lock:
             self.host.touch(keys)
             ready = self.host.prefix_length(keys)
@@ -296,8 +303,14 @@ class HiCacheController:
             backend = self._backend
         if from_host < len(sel) and backend is not None:
             protect = tuple(sel)
+            deadline = time.monotonic() + self.read_timeout_s
             for key in sel[from_host:]:
-                if not self._request_fetch(backend, key, protect).result():
+                try:
+                    ok = self._request_fetch(backend, key, protect).result(timeout=max(0.0, deadline - time.monotonic()))
+                except cf.TimeoutError:
+                    self._count_timeout("load", 1)
+                    break
+                if not ok:
                     break
         with self._lock:
             n = self.host.prefix_length(sel)
@@ -346,7 +359,7 @@ class HiCacheController:
         _check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, StorageAttachError)
         _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
         options = _parse_extra_config(extra_config)
-        opened = create_storage_backend(backend, options)
+        opened = create_storage_backend(backend, options, mac_secret=self._mac_secret)
         return PreparedAttach(backend, dict(options), opened, prefetch_policy, write_policy, id(self))
 
     def commit_attach(self, prepared: PreparedAttach) -> StorageStatus:
@@ -407,20 +420,30 @@ class HiCacheController:
         """The attached backend object, or None."""
         return self._backend
 
+    def storage_health(self) -> dict[str, Any] | None:
+        """The attached backend's own description (resolved location, authentication, degraded), or None."""
+        backend = self._backend
+        return None if backend is None else backend.describe()
+
     @property
     def stats(self) -> HiCacheStats:
         with self._lock:
             c = self._counts
             backend = self._backend
             corrupt = self._retired_corrupt + c["layout_mismatches"]
+            forged = self._retired_forged
             if backend is not None:
-                corrupt += backend.stats.corrupt_skipped
+                bstats = backend.stats
+                corrupt += bstats.corrupt_skipped
+                forged += bstats.forged_skipped
             return HiCacheStats(
                 backed_up_pages=c["backed_up_pages"],
                 host_hits=c["host_hits"],
                 storage_hits=c["storage_hits"],
                 prefetched_pages=c["prefetched_pages"],
                 corrupt_skipped=corrupt,
+                forged_skipped=forged,
+                read_timeouts=c["read_timeouts"],
                 storage_writes=c["storage_writes"],
                 write_errors=c["write_errors"],
                 host_evictions=c["host_evictions"],
@@ -472,7 +495,9 @@ class HiCacheController:
         if backend is not None:
             backend.close()
             with self._lock:
-                self._retired_corrupt += backend.stats.corrupt_skipped
+                retired = backend.stats
+                self._retired_corrupt += retired.corrupt_skipped
+                self._retired_forged += retired.forged_skipped
 
     def _saves_on_evict(self) -> bool:
         return self._backend is not None and self.write_policy == "write_back"
@@ -510,6 +535,40 @@ class HiCacheController:
                 if page is not None and backend is self._backend:
                     page.stored = False
         return ok
+
+    def _stored_run(self, backend: StorageBase, keys: Sequence[str]) -> int:
+        """How many of `keys`, from the first, host, a running read or the backend holds.
+
+        The backend is asked on a reader thread and waited for at most `read_timeout_s`;
+        past that the answer is 0 (a miss), counted in `read_timeouts`.
+        """
+
+        def run() -> int:
+            n = 0
+            for key in keys:
+                with self._lock:
+                    known = key in self.host or key in self._inflight
+                if not (known or backend.exists(key)):
+                    break
+                n += 1
+            return n
+
+        try:
+            fut = self._readers.submit(run)
+        except RuntimeError:  # the readers were shut down: the controller is closing
+            return 0
+        try:
+            return fut.result(timeout=self.read_timeout_s)
+        except cf.TimeoutError:
+            self._count_timeout("lookup", 1)
+            return 0
+
+    def _count_timeout(self, where: str, n: int) -> None:
+        with self._lock:
+            self._counts["read_timeouts"] += n
+            first = self._counts["read_timeouts"] == n
+        log_at = log.warning if first else log.debug
+        log_at("hicache.storage.read_timeout", where=where, pages=n, timeout_s=self.read_timeout_s)
 
     def _request_fetch(self, backend: StorageBase, key: str, protect: Sequence[str]) -> cf.Future[bool]:
         """The one in-flight read of `key`, started if none is running."""

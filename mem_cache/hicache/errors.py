@@ -32,6 +32,10 @@ class CorruptPageError(HiCacheError, ValueError):
     """Raised by the page codec when stored bytes are torn, truncated or fail their checksum."""
 
 
+class ForgedPageError(CorruptPageError):
+    """Raised by the page codec when a page's checksum holds but its MAC does not, or it was moved under another key."""
+
+
 class LayoutMismatchError(HiCacheError, ValueError):
     """Raised when KV tensors do not match the page layout a host pool was built for."""
 
@@ -43,6 +47,7 @@ class AttachStateError(HiCacheError, RuntimeError):
 __all__ = [
     "AttachStateError",
     "CorruptPageError",
+    "ForgedPageError",
     "HiCacheError",
     "LayoutMismatchError",
     "StorageAttachError",

@@ -14,6 +14,11 @@ is lost too. That costs a recompute, never a wrong page.)
 Options (`hicache_storage_backend_extra_config`): `dir` (required), `fsync`
 (default true; false trades durability for speed, e.g. on tmpfs), `stale_temp_s`
 (default 600).
+
+`dir` goes through `resolve_storage_dir`: `~` expanded, made absolute, `..` and
+symbolic links resolved, NUL bytes refused; the resolved path is what the backend
+uses and what its status shows. The page MAC key, unless configured, lives in
+`<dir>/.sgconf-mac-key` (see `mac_key`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 import structlog
 
 from mem_cache.hicache.errors import StorageAttachError
+from mem_cache.hicache.mac_key import KEY_FILE, key_from_directory
 from mem_cache.hicache.storage import (
     EXTRA_CONFIG_FIELD,
     StorageBase,
@@ -49,11 +55,18 @@ class FileStorage(StorageBase):
     """Pages as files under `root`; see the module docstring for the layout and guarantees."""
 
     name = "file"
+    stored_key_source = "directory"
 
     def __init__(
-        self, root: Path, *, fsync: bool = True, stale_temp_s: float = 600.0, created: Path | None = None
+        self,
+        root: Path,
+        *,
+        fsync: bool = True,
+        stale_temp_s: float = 600.0,
+        created: Path | None = None,
+        **base: Any,
     ) -> None:
-        super().__init__()
+        super().__init__(**base)
         self.root = root
         self.created = created  # the topmost directory opening created, removed by abandon()
         self.fsync = fsync
@@ -68,6 +81,12 @@ class FileStorage(StorageBase):
             msg = f"storage key {key!r} is not a safe file name -- use page_keys() to make keys"
             raise ValueError(msg)
         return self.root / key[:2] / f"{key}{SUFFIX}"
+
+    def stored_mac_key(self) -> bytes | None:
+        return key_from_directory(self.root)
+
+    def _location(self) -> dict[str, Any]:
+        return {"dir": str(self.root)}
 
     def _read(self, key: str) -> bytes | None:
         try:
@@ -118,6 +137,11 @@ class FileStorage(StorageBase):
     def _abandon(self) -> None:
         if self.created is None:
             return
+        # this opening created the directory, so also the key file in it: nothing was signed with it
+        try:
+            (self.root / KEY_FILE).unlink()
+        except OSError:
+            pass
         # rmdir, never rmtree: only directories left empty are removed
         for d in (self.root, *self.root.parents):
             try:
@@ -155,9 +179,7 @@ def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
         msg = f"the file storage backend needs '{DIR_FIELD}' -- pass {{\"dir\": \"/path/to/cache\"}}"
         raise StorageAttachError(msg, field=DIR_FIELD, value=None)
     raw = extra_config["dir"]
-    if not isinstance(raw, str | os.PathLike) or not str(raw).strip():
-        msg = f"'{DIR_FIELD}' must be a non-empty path string (got {raw!r}) -- pass {{\"dir\": \"/path/to/cache\"}}"
-        raise StorageAttachError(msg, field=DIR_FIELD, value=raw)
+    root = resolve_storage_dir(raw)
     fsync = extra_config.get("fsync", True)
     if not isinstance(fsync, bool):
         msg = f"'{EXTRA_CONFIG_FIELD}.fsync' must be true or false (got {fsync!r}) -- omit it to fsync every page"
@@ -166,9 +188,30 @@ def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
     if isinstance(stale, bool) or not isinstance(stale, int | float) or stale < 0:
         msg = f"'{EXTRA_CONFIG_FIELD}.stale_temp_s' must be a number >= 0 (got {stale!r}) -- omit it for 600 seconds"
         raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.stale_temp_s", value=stale)
-    root = Path(os.path.expanduser(os.fspath(raw))).absolute()
     created = _check_writable(root, os.fspath(raw))
     return FileStorage(root, fsync=fsync, stale_temp_s=float(stale), created=created)
+
+
+def resolve_storage_dir(raw: object) -> Path:
+    """The directory a `dir` value names, made absolute with `~`, `..` and symlinks resolved.
+
+    The one place a storage directory is checked, whether a user gave it or a default
+    supplied it. Raises StorageAttachError naming the field for a value that is not a
+    non-empty path string or that holds a NUL byte (no file system call could use it).
+    """
+    if isinstance(raw, os.PathLike):
+        raw = os.fspath(raw)
+    if not isinstance(raw, str) or not raw.strip():
+        msg = f"'{DIR_FIELD}' must be a non-empty path string (got {raw!r}) -- pass {{\"dir\": \"/path/to/cache\"}}"
+        raise StorageAttachError(msg, field=DIR_FIELD, value=raw)
+    if "\x00" in raw:
+        msg = f"'{DIR_FIELD}' must not contain a NUL byte (got {raw!r}) -- pass a plain directory path"
+        raise StorageAttachError(msg, field=DIR_FIELD, value=raw)
+    try:
+        return Path(os.path.expanduser(raw)).resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        msg = f"'{DIR_FIELD}' = {raw!r} cannot be resolved ({exc}) -- pass a directory path without a symlink loop"
+        raise StorageAttachError(msg, field=DIR_FIELD, value=raw) from None
 
 
 def _check_writable(root: Path, raw: str) -> Path | None:
@@ -240,4 +283,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FileStorage", "open_file_storage"]
+__all__ = ["FileStorage", "open_file_storage", "resolve_storage_dir"]

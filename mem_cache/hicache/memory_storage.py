@@ -2,7 +2,7 @@
 
 Option `store` (a name) makes controllers in one process share the same dict, so a
 test can write through one controller and read through a fresh one; without it every
-backend gets its own dict.
+backend gets its own dict. A named store keeps one MAC key for all who share it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mem_cache.hicache.errors import StorageAttachError
+from mem_cache.hicache.mac_key import random_key
 from mem_cache.hicache.storage import (
     EXTRA_CONFIG_FIELD,
     StorageBase,
@@ -21,6 +22,7 @@ from mem_cache.hicache.storage import (
 OPTIONS = ("store",)
 
 _SHARED: dict[str, dict[str, bytes]] = {}
+_SHARED_KEYS: dict[str, bytes] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -28,10 +30,15 @@ class MemoryStorage(StorageBase):
     """Pages kept in a Python dict (framed like on disk, so damage is detected the same way)."""
 
     name = "memory"
+    stored_key_source = "store"
 
-    def __init__(self, pages: dict[str, bytes] | None = None) -> None:
+    def __init__(self, pages: dict[str, bytes] | None = None, *, store_key: bytes | None = None) -> None:
         super().__init__()
         self.pages: dict[str, bytes] = {} if pages is None else pages
+        self._store_key = store_key
+
+    def stored_mac_key(self) -> bytes | None:
+        return self._store_key
 
     def _read(self, key: str) -> bytes | None:
         return self.pages.get(key)
@@ -57,13 +64,15 @@ def open_memory_storage(extra_config: Mapping[str, Any]) -> MemoryStorage:
         raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.store", value=store)
     with _SHARED_LOCK:
         pages = _SHARED.setdefault(store, {})
-    return MemoryStorage(pages)
+        key = _SHARED_KEYS.setdefault(store, random_key())
+    return MemoryStorage(pages, store_key=key)
 
 
 def clear_shared_stores() -> None:
     """Forget every named shared store (tests call this between cases)."""
     with _SHARED_LOCK:
         _SHARED.clear()
+        _SHARED_KEYS.clear()
 
 
 __all__ = ["MemoryStorage", "clear_shared_stores", "open_memory_storage"]

@@ -1,23 +1,30 @@
 """The storage tier protocol, its counters and the base class every backend builds on.
 
 A backend stores opaque page payloads under string keys. Public methods live on
-`StorageBase` and do the framing (page_codec), the accounting and the logging once;
-a backend only implements the raw `_read/_write/_has/_discard` steps. A page that
-fails to decode is counted in `stats.corrupt_skipped`, dropped and reported as
-missing: a damaged storage tier costs a recompute, never a crash.
+`StorageBase` and do the framing and authentication (page_codec), the accounting,
+the write back-off and the logging once; a backend only implements the raw
+`_read/_write/_has/_discard` steps. A page that fails to decode is counted
+(`corrupt_skipped` when damaged, `forged_skipped` when its MAC is wrong or it was moved
+under another key), dropped and reported as missing: a damaged or tampered storage
+tier costs a recompute, never a crash and never a wrong page. Writes that fail put the
+tier in a degraded state (`write_backoff.WriteBackoff`): it logs once, skips writes
+while it waits (exponential, capped), and recovers on the first write that lands.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import structlog
 
-from mem_cache.hicache.errors import CorruptPageError, StorageAttachError
-from mem_cache.hicache.page_codec import decode_page, encode_page
+from mem_cache.hicache.errors import CorruptPageError, ForgedPageError, StorageAttachError
+from mem_cache.hicache.mac_key import random_key
+from mem_cache.hicache.page_codec import PageCodec
+from mem_cache.hicache.write_backoff import WriteBackoff
 from sgconf.suggest import did_you_mean
 
 log = structlog.get_logger("mem_cache.hicache.storage")
@@ -38,7 +45,9 @@ class StorageStats:
     bytes_read: int = 0
     bytes_written: int = 0
     corrupt_skipped: int = 0
+    forged_skipped: int = 0  # pages whose MAC failed, or moved under another key
     write_errors: int = 0
+    writes_deferred: int = 0  # writes skipped while the tier backed off after failures
 
 
 @runtime_checkable
@@ -70,16 +79,51 @@ class StorageBackend(Protocol):
     @property
     def stats(self) -> StorageStats: ...
 
+    @property
+    def degraded(self) -> bool:
+        """Whether writes are failing and being backed off."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What status pages show: the backend, where it keeps pages, how they are authenticated, its health."""
+        ...
+
 
 class StorageBase:
-    """Template for backends: framing, counters and logging around four raw steps."""
+    """Template for backends: framing, authentication, counters, back-off and logging around four raw steps.
+
+    A backend starts with a random process-local MAC key; `create_storage_backend`
+    replaces it with the configured or stored key (`use_mac_key`) before any page moves.
+    `clock` (monotonic seconds) drives the write back-off; tests pass their own.
+    """
 
     name = "base"
+    stored_key_source = "backend"  # how describe() names a key from stored_mac_key()
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 60.0,
+    ) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._closed = False
+        self.codec = PageCodec(random_key())
+        self.key_source = "process"
+        self.clock = clock
+        self._backoff = WriteBackoff(backoff_base_s, backoff_cap_s)
+        self._forged_logged = False
+
+    def use_mac_key(self, key: bytes, *, source: str) -> None:
+        """Authenticate pages with `key` from now on; `source` says where it came from (shown, never the key)."""
+        self.codec = PageCodec(key)
+        self.key_source = source
+
+    def stored_mac_key(self) -> bytes | None:
+        """The key this backend keeps alongside its pages, created if needed; None when it keeps none."""
+        return None
 
     # -- public API (do not override) -------------------------------------------------
     def get(self, key: str) -> bytes | None:
@@ -92,7 +136,17 @@ class StorageBase:
             self._bump("misses")
             return None
         try:
-            payload = decode_page(key, raw)
+            payload = self.codec.decode(key, raw)
+        except ForgedPageError as exc:
+            self._bump("forged_skipped")
+            self._bump("misses")
+            with self._lock:
+                first, self._forged_logged = not self._forged_logged, True
+            if first:  # once per backend: a flood of forged pages must not flood the log
+                log.warning("hicache.storage.forged_page", backend=self.name, key=key, reason=str(exc),
+                            note="further forged pages are counted in forged_skipped, not logged")
+            self._discard(key)
+            return None
         except CorruptPageError as exc:
             self._bump("corrupt_skipped")
             self._bump("misses")
@@ -106,17 +160,33 @@ class StorageBase:
     def put(self, key: str, data: bytes) -> bool:
         if self._closed:
             return False
+        now = self.clock()
+        with self._lock:
+            allowed = self._backoff.allows(now)
+        if not allowed:
+            self._bump("writes_deferred")
+            return False
         if self._has(key):
             # keys name a whole prefix, so an existing page already holds these bytes
             self._bump("puts_skipped")
             return True
-        framed = encode_page(key, data)
+        framed = self.codec.encode(key, data)
         try:
             self._write(key, framed)
         except OSError as exc:
             self._bump("write_errors")
-            log.warning("hicache.storage.write_failed", backend=self.name, key=key, error=str(exc))
+            with self._lock:
+                began = self._backoff.failed(now, str(exc))
+                retry_in = self._backoff.delay_s()
+            if began:
+                log.warning("hicache.storage.degraded", backend=self.name, key=key, error=str(exc), retry_in_s=retry_in)
+            else:
+                log.debug("hicache.storage.write_failed", backend=self.name, key=key, error=str(exc), retry_in_s=retry_in)
             return False
+        with self._lock:
+            ended = self._backoff.succeeded()
+        if ended:
+            log.info("hicache.storage.recovered", backend=self.name, failed_writes_in_a_row=ended)
         self._bump("puts")
         self._bump("bytes_written", len(data))
         return True
@@ -148,6 +218,26 @@ class StorageBase:
     def stats(self) -> StorageStats:
         with self._lock:
             return StorageStats(**self._counts)
+
+    @property
+    def degraded(self) -> bool:
+        with self._lock:
+            return self._backoff.degraded
+
+    def describe(self) -> dict[str, Any]:
+        with self._lock:
+            health = self._backoff.describe(self.clock())
+        return {
+            "backend": self.name,
+            **self._location(),
+            "authentication": "blake2b-mac" if self.codec.authenticated else "none",
+            "mac_key_source": self.key_source,
+            **health,
+        }
+
+    def _location(self) -> dict[str, Any]:
+        """Where the pages live (the file backend's resolved directory); nothing for an in-process tier."""
+        return {}
 
     # -- raw steps (backends implement these) ----------------------------------------
     def _read(self, key: str) -> bytes | None:

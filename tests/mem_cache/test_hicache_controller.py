@@ -73,7 +73,8 @@ class GatedStorage(MemoryStorage):
 def gated():
     shared: dict[str, bytes] = {}
     GatedStorage.gate = threading.Event()
-    register_storage_backend("gated", lambda cfg: GatedStorage(shared))
+    key = bytes(range(32))  # backends sharing pages share their MAC key
+    register_storage_backend("gated", lambda cfg: GatedStorage(shared, store_key=key))
     yield GatedStorage.gate
     GatedStorage.gate.set()
     STORAGE_BACKENDS.pop("gated", None)

@@ -1,4 +1,4 @@
-"""Page keys and the on-storage page format."""
+"""Page keys: one per full page, stable across processes, naming the layout."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import sys
 import pytest
 import torch
 
-from mem_cache.hicache import CorruptPageError, page_keys
-from mem_cache.hicache.page_codec import HEADER_SIZE, decode_page, encode_page
+from mem_cache.hicache import page_keys
 
 
 def test_one_key_per_full_page_and_none_for_the_tail():
@@ -59,35 +58,3 @@ def test_keys_are_stable_across_processes():
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == repr(page_keys(list(range(12)), 4, namespace="x"))
-
-
-def test_codec_round_trip():
-    """A framed page decodes to its payload."""
-    framed = encode_page("abc", b"\x00\x01payload")
-    assert len(framed) == HEADER_SIZE + 3 + 9
-    assert decode_page("abc", framed) == b"\x00\x01payload"
-
-
-@pytest.mark.parametrize(
-    ("damage", "message"),
-    [
-        (lambda b: b[:10], "page abc: 10 bytes is shorter than the 20-byte header"),
-        (lambda b: b[:-1], "page abc: 30 bytes, header says 31 (torn or truncated write)"),
-        (lambda b: b + b"x", "page abc: 32 bytes, header says 31 (torn or truncated write)"),
-        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "page abc: checksum mismatch"),
-        (lambda b: b"XXXX" + b[4:], "page abc: bad magic b'XXXX' (expected b'SGKV')"),
-    ],
-)
-def test_codec_detects_damage(damage, message):
-    """Truncation, extra bytes, flipped bits and a foreign magic are all reported."""
-    framed = encode_page("abc", b"12345678")
-    with pytest.raises(CorruptPageError) as exc:
-        decode_page("abc", damage(framed))
-    assert str(exc.value) == message
-    assert isinstance(exc.value, ValueError)
-
-
-def test_codec_detects_a_page_stored_under_another_name():
-    """A file renamed to another key does not decode as that key."""
-    with pytest.raises(CorruptPageError, match="not the requested key"):
-        decode_page("abd", encode_page("abc", b"1"))

@@ -1,0 +1,103 @@
+"""Where the page MAC key comes from: a configured secret, or a key file kept in the storage directory.
+
+A configured secret (`hicache_storage_mac_key`) is stretched to 32 bytes, so servers
+given the same secret read each other's pages. Without one, the file backend keeps a
+random key in `<dir>/.sgconf-mac-key`, created once with mode 0600: every process of
+this user sharing the directory reads the same key, while another user who can write
+pages into the directory (but not read the key) cannot make pages we accept. A key
+file that others can read or write, or that another user owns, is refused: its key
+would prove nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+from mem_cache.hicache.errors import StorageAttachError
+
+KEY_FILE = ".sgconf-mac-key"
+KEY_FIELD = "hicache_storage_mac_key"
+KEY_BYTES = 32
+MIN_SECRET_CHARS = 16
+
+
+def key_from_secret(secret: str) -> bytes:
+    """The 32-byte MAC key of a configured secret; raises StorageAttachError for a weak one (value never shown)."""
+    if len(secret.strip()) < MIN_SECRET_CHARS:
+        msg = (
+            f"'{KEY_FIELD}' must hold at least {MIN_SECRET_CHARS} non-blank characters (got {len(secret.strip())})"
+            f" -- use e.g. the output of `python -c 'import secrets; print(secrets.token_hex(32))'`"
+        )
+        raise StorageAttachError(msg, field=KEY_FIELD, value="***")
+    return hashlib.blake2b(secret.encode("utf-8"), digest_size=KEY_BYTES, person=b"sgconf-mackey").digest()
+
+
+def random_key() -> bytes:
+    """A fresh key for a tier that lives and dies with this process."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def key_from_directory(root: Path) -> bytes:
+    """Read `root/.sgconf-mac-key`, creating it (0600, atomically) when absent; raises StorageAttachError."""
+    path = root / KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return _read_key_file(path)
+    except OSError as exc:
+        raise _key_error(path, f"cannot create it: {(exc.strerror or str(exc)).lower()}") from None
+    key = random_key()
+    tmp_written = False
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(key.hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tmp_written = True
+    finally:
+        if not tmp_written:
+            _unlink_quietly(path)
+    return key
+
+
+def _read_key_file(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise _key_error(path, f"cannot open it: {(exc.strerror or str(exc)).lower()}") from None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise _key_error(path, f"it belongs to uid {st.st_uid}, not to this user")
+        if st.st_mode & 0o077:
+            raise _key_error(path, f"its mode is {st.st_mode & 0o777:o}, open to other users")
+        text = f.read(4 * KEY_BYTES).strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        # a writer killed between create and write leaves it empty; nothing was signed with it yet
+        raise _key_error(path, f"it does not hold {KEY_BYTES} hex-encoded bytes")
+    return key
+
+
+def _key_error(path: Path, why: str) -> StorageAttachError:
+    msg = (
+        f"the page MAC key file {str(path)!r} cannot be used: {why}"
+        f" -- remove it (pages signed with it become misses), chmod 600 it, or set {KEY_FIELD}"
+    )
+    return StorageAttachError(msg, field=KEY_FIELD, value=str(path))
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+__all__ = ["KEY_FIELD", "KEY_FILE", "key_from_directory", "key_from_secret", "random_key"]
