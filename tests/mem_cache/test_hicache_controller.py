@@ -449,3 +449,47 @@ def test_cuda_pool_round_trips_through_pinned_host(controllers):
     assert c.load(PROMPT, 12, torch.arange(30, 42)) == 12
     torch.cuda.synchronize()
     assert same_kv(kv_at(pool, torch.arange(30, 42).cuda()), kv_at(pool, torch.arange(1, 13).cuda()))
+
+
+def test_hung_storage_reads_are_misses_after_the_read_timeout(controllers, gated):
+    """load and wait_complete wait at most read_timeout_s for a hung read, count it and treat it as a miss."""
+    src = controllers()
+    src.attach_storage_backend("gated")
+    src.backup(PROMPT, torch.arange(1, 15))
+    src.flush()
+    dst = controllers(make_pool(seed=None), prefetch_policy="wait_complete", read_timeout_s=0.05)
+    dst.attach_storage_backend("gated")
+    assert dst.lookup(PROMPT) == 12  # existence checks answer; the reads hang
+    assert dst.load(PROMPT, 12, torch.arange(30, 42)) == 0
+    assert dst.stats.read_timeouts == 1
+    res = dst.prefetch(PROMPT)
+    assert (res.ready_tokens, res.timed_out) == (0, True)
+    assert dst.stats.read_timeouts == 1 + 3
+    gated.set()  # the reads land later and serve the next request
+    assert dst.wait_idle(10)
+    assert dst.load(PROMPT, 12, torch.arange(30, 42)) == 12
+
+
+class HungLookups(MemoryStorage):
+    """A backend whose existence checks hang until a gate opens (a stalled network mount)."""
+
+    gate = threading.Event()
+
+    def _has(self, key: str) -> bool:
+        assert self.gate.wait(10), "gate never opened"
+        return super()._has(key)
+
+
+def test_hung_existence_check_is_a_miss_after_the_read_timeout(controllers):
+    """lookup and prefetch never wait on a hung tier longer than read_timeout_s."""
+    HungLookups.gate = threading.Event()
+    register_storage_backend("hung", lambda cfg: HungLookups())
+    try:
+        ctl = controllers(read_timeout_s=0.05, prefetch_policy="wait_complete")
+        ctl.attach_storage_backend("hung")
+        assert ctl.lookup(PROMPT) == 0
+        assert ctl.prefetch(PROMPT).ready_tokens == 0
+        assert ctl.stats.read_timeouts == 2
+    finally:
+        HungLookups.gate.set()
+        STORAGE_BACKENDS.pop("hung", None)

@@ -272,3 +272,121 @@ def test_writer_killed_mid_write_leaves_only_whole_pages(tmp_path):
     assert backend.stats.corrupt_skipped == len(temps)
     assert list(tmp_path.glob("*/*.tmp")) == []
     backend.close()
+
+
+def test_forged_page_is_a_miss_counted_and_logged_once(store):
+    """Pages re-signed by someone without the key are misses, removed, counted each, logged once."""
+    from structlog.testing import capture_logs
+
+    from mem_cache.hicache import PageCodec
+
+    forger = PageCodec(bytes(32))  # write access to the directory, but not the key
+    for key in (KEY, KEY2):
+        path = store.path_for(key)
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(forger.encode(key, b"evil"))
+    with capture_logs() as logs:
+        assert store.get(KEY) is None
+        assert store.get(KEY2) is None
+    assert (store.stats.forged_skipped, store.stats.corrupt_skipped, store.stats.misses) == (2, 0, 2)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["hicache.storage.forged_page"]
+    assert not store.path_for(KEY).exists()
+    assert store.put(KEY, b"good") and store.get(KEY) == b"good"
+
+
+def test_page_swapped_to_another_key_is_forged(store):
+    """A valid page copied under another key's name is refused, not served as that prefix."""
+    store.put(KEY, b"page of KEY")
+    target = store.path_for(KEY2)
+    target.parent.mkdir(exist_ok=True)
+    target.write_bytes(store.path_for(KEY).read_bytes())
+    assert store.get(KEY2) is None
+    assert store.stats.forged_skipped == 1
+    assert store.get(KEY) == b"page of KEY"
+
+
+def test_pages_are_shared_by_key_file_or_by_secret(tmp_path):
+    """Two openings of one directory share its key file; a configured secret must match to read."""
+    a = create_storage_backend("file", {"dir": str(tmp_path)})
+    a.put(KEY, b"shared")
+    b = create_storage_backend("file", {"dir": str(tmp_path)})
+    assert b.get(KEY) == b"shared"
+    assert b.describe()["mac_key_source"] == "directory"
+    secret = create_storage_backend("file", {"dir": str(tmp_path)}, mac_secret="a long enough secret")
+    assert secret.get(KEY) is None and secret.stats.forged_skipped == 1
+    assert secret.describe()["mac_key_source"] == "setting"
+
+
+def test_weak_secret_creates_nothing(tmp_path):
+    """A too-short secret is refused before the directory is created."""
+    with pytest.raises(StorageAttachError, match="'hicache_storage_mac_key' must hold at least 16"):
+        create_storage_backend("file", {"dir": str(tmp_path / "new")}, mac_secret="short")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dir_is_normalised_and_shown_resolved(tmp_path):
+    """`..` and symlinks resolve; the status shows the resolved path."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    backend = create_storage_backend("file", {"dir": f"{tmp_path}/x/../link/./kv"})
+    assert backend.root == (tmp_path / "real" / "kv").resolve()
+    assert backend.describe()["dir"] == str((tmp_path / "real" / "kv").resolve())
+    assert not (tmp_path / "x").exists()
+
+
+def test_dir_with_a_nul_byte_is_refused(tmp_path):
+    """A NUL byte can name no file: refused with the field, nothing created."""
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", {"dir": f"{tmp_path}/a\x00b"})
+    assert str(exc.value) == (
+        f"'hicache_storage_backend_extra_config.dir' must not contain a NUL byte (got {f'{tmp_path}/a' + chr(0) + 'b'!r})"
+        " -- pass a plain directory path"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_failed_writes_back_off_log_once_and_recover(tmp_path):
+    """A tier whose writes fail is degraded: retried at 0.5, 1, 2 ... s (capped), one warning, then recovered."""
+    from structlog.testing import capture_logs
+
+    from mem_cache.hicache.file_storage import FileStorage
+
+    clock = Clock()
+    root = tmp_path / "pages"
+    root.mkdir()
+    store = FileStorage(root, fsync=False, clock=clock, backoff_base_s=0.5, backoff_cap_s=2.0)
+    blocker = root / KEY[:2]
+    blocker.write_text("a file where the fan-out directory goes: every write there fails")
+    tried = []
+    with capture_logs() as logs:
+        for step in range(40):  # 10 s in steps of 0.25 s
+            before = store.stats.write_errors
+            assert store.put(KEY, b"x") is False
+            if store.stats.write_errors > before:
+                tried.append(clock.now - 100.0)
+            clock.now += 0.25
+    assert tried == [0.0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5]  # delays 0.5, 1, 2, then capped at 2
+    assert store.degraded
+    health = store.describe()
+    assert (health["degraded"], health["failed_writes_in_a_row"]) == (True, 7)
+    assert "Not a directory" in health["last_error"] or "File exists" in health["last_error"]
+    assert store.stats.writes_deferred == 40 - 7
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["hicache.storage.degraded"]
+
+    blocker.unlink()
+    clock.now += 2.0
+    with capture_logs() as logs:
+        assert store.put(KEY, b"x") is True
+    assert not store.degraded
+    assert store.describe()["degraded"] is False
+    assert [(e["event"], e["failed_writes_in_a_row"]) for e in logs if e["log_level"] == "info"] == [
+        ("hicache.storage.recovered", 7)
+    ]
