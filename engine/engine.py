@@ -383,9 +383,21 @@ class Engine:
             "hicache_write_policy": mem.hicache_write_policy,
             "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
         }
+        storage = self.storage_health()
+        if storage is not None:
+            out["storage"] = storage
         if self.hicache is not None:
             out["stats"] = self.hicache.stats()
         return out
+
+    def storage_health(self) -> dict[str, Any] | None:
+        """The attached storage tier's description (resolved location, authentication, degraded), or None."""
+        return None if self.hicache is None else self.hicache.controller.storage_health()
+
+    def progress(self) -> int:
+        """Scheduler steps that did work so far: a replica's controller watches it grow while requests run."""
+        counters = self.scheduler.counters
+        return int(counters["prefill_batches"] + counters["decode_batches"])
 
     # -- lifecycle -----------------------------------------------------------------------
 

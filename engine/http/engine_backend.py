@@ -26,7 +26,14 @@ class EngineBackend:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         queued, running = self.engine.busy_counts()
-        return True, {"status": "ok", "queued": queued, "running": running}
+        body: dict[str, Any] = {"status": "ok", "queued": queued, "running": running}
+        storage = self.engine.storage_health()
+        if storage is not None:
+            body["storage"] = storage
+            if storage["degraded"]:  # still serving (a miss costs a recompute), but say so
+                body["status"] = "degraded"
+                body["detail"] = storage_degraded_text(storage)
+        return True, body
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await run_in_threadpool(lambda: self.engine.generate(**args))
@@ -36,6 +43,7 @@ class EngineBackend:
         return {
             "ranks": [local_rank_row(ROLE, *STORAGE_FIELDS)],
             "pools": self.engine.memory.describe(),
+            "storage": self.engine.storage_health(),
             "stats": self.engine.stats(),
         }
 
@@ -67,6 +75,15 @@ class EngineBackend:
 
     def resync_replica(self, index: int) -> dict[str, Any]:
         raise NoSuchReplica(_no_replicas(index))
+
+
+def storage_degraded_text(storage: dict[str, Any]) -> str:
+    """The `/health` detail of a degraded storage tier."""
+    where = f" in {storage['dir']}" if storage.get("dir") else ""
+    return (
+        f"storage writes to the {storage['backend']} backend{where} are failing ({storage.get('last_error')});"
+        f" retrying in {storage.get('retry_in_s')}s -- pages are not being stored: fix the directory or detach it"
+    )
 
 
 def _no_replicas(index: int) -> str:
