@@ -79,6 +79,7 @@ _COMMIT = "commit"
 _ABORT = "abort"
 _HOST_BYTES = 255
 _CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
+_TIMEOUT_FIELD = "config_sync_timeout_s"
 
 
 class PreparedEffect(Protocol):
@@ -304,7 +305,7 @@ class ConfigGroup:
         Values travel as JSON and are structured by each rank's own converter.
         """
         self._require_coordinator("propagate")
-        timeout_s = self.timeout_s()
+        timeout_s = _round_timeout(self.timeout_s(), fields)
         with self._lock:
             self._round += 1
             return self._coordinate(self._round, source, dict(fields), timeout_s)
@@ -718,6 +719,20 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
     dist.broadcast(tensor, group=process_group, group_src=coordinator)
     size = int(tensor[1])
     return bytes(tensor[2 : 2 + size].tolist()).decode(), int(tensor[0])
+
+
+def _round_timeout(current: float, fields: Mapping[str, Any]) -> float:
+    """The vote timeout of a round: a round that changes the timeout itself waits the longer of old and new.
+
+    So a group whose timeout proved too short can always be given a longer one: the
+    round that raises it already waits that long.
+    """
+    proposed = fields.get(_TIMEOUT_FIELD)
+    try:
+        wanted = float(proposed) if proposed is not None and not isinstance(proposed, bool) else current
+    except (TypeError, ValueError):  # refused by validation; the round runs with the current timeout
+        return current
+    return max(current, wanted) if wanted == wanted and wanted < float("inf") else current
 
 
 def _digests(ctx: Any) -> dict[str, str]:

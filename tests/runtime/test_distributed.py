@@ -34,12 +34,21 @@ class DirAttach:
         self.root = root
         self.rank = rank
         self.die_on_prepare = die_on_prepare
+        self.stall_on_prepare = False
 
     def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
         if not values.get("hicache_storage_backend_extra_config"):
             return None  # not an attach (a detach needs nothing prepared here)
         if self.die_on_prepare:
             os._exit(17)  # killed in the middle of a round, before it votes
+        if self.stall_on_prepare:  # a rank too slow for the round: it goes on once the test writes `release`
+            self.stall_on_prepare = False
+            release = self.root / "release"
+            for _ in range(12000):
+                if release.exists():
+                    break
+                time.sleep(0.01)
+            release.unlink()
         path = self.root / values["hicache_storage_backend_extra_config"]["dir"]
         if not path.is_dir():
             raise FileNotFoundError(f"storage directory '{path.name}' does not exist on rank {self.rank}")
@@ -100,6 +109,8 @@ def follower_main(argv: list[str]) -> None:
             publish(build_record({**PUBLISHED, "max_prefill_tokens": 8192}), role="scheduler")
         elif command == "die-on-prepare":
             effect.die_on_prepare = True
+        elif command == "stall-on-prepare":
+            effect.stall_on_prepare = True
         Path(f"done-{number}").write_text("")
     group.close()
     if dist.is_initialized():
@@ -435,6 +446,41 @@ def test_fingerprint_mismatch_after_commit_is_reported(clean: World) -> None:
         "ranks": [skewed],
         "fields": ["max_prefill_tokens"],
     }
+
+
+def test_timed_out_round_aborts_everywhere_and_the_group_takes_the_next(clean: World) -> None:
+    """A tiny sync timeout is refused; a round a slow rank misses aborts on every rank, and the next round commits."""
+    from runtime import get_context, get_memory, get_parallel
+    from runtime.distributed import PropagationFailed, RanksSilent
+
+    size = clean.group.world_size
+    slow = size - 1
+    clean.make_storage(range(size))
+    with pytest.raises(PropagationFailed) as info:
+        clean.group.propagate("test.tune", config_sync_timeout_s=0.001)
+    assert info.value.lines() == [
+        "rank 0: $.parallel.config_sync_timeout_s: must be in [1, 600], got 0.001 (from override test.tune)"
+    ]
+    base = get_context().generation
+    clean.group.propagate("test.tune", config_sync_timeout_s=1.0)  # the shortest allowed
+    assert get_parallel().config_sync_timeout_s == 1.0
+
+    clean.command([slow], "stall-on-prepare")
+    with pytest.raises(RanksSilent) as silent:
+        clean.group.propagate("hicache.attach", **ATTACH)
+    assert silent.value.silent == (slow,)
+    assert get_memory().hicache_storage_backend is None
+    (clean.dirs[slow] / "release").write_text("")  # the slow rank now votes, reads the abort, releases
+
+    # raising the timeout waits the new, longer timeout: the slow rank finishes the aborted round first
+    result = clean.group.propagate("test.tune", config_sync_timeout_s=20.0)
+    assert result.consistent
+    assert [s.generation for s in result.ranks] == [base + 2] * size
+    assert clean.markers() == [[]] * size  # every rank released its claim of the aborted attach
+    result = clean.group.propagate("hicache.attach", **ATTACH)
+    assert result.consistent
+    assert clean.markers() == [["attached"]] * size
+    clean.group.propagate("hicache.detach", hicache_storage_backend=None, hicache_storage_backend_extra_config=None)
 
 
 def test_rank_killed_mid_round_changes_no_rank(world: World) -> None:
