@@ -48,6 +48,10 @@ class ReplicaFailed(EngineError):
     """Raised when a request cannot be served because its replica exited or none is alive."""
 
 
+class ReplicaUnresponsive(ReplicaFailed):
+    """Raised for a request whose replica stopped reporting progress (stopped, hung) and no other replica could take it."""
+
+
 class ReplicaRunning(EngineError):
     """Raised when asked to restart a replica whose process is still running."""
 
@@ -71,6 +75,7 @@ __all__ = [
     "ReplicaExited",
     "ReplicaFailed",
     "ReplicaRunning",
+    "ReplicaUnresponsive",
     "RequestRejected",
     "StorageRefused",
 ]

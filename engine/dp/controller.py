@@ -23,6 +23,14 @@ through `engine.dp.group_backend.ReplicaGroupBackend`.
   before it takes requests, so it rejoins at the others' generation and fingerprint.
   `POST /replicas/<index>/resync` (admin) brings a running replica that fell behind
   (its commit failed, or it refuses rounds as diverged) up to date the same way.
+- Liveness: every replica reports its progress over its pipe (`engine.dp.replica`).
+  A replica with no report for `replica_stall_timeout_s`, or whose steps do not advance
+  for that long while it holds requests, is *unresponsive*: `/health` turns 503 and
+  names it, it gets no new requests, config changes are refused until it is back, and
+  the requests it holds are retried on another replica (nothing was streamed to the
+  client yet), or fail with 503 when none is left. A report that shows progress again
+  makes it responsive again. The check runs on a monitor thread every heartbeat
+  interval (`check_liveness`, which tests call themselves with `monitor=False`).
 - Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
   replica: a stop message, then terminate, then kill; a replica whose controller dies
   sees its pipe close and exits, so no replica is left behind.
@@ -35,6 +43,7 @@ import datetime
 import itertools
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -47,6 +56,7 @@ from engine.errors import (
     ReplicaExited,
     ReplicaFailed,
     ReplicaRunning,
+    ReplicaUnresponsive,
 )
 
 log = structlog.get_logger(__name__)
@@ -69,6 +79,14 @@ class Replica:
         self._reader: threading.Thread | None = None
         self.gone = False
         self.stopping = False
+        self.clock = time.monotonic
+        # liveness, from the replica's progress reports (stamped with the controller's clock)
+        self.last_report: float = self.clock()
+        self.progress = -1
+        self.progress_at: float = self.last_report
+        self.busy = 0
+        self.storage_degraded = False
+        self.unresponsive = False
 
     @property
     def inflight(self) -> int:
@@ -76,6 +94,47 @@ class Replica:
 
     def alive(self) -> bool:
         return not self.gone and self.process.is_alive()
+
+    def healthy(self) -> bool:
+        """Alive and reporting progress: the only replicas that get requests."""
+        return self.alive() and not self.unresponsive
+
+    def _report(self, info: dict[str, Any]) -> None:
+        now = self.clock()
+        with self._lock:
+            self.last_report = now
+            progress = int(info.get("progress", 0))
+            self.busy = int(info.get("busy", 0))
+            if progress != self.progress or not self.busy:
+                self.progress, self.progress_at = progress, now
+            self.storage_degraded = bool(info.get("storage_degraded", False))
+
+    def stalled_for(self, now: float) -> tuple[float, str]:
+        """How long this replica has gone without making progress, and how that shows."""
+        with self._lock:
+            silent = now - self.last_report
+            stuck = now - self.progress_at if self.busy or self.pending else 0.0
+        if silent >= stuck:
+            return silent, f"no progress report for {silent:.1f}s"
+        return stuck, f"no finished step for {stuck:.1f}s with {max(self.busy, len(self.pending))} requests"
+
+    def mark_unresponsive(self, why: str) -> int:
+        """Stop routing here and fail what it holds with ReplicaUnresponsive (callers retry); returns how many."""
+        with self._lock:
+            if self.unresponsive:
+                return 0
+            self.unresponsive = True
+            pending, self.pending = self.pending, {}
+        msg = f"replica {self.index} stopped responding ({why}) -- the request was not served"
+        for future in pending.values():
+            if future.set_running_or_notify_cancel():
+                future.set_exception(ReplicaUnresponsive(msg))
+        return len(pending)
+
+    def mark_responsive(self) -> bool:
+        with self._lock:
+            was, self.unresponsive = self.unresponsive, False
+        return was
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.conn.poll(timeout_s):
@@ -98,6 +157,8 @@ class Replica:
         with self._lock:
             if self.gone:
                 raise ReplicaFailed(self._exit_text())
+            if self.unresponsive:
+                raise ReplicaUnresponsive(f"replica {self.index} is not responding -- the request was not served")
             self.pending[rid] = future
             try:
                 self.conn.send(("generate", rid, args))
@@ -112,6 +173,9 @@ class Replica:
                 kind, rid, *rest = self.conn.recv()
             except (EOFError, OSError):
                 break
+            if kind == "heartbeat":
+                self._report(rest[0])
+                continue
             with self._lock:
                 future = self.pending.pop(rid, None)
             # a caller that went away (its await was cancelled) cancelled the future: drop the
@@ -162,6 +226,10 @@ class Replica:
             "alive": self.alive(),
             "exitcode": self.process.exitcode,
             "inflight": self.inflight,
+            "responsive": not self.unresponsive,
+            "progress": self.progress,
+            "last_report_s_ago": round(self.clock() - self.last_report, 3),
+            "storage_degraded": self.storage_degraded,
         }
 
 
@@ -173,7 +241,13 @@ class DPController:
     `workdirs`, when given, maps a replica index to its working directory.
     """
 
-    def __init__(self, *, workdirs: Callable[[int], str] | None = None, start_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        *,
+        workdirs: Callable[[int], str] | None = None,
+        start_timeout_s: float = 300.0,
+        monitor: bool = True,
+    ) -> None:
         import torch.distributed as dist
         import torch.multiprocessing as mp
 
@@ -212,6 +286,11 @@ class DPController:
         except BaseException:
             self._stop_replicas()
             raise
+        self._stop_monitor = threading.Event()
+        self._monitor: threading.Thread | None = None
+        if monitor:
+            self._monitor = threading.Thread(target=self._watch, name="dp-liveness", daemon=True)
+            self._monitor.start()
         log.info("dp.start", dp_size=self.dp_size, pids=[r.pid for r in self.replicas])
 
     def _spawn(self, index: int, *, init_method: str | None = None, address: tuple[str, int] | None = None) -> Replica:
@@ -236,10 +315,66 @@ class DPController:
         return choose(self.replicas, get_parallel().load_balance_method, next(self._rr))
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Route one request and await its answer (raises ReplicaFailed or a replica's error)."""
-        replica = self.pick()
-        future = replica.submit(next(self._rids), args)
-        return await asyncio.wrap_future(future)
+        """Route one request and await its answer (raises ReplicaFailed or a replica's error).
+
+        A request whose replica stops responding is sent to another responsive replica:
+        nothing of it reached the client yet, and generation is deterministic, so the
+        answer is the one the first replica would have given. Each replica is tried once.
+        """
+        from runtime.accessors import get_parallel
+
+        tried: set[int] = set()
+        while True:
+            candidates = [r for r in self.replicas if r.index not in tried]
+            try:
+                replica = choose(candidates, get_parallel().load_balance_method, next(self._rr))
+            except ReplicaFailed:
+                if tried:
+                    raise ReplicaUnresponsive(
+                        f"replica(s) {', '.join(map(str, sorted(tried)))} stopped responding and no other replica"
+                        " is responsive -- the request was not served; retry later"
+                    ) from None
+                raise
+            tried.add(replica.index)
+            try:
+                return await asyncio.wrap_future(replica.submit(next(self._rids), args))
+            except ReplicaUnresponsive:
+                log.warning("dp.request_retried", replica=replica.index)
+                continue
+
+    # -- liveness ----------------------------------------------------------------------
+
+    def check_liveness(self, now: float | None = None) -> list[int]:
+        """Mark replicas unresponsive (or responsive again) from their reports; returns the ones whose state changed."""
+        from runtime.accessors import get_parallel
+
+        timeout = float(get_parallel().replica_stall_timeout_s)
+        changed = []
+        for replica in self.replicas:
+            if not replica.alive():
+                continue
+            stalled, why = replica.stalled_for(replica.clock() if now is None else now)
+            if stalled > timeout and not replica.unresponsive:
+                failed = replica.mark_unresponsive(why)
+                log.error("dp.replica_unresponsive", replica=replica.index, reason=why, requests_moved=failed)
+                changed.append(replica.index)
+            elif stalled <= timeout and replica.unresponsive and replica.mark_responsive():
+                log.info("dp.replica_responsive", replica=replica.index)
+                changed.append(replica.index)
+        return changed
+
+    def _watch(self) -> None:
+        from runtime.accessors import get_parallel
+
+        while True:
+            try:
+                interval = float(get_parallel().replica_heartbeat_interval_s)
+                self.check_liveness()
+            except Exception as exc:  # the config was unpublished at shutdown; one bad check must not end the watch
+                log.debug("dp.liveness_check_failed", error=repr(exc))
+                interval = 1.0
+            if self._stop_monitor.wait(interval):
+                return
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""
@@ -262,6 +397,14 @@ class DPController:
                 f" -- restart them with POST /replicas/<index>/restart, then retry"
             )
             raise ReplicaFailed(msg)
+        stuck = [r.index for r in self.replicas if r.unresponsive]
+        if stuck:
+            msg = (
+                f"cannot change the config while replica(s) {', '.join(map(str, stuck))} are not responding:"
+                " every replica must take part -- retry once /health shows them responsive, or stop them and"
+                " restart them with POST /replicas/<index>/restart"
+            )
+            raise ReplicaUnresponsive(msg)
         return self.group.propagate(source, **fields)
 
     def restart(self, index: int) -> dict[str, Any]:
@@ -329,7 +472,7 @@ class DPController:
 
     def health(self) -> tuple[bool, list[dict[str, Any]]]:
         rows = [r.describe() for r in self.replicas]
-        return all(row["alive"] for row in rows), rows
+        return all(row["alive"] and row["responsive"] for row in rows), rows
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -338,6 +481,10 @@ class DPController:
         if self._closed:
             return
         self._closed = True
+        monitor = getattr(self, "_monitor", None)
+        if monitor is not None:
+            self._stop_monitor.set()
+            monitor.join(5.0)
         self._stop_replicas()
         import torch.distributed as dist
 
@@ -359,10 +506,13 @@ class DPController:
 def choose(replicas: Sequence[Replica], method: str, turn: int) -> Replica:
     """The live replica for request number `turn`: in turn (round_robin), or the least busy (shortest_queue).
 
-    Raises ReplicaFailed when no replica is alive. Ties in shortest_queue go to the lowest index.
+    Raises ReplicaFailed when no replica is alive (ReplicaUnresponsive when some are, but none responds). Ties in shortest_queue go to the lowest index.
     """
-    alive = [r for r in replicas if r.alive()]
+    alive = [r for r in replicas if r.healthy()]
     if not alive:
+        if any(r.alive() for r in replicas):
+            msg = "no replica is responsive -- retry later; /health names the replicas that stopped responding"
+            raise ReplicaUnresponsive(msg)
         raise ReplicaFailed("no replica is alive -- restart them with POST /replicas/<index>/restart")
     if method == "shortest_queue":
         return min(alive, key=lambda r: (r.inflight, r.index))

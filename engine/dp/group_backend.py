@@ -31,8 +31,24 @@ class ReplicaGroupBackend:
         body: dict[str, Any] = {"status": "ok" if ok else "unhealthy", "queued": 0, "running": running, "replicas": rows}
         if not ok:
             dead = [row["replica"] for row in rows if not row["alive"]]
+            stuck = [row["replica"] for row in rows if row["alive"] and not row["responsive"]]
+            parts = []
+            if dead:
+                parts.append(
+                    f"replica(s) {', '.join(map(str, dead))} exited -- restart them with POST /replicas/<index>/restart"
+                )
+            if stuck:
+                parts.append(
+                    f"replica(s) {', '.join(map(str, stuck))} stopped responding -- they get no requests until they"
+                    " report progress again; stop and restart them if they do not"
+                )
+            body["detail"] = "; ".join(parts)
+        elif any(row["storage_degraded"] for row in rows):
+            degraded = [row["replica"] for row in rows if row["storage_degraded"]]
+            body["status"] = "degraded"
             body["detail"] = (
-                f"replica(s) {', '.join(map(str, dead))} exited -- restart them with POST /replicas/<index>/restart"
+                f"storage writes fail on replica(s) {', '.join(map(str, degraded))} -- pages are not being stored:"
+                " fix the storage directory or detach it"
             )
         return ok, body
 

@@ -7,6 +7,12 @@ controller says stop or the pipe closes (the controller died): a replica never
 outlives its controller. SIGINT is ignored so a Ctrl-C in the terminal reaches the
 controller, which then stops every replica in order.
 
+While it runs, a replica reports its progress to the controller every
+`replica_heartbeat_interval_s`: its finished scheduler steps, how many requests it
+holds and whether its storage tier is degraded. The controller marks a replica whose
+reports stop (a stopped or hung process), or whose steps stop while it holds
+requests, as unresponsive (`engine.dp.controller`).
+
 `StorageEffect` is the replica's side of a propagated HiCache attach or detach: the
 backend is opened on every replica before anyone commits (`prepare_attach`), made live
 on commit and released on abort, so replicas end all attached or all detached.
@@ -124,6 +130,9 @@ def replica_main(
     sender = _Sender(conn)
     sender.send(("ready", rank, os.getpid()))
     log.info("replica.ready", rank=rank, pid=os.getpid())
+    stopped = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True)
+    beat.start()
     pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix=f"replica{rank}")
     try:
         while True:
@@ -142,6 +151,7 @@ def replica_main(
         watchdog = threading.Timer(CLEANUP_TIMEOUT_S, os._exit, args=(3,))
         watchdog.daemon = True
         watchdog.start()
+        stopped.set()
         group.close()
         engine.shutdown()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -163,6 +173,26 @@ class _Sender:
                 self.conn.send(message)
             except (BrokenPipeError, OSError):
                 pass  # the controller is gone; the main loop sees EOF and stops
+
+
+def _heartbeat(engine: Any, sender: _Sender, stopped: threading.Event) -> None:
+    """Report progress to the controller until `stopped` is set; see the module docstring."""
+    from runtime.accessors import get_parallel
+
+    interval = float(get_parallel().replica_heartbeat_interval_s)
+    seq = 0
+    while True:
+        queued, running = engine.busy_counts()
+        storage = engine.storage_health()
+        info = {
+            "progress": engine.progress(),
+            "busy": queued + running,
+            "storage_degraded": bool(storage and storage.get("degraded")),
+        }
+        sender.send(("heartbeat", seq, info))
+        seq += 1
+        if stopped.wait(interval):
+            return
 
 
 def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:

@@ -211,6 +211,9 @@ class FakeReplica:
     def alive(self) -> bool:
         return self._alive
 
+    def healthy(self) -> bool:
+        return self._alive
+
 
 @pytest.mark.parametrize(
     ("method", "turns", "picked"),
