@@ -179,6 +179,7 @@ class StorageBase:
 BackendFactory = Callable[[Mapping[str, Any]], StorageBase]
 
 # name -> factory(extra_config); the names users may choose are the field's Literal
+# (each backend module registers itself on import; the package front door imports them all)
 STORAGE_BACKENDS: dict[str, BackendFactory] = {}
 
 
@@ -193,7 +194,6 @@ def create_storage_backend(name: str, extra_config: Mapping[str, Any] | None = N
     The error names the config field at fault, the value given and what to do, and
     nothing is left behind (no directory created for an unknown backend).
     """
-    _ensure_builtins()
     if not isinstance(name, str) or name not in STORAGE_BACKENDS:
         known = sorted(STORAGE_BACKENDS)
         hint = did_you_mean(str(name), known) if isinstance(name, str) else ""
@@ -225,11 +225,6 @@ def check_options(backend: str, extra_config: Mapping[str, Any], allowed: tuple[
                 f" -- known options: {', '.join(allowed)}{hint}"
             )
             raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.{key}", value=extra_config[key])
-
-
-def _ensure_builtins() -> None:
-    # imported here: the backend modules import this one for StorageBase
-    from mem_cache.hicache import file_storage, memory_storage  # noqa: F401
 
 
 __all__ = [
