@@ -29,7 +29,7 @@ PROG = "sgconf"
 # Commands implemented elsewhere: name -> (module, what it does). Each module has `main(argv) -> int`.
 DELEGATED = {
     "plan": ("mem_cache.plan_cli", "print the KV memory plan for a model and config"),
-    "serve": ("runtime.serve", "run the embedded runtime and its HTTP control plane"),
+    "serve": ("engine.serve", "run the embedded runtime and its HTTP control plane"),
 }
 
 
