@@ -6,7 +6,7 @@
     6       2     key length in bytes (K)
     8       8     payload length in bytes (N)
     16      4     crc32 of MAC + key + payload
-    20      32    MAC: keyed BLAKE2b-256 of bytes 0..16, the key and the payload
+    20      32    MAC: HMAC-SHA256 of bytes 0..16, the key and the payload
     52      K     key, utf-8
     52+K    N     payload (the page's KV bytes, see host_pool.py for the order)
 
@@ -17,8 +17,9 @@ one someone else wrote: a page with a valid checksum but a wrong MAC, or a valid
 moved under another key, raises `ForgedPageError`. Either way the caller treats the
 page as missing: it costs a recompute, never a wrong output.
 
-Keyed BLAKE2b rather than HMAC-SHA256: it is a MAC by construction (one pass, no
-inner/outer hash) and `hashlib` ships it everywhere.
+HMAC-SHA256 rather than keyed BLAKE2b: both are in the standard library, but CPUs with
+SHA extensions (most x86 servers) run SHA-256 about twice as fast as BLAKE2b, and the
+MAC is on the path of every stored and every loaded page.
 """
 
 from __future__ import annotations
@@ -67,13 +68,12 @@ class PageCodec:
         return self.mac_key is not None
 
     def __repr__(self) -> str:  # never show the key
-        return f"<PageCodec {'blake2b-mac' if self.mac_key else 'unauthenticated'}>"
+        return f"<PageCodec {'hmac-sha256' if self.mac_key else 'unauthenticated'}>"
 
     def _mac(self, prefix: bytes, kb: bytes, payload: bytes | memoryview) -> bytes:
         if self.mac_key is None:
             return _NO_MAC
-        h = hashlib.blake2b(key=self.mac_key, digest_size=MAC_SIZE, person=b"sgconf-kvpage")
-        h.update(prefix)
+        h = hmac.new(self.mac_key, prefix, hashlib.sha256)
         h.update(kb)
         h.update(payload)
         return h.digest()

@@ -230,7 +230,7 @@ class StorageBase:
         return {
             "backend": self.name,
             **self._location(),
-            "authentication": "blake2b-mac" if self.codec.authenticated else "none",
+            "authentication": "hmac-sha256" if self.codec.authenticated else "none",
             "mac_key_source": self.key_source,
             **health,
         }

@@ -83,7 +83,7 @@ def test_unauthenticated_codec_checks_only_the_crc():
     """Without a key the MAC is not checked (it costs nothing); the repr never shows a key."""
     plain = PageCodec.unauthenticated()
     assert plain.decode("abc", reframe(codec.encode("abc", b"1"), payload=b"2")) == b"2"
-    assert repr(codec) == "<PageCodec blake2b-mac>"
+    assert repr(codec) == "<PageCodec hmac-sha256>"
     assert KEY.hex() not in repr(codec)
     with pytest.raises(ValueError, match="16 to 64 bytes"):
         PageCodec(b"short")
