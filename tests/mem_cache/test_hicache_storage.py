@@ -367,7 +367,7 @@ def test_failed_writes_back_off_log_once_and_recover(tmp_path):
     blocker.write_text("a file where the fan-out directory goes: every write there fails")
     tried = []
     with capture_logs() as logs:
-        for step in range(40):  # 10 s in steps of 0.25 s
+        for _ in range(40):  # 10 s in steps of 0.25 s
             before = store.stats.write_errors
             assert store.put(KEY, b"x") is False
             if store.stats.write_errors > before:
