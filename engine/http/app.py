@@ -1,7 +1,8 @@
 """The HTTP control plane: one FastAPI app for one engine or a replica group (`create_app(backend)`).
 
 Routes:
-  GET    /health                    liveness (503 when a replica is gone)
+  GET    /health                    liveness (503 when a replica is gone or unresponsive;
+                                    "degraded" while storage writes fail)
   GET    /server_info               resolved config with overrides (redacted), generation,
                                     fingerprint, overrides log, provenance of overridden
                                     fields, the startup values, every rank, pools and stats
