@@ -39,14 +39,15 @@ from runtime.overrides import (
     shown,
 )
 from runtime.roles import Mode, check_role, make_view, mode_from_env
-from runtime.snapshot import BAG_NAMES, Snapshot, fingerprint_of
+from runtime.snapshot import Snapshot, fingerprint_of, snapshot_class
+from sgconf.dump import plain
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.loading import explain as launch_explain
 from sgconf.provenance import Origin
-from sgconf.record import ServerArgs
-from sgconf.registry import FieldInfo, field_info, fields, group_children
+from sgconf.registry import FieldInfo
 from sgconf.resolution import Resolved, resolve_once
 from sgconf.rules import check_rules
+from sgconf.schema import Schema, schema_of
 from sgconf.suggest import did_you_mean
 from sgconf.validation import convert_fields
 
@@ -55,16 +56,6 @@ log = structlog.get_logger("sgconf.runtime")
 # Writers serialize here; re-entrant so a restore may run inside a publish's error path.
 _lock = threading.RLock()
 _current: RuntimeContext | None = None
-
-# namespace path -> (top-level bag, attribute inside a group bag or None), for copy-on-write
-_ROUTES: dict[str, tuple[str, str | None]] = {}
-for _top in BAG_NAMES:
-    _children = group_children(_top)
-    if _children:
-        for _attr, _path in _children.items():
-            _ROUTES[_path] = (_top, _attr)
-    else:
-        _ROUTES[_top] = (_top, None)
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -99,7 +90,7 @@ class RuntimeContext:
     `snapshot()`; change hot fields through `override()`.
     """
 
-    __slots__ = ("role", "record", "resolved", "model", "role_mode", "_state", "_subscribers", "_fingerprint")
+    __slots__ = ("role", "record", "resolved", "model", "role_mode", "schema", "_state", "_subscribers", "_fingerprint")
 
     def __init__(self, record: Any, resolved: Resolved, *, role: str, role_mode: Mode) -> None:
         self.role = role
@@ -107,7 +98,10 @@ class RuntimeContext:
         self.resolved = resolved
         self.model: Mapping[str, Any] | None = resolved.model
         self.role_mode: Mode = role_mode
-        snapshot = Snapshot.from_bags(0, resolved.bags())
+        schema = schema_of(record)
+        assert schema is not None, "publish() checks the record"
+        self.schema: Schema = schema  # the schema the record belongs to: names, routes, bags and roles
+        snapshot = snapshot_class(schema).from_bags(0, resolved.bags())
         self._state = _State(
             snapshot=snapshot,
             view=make_view(snapshot, role, role_mode),
@@ -135,7 +129,7 @@ class RuntimeContext:
 
     def value(self, name: str) -> Any:
         """The current value of one flat field (overrides applied); raises UnknownFieldError."""
-        field_info(name)
+        self.schema.field_info(name)
         return self._state.flat[name]
 
     def fingerprint(self) -> str:
@@ -144,23 +138,24 @@ class RuntimeContext:
         cached = self._fingerprint
         if cached is not None and cached[0] is state.snapshot:
             return cached[1]
-        digest = fingerprint_of(state.flat.copy())
+        digest = fingerprint_of(state.flat.copy(), self.schema)
         self._fingerprint = (state.snapshot, digest)
         return digest
 
     def resolved_dict(self, redact: bool = True) -> dict[str, Any]:
         """The resolved config with overrides applied, nested by namespace; secrets `"***"` when `redact`."""
         flat = self._state.flat
+        routes = self.schema.routes()
         out: dict[str, Any] = {}
-        for name, info in fields().items():
-            top, child = _ROUTES[info.namespace]
+        for name, info in self.schema.fields().items():
+            top, child = routes[info.namespace]
             target = out.setdefault(top, {})
             if child is not None:
                 target = target.setdefault(child, {})
             value = flat[name]
             if redact:
-                value = shown(name, value)
-            target[name] = dict(value) if isinstance(value, dict) else value
+                value = shown(name, value, self.schema)
+            target[name] = plain(value)  # plain lists and objects, never the frozen ones
         return out
 
     def overrides_log(self) -> tuple[OverrideRecord, ...]:
@@ -172,7 +167,7 @@ class RuntimeContext:
 
         Raises UnknownFieldError (with a did-you-mean) for an undeclared name.
         """
-        info = field_info(name)
+        info = self.schema.field_info(name)
         chain = list(launch_explain(self.record, name, self.resolved))
         for rec, change in iter_changes(self._state.log(), name):
             chain.append(Origin(rec.layer, rec.source, change.new, rec.generation, rec.time, secret=info.spec.secret))
@@ -251,7 +246,9 @@ class RuntimeContext:
                 self._swap(saved)
                 self._subscribers = saved_subscribers
             back = tuple(
-                FieldChange(n, before.flat[n], saved.flat[n]) for n in saved.flat if before.flat[n] != saved.flat[n]
+                FieldChange(n, before.flat[n], saved.flat[n], secret=self.schema._fields[n].spec.secret)
+                for n in saved.flat
+                if before.flat[n] != saved.flat[n]
             )
             if back:
                 rec = OverrideRecord("scoped.restore", "scoped", saved.snapshot.generation, time.time(), back)
@@ -269,7 +266,7 @@ class RuntimeContext:
         if fields is not None:
             names = [fields] if isinstance(fields, str) else list(fields)
             for name in names:
-                field_info(name)
+                self.schema.field_info(name)
             wanted = frozenset(names)
         sub = Subscription(self, callback, wanted)
         with _lock:
@@ -298,7 +295,7 @@ class RuntimeContext:
             raise ConfigError([Problem("$", f"override from {source!r} names no fields -- pass field=value pairs")])
         state = self._state
         origin = f"from override {source}"
-        infos = fields()
+        infos = self.schema._fields
         problems: list[Problem] = []
         unknown = refused = False
         converted: dict[str, Any] = {}
@@ -313,7 +310,7 @@ class RuntimeContext:
                 refused = True
                 problems.append(Problem(info.path, _refusal(info, raw, source), origin))
                 continue
-            good, bad = convert_fields({name: raw}, {name: origin})
+            good, bad = convert_fields({name: raw}, {name: origin}, schema=self.schema)
             problems.extend(bad)
             converted.update(good)
         header = f"override from {source!r} rejected, nothing changed"
@@ -322,11 +319,13 @@ class RuntimeContext:
             raise cls(problems, header=header)
         would = state.flat.copy()
         would.update(converted)
-        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted))
+        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema)
         if broken:
             raise ConfigError(broken, header=header)
-        changes = tuple(FieldChange(name, state.flat[name], new) for name, new in converted.items())
-        snapshot = _evolve(state.snapshot, converted, infos)
+        changes = tuple(
+            FieldChange(name, state.flat[name], new, secret=infos[name].spec.secret) for name, new in converted.items()
+        )
+        snapshot = _evolve(state.snapshot, converted, infos, self.schema.routes())
         return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
 
     def _commit_locked(self, proposal: OverrideProposal) -> OverrideReceipt:
@@ -395,13 +394,13 @@ class RuntimeContext:
                 last = state.last_set.get(change.name)
                 if last is receipt.record:
                     continue
-                info = field_info(change.name)
+                info = self.schema.field_info(change.name)
                 if last is None or receipt.record not in state.log():
                     why = "that override is no longer applied (a scope or restore dropped it)"
                 else:
                     why = f"changed since by {last.source!r} at generation {last.generation}"
                 msg = (
-                    f"cannot revert '{change.name}' to {shown(change.name, change.old)!r}: {why} "
+                    f"cannot revert '{change.name}' to {shown(change.name, change.old, self.schema)!r}: {why} "
                     "-- revert the later override first, or override the field directly"
                 )
                 problems.append(Problem(info.path, msg, f"from override {receipt.source}"))
@@ -426,24 +425,29 @@ def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
     )
     return (
         f"'{info.name}' is not hot and source {source!r} is not on its allow-list "
-        f"(got {shown(info.name, raw)!r}) -- {hint}"
+        f"(got {'***' if info.spec.secret and raw is not None else raw!r}) -- {hint}"
     )
 
 
-def _evolve(snapshot: Snapshot, values: Mapping[str, Any], infos: Mapping[str, FieldInfo]) -> Snapshot:
+def _evolve(
+    snapshot: Snapshot,
+    values: Mapping[str, Any],
+    infos: Mapping[str, FieldInfo],
+    routes: Mapping[str, tuple[str, str | None]],
+) -> Snapshot:
     """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
     by_path: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
         by_path.setdefault(infos[name].namespace, {})[name] = value
     tops: dict[str, Any] = {}
     for path, changed in by_path.items():
-        top, child = _ROUTES[path]
+        top, child = routes[path]
         bag = tops.get(top, getattr(snapshot, top))
         if child is None:
             tops[top] = attrs.evolve(bag, **changed)
         else:
             tops[top] = attrs.evolve(bag, **{child: attrs.evolve(getattr(bag, child), **changed)})
-    return attrs.evolve(snapshot, generation=snapshot.generation + 1, **tops)
+    return attrs.evolve(snapshot, generation=snapshot.generation + 1, **tops)  # type: ignore[misc]
 
 
 # -- the process-wide owner ----------------------------------------------------------------
@@ -453,18 +457,22 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
     """Resolve `record` once and make it the live config of this process, generation 0.
 
     `model` is the HF-style config mapping handed to `resolve_once` (None: read from
-    model_path). Re-publishing replaces everything (last publish wins) and logs
-    `config.republish` with the overrides it dropped. Raises ConfigError for an unknown
-    role or a bad `SGCONF_ROLE_NAMESPACES`, ResolutionError when resolution fails,
-    TypeError for anything but a ServerArgs; on any error the previous context stays live.
+    model_path). `record` is a record of any frozen schema, or an instance of a dataclass
+    adopted with `sgconf.from_dataclass` (converted and checked first). Re-publishing
+    replaces everything (last publish wins) and logs `config.republish` with the overrides
+    it dropped. Raises ConfigError for an unknown role, a bad value in an adopted instance
+    or a bad `SGCONF_ROLE_NAMESPACES`, ResolutionError when resolution fails, TypeError
+    for anything else; on any error the previous context stays live.
     """
-    if not isinstance(record, ServerArgs):
+    schema = schema_of(record)
+    if schema is None:
         msg = (
-            f"publish() takes a ServerArgs record, got {type(record).__name__} "
-            "-- build one with sgconf.loading.load(...) or sgconf.validation.build_record(...)"
+            f"publish() takes a record of an sgconf schema (a ServerArgs), got {type(record).__name__} "
+            "-- build one with sgconf.load(...) or schema.load(...), or adopt your dataclass with sgconf.from_dataclass"
         )
         raise TypeError(msg)
-    check_role(role)
+    record = schema.as_record(record)
+    check_role(role, schema)
     mode = mode_from_env()
     resolved = resolve_once(record, model)
     ctx = RuntimeContext(record, resolved, role=role, role_mode=mode)

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.registry import fields
+from sgconf.frozen import thaw
+from sgconf.registry import serving
 
 if TYPE_CHECKING:
     from runtime.context import RuntimeContext, _State
+    from sgconf.schema import Schema
 
 REVERT_PREFIX = "revert:"
 
@@ -26,9 +28,9 @@ def inner_source(source: str) -> str:
     return source
 
 
-def shown(name: str, value: Any) -> Any:
-    """A value as it may be logged or served: secrets that are set become `'***'`."""
-    info = fields().get(name)
+def shown(name: str, value: Any, schema: Schema | None = None) -> Any:
+    """A value as it may be logged or served: secrets of `schema` (the serving one) that are set become `'***'`."""
+    info = (schema or serving())._fields.get(name)
     if info is not None and info.spec.secret and value is not None:
         return "***"
     return value
@@ -41,9 +43,16 @@ class FieldChange:
     name: str
     old: Any
     new: Any
+    # whether the field is secret in its schema (so the change redacts itself in logs and dumps)
+    secret: bool | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     def redacted(self) -> dict[str, Any]:
-        return {"old": shown(self.name, self.old), "new": shown(self.name, self.new)}
+        """`{"old": ..., "new": ...}` as plain data (lists and dicts), secrets `'***'`."""
+        if self.secret is None:
+            return {"old": thaw(shown(self.name, self.old)), "new": thaw(shown(self.name, self.new))}
+        if not self.secret:
+            return {"old": thaw(self.old), "new": thaw(self.new)}
+        return {"old": None if self.old is None else "***", "new": None if self.new is None else "***"}
 
 
 @attrs.frozen(slots=True)

@@ -16,8 +16,9 @@ from typing import Any
 from runtime import context as _context
 from runtime.context import RuntimeContext
 from runtime.roles import check_role, mode_from_env
-from sgconf.registry import fields
+from sgconf.registry import serving
 from sgconf.resolution import resolve_once
+from sgconf.schema import Schema
 from sgconf.validation import build_record
 
 SOURCE = "override_server_args"
@@ -32,14 +33,24 @@ class ServerArgsOverride(contextlib.ContextDecorator):
     """Publishes a fresh test record carrying the given fields; `restore()` brings back the exact previous context.
 
     The record is the currently published one (defaults when nothing is published) with
-    the fields on top, so nested overrides accumulate. The previous context object is
-    put back untouched: its record, bags, overrides log, role, generation and subscribers.
+    the fields on top, so nested overrides accumulate. `schema` picks the schema when
+    nothing of it is published (default: the published one, else the serving schema);
+    a published record of another schema is not built upon. The previous context object
+    is put back untouched: its record, bags, overrides log, role, generation and subscribers.
     """
 
-    def __init__(self, fields: Mapping[str, Any], *, role: str = "test", model: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        fields: Mapping[str, Any],
+        *,
+        role: str = "test",
+        model: Mapping[str, Any] | None = None,
+        schema: Schema | None = None,
+    ) -> None:
         self.fields = dict(fields)
         self.role = role
         self.model = model
+        self.schema = schema
         self.context: RuntimeContext | None = None
         self._saved: Any = _NOT_INSTALLED
 
@@ -47,12 +58,16 @@ class ServerArgsOverride(contextlib.ContextDecorator):
         """Build, resolve and publish the test record; raises ConfigError (nothing changed) on bad fields."""
         if self._saved is not _NOT_INSTALLED:
             raise RuntimeError("override_server_args is already installed -- restore() it before installing again")
-        check_role(self.role)
+        live = _context._current
+        schema = self.schema or (live.schema if live is not None else serving())
+        check_role(self.role, schema)
         mode = mode_from_env()
         with _context._lock:
-            base = _context._current.record if _context._current is not None else None
+            live = _context._current
+            base = live.record if live is not None and live.schema is schema else None
             # build and resolve first: a bad name or value fails before anything changes
-            record = build_record(self.fields, dict.fromkeys(self.fields, f"from {SOURCE}"), base=base)
+            sources = dict.fromkeys(self.fields, f"from {SOURCE}")
+            record = build_record(self.fields, sources, base=base, schema=schema)
             resolved = resolve_once(record, self.model)
             ctx = RuntimeContext(record, resolved, role=self.role, role_mode=mode)
             self._saved = _context._install(ctx)
@@ -83,7 +98,7 @@ class ServerArgsOverride(contextlib.ContextDecorator):
 
     def _recreate_cm(self) -> ServerArgsOverride:
         # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
-        return ServerArgsOverride(self.fields, role=self.role, model=self.model)
+        return ServerArgsOverride(self.fields, role=self.role, model=self.model, schema=self.schema)
 
     @property
     def installed(self) -> bool:
@@ -101,15 +116,22 @@ class ServerArgsOverride(contextlib.ContextDecorator):
 
 
 def override_server_args(
-    *, role: str = "test", model: Mapping[str, Any] | None = None, **fields: Any
+    values: Mapping[str, Any] | None = None,
+    /,
+    *,
+    role: str = "test",
+    model: Mapping[str, Any] | None = None,
+    schema: Schema | None = None,
+    **fields: Any,
 ) -> ServerArgsOverride:
     """A test config with `fields` set; use as a context manager, decorator, or `install()`/`restore()`.
 
     `role` (default "test") and `model` (an HF-style config mapping) are passed to publish;
-    every other keyword is a field. Unknown names and bad values raise ConfigError on
-    install, before anything changes.
+    `schema` chooses the schema when the published one is not it (see ServerArgsOverride);
+    every other keyword is a field, and `values` holds fields whose names clash with these
+    options. Unknown names and bad values raise ConfigError on install, before anything changes.
     """
-    return ServerArgsOverride(fields, role=role, model=model)
+    return ServerArgsOverride({**(values or {}), **fields}, role=role, model=model, schema=schema)
 
 
 def install_depth() -> int:
@@ -122,8 +144,8 @@ def _forget_installs(keep: int = 0) -> None:
     del _stack[keep:]
 
 
-if {"role", "model"} & set(fields()):  # pragma: no cover - guards a future declaration
-    raise TypeError("a field named 'role' or 'model' would clash with override_server_args options")
+if {"role", "model", "schema"} & set(serving().field_names()):  # pragma: no cover - guards a future declaration
+    raise TypeError("a field named 'role', 'model' or 'schema' would clash with override_server_args options")
 
 
 __all__ = ["ServerArgsOverride", "install_depth", "override_server_args"]
