@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check sgconf runtime mem_cache attention tools tests benchmarks
-	$(BIN)/mypy sgconf runtime mem_cache attention tools
+	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks
+	$(BIN)/mypy sgconf runtime mem_cache attention engine tools
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check

@@ -1,7 +1,7 @@
-"""runtime: the published context, accessors, roles, testing helpers, engine and HTTP control plane.
+"""runtime: the config core at run time: the published context, accessors, roles, testing helpers.
 
-`import runtime` stays light: no torch, FastAPI or uvicorn (the engine and the server
-import them lazily).
+`import runtime` stays light: no torch, FastAPI or uvicorn (the serving engine that
+uses it lives in the top-level `engine` package).
 """
 
 from runtime.accessors import (

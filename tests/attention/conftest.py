@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from attention import ForwardBatch, SimpleRunner, TorchNativeBackend
+from engine.model import ModelShape
 from mem_cache.allocator import PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator
 from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool, SWAKVPool
-from runtime.model import ModelShape
 
 WINDOW = 8
 Q_HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from attention import AttentionLayer, layer_window
+from engine.model import ModelShape
 from mem_cache.model_shape import model_shape_from_config
-from runtime.model import ModelShape
 from sgconf.models import builtin_model_config
 
 

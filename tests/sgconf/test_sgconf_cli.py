@@ -183,9 +183,9 @@ def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[s
     import types
 
     seen: list[list[str]] = []
-    fake = types.ModuleType("runtime.serve")
+    fake = types.ModuleType("engine.serve")
     fake.main = lambda argv: seen.append(argv) or 7  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "runtime.serve", fake)
+    monkeypatch.setitem(sys.modules, "engine.serve", fake)
     assert run(capsys, "serve", "--port", "9")[0] == 7
     assert seen == [["--port", "9"]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.model import (
+from engine.model import (
     FULL,
     SLIDING,
     ByteTokenizer,

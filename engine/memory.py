@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from runtime.model import ModelShape
+from engine.model import ModelShape
 
 CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64

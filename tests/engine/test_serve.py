@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from runtime.serve import load_serve_record
+from engine.serve import load_serve_record
 
 
 def free_port() -> int:

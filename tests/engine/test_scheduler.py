@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 import attrs
 import pytest
 
-from runtime.engine import Engine
-from runtime.model import reference_generate
-from runtime.scheduler import Req, Scheduler
+from engine.engine import Engine
+from engine.model import reference_generate
+from engine.scheduler import Req, Scheduler
 
 MakeScheduler = Callable[..., tuple[Engine, Scheduler]]
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.engine import Engine
-from runtime.model import reference_generate
+from engine.engine import Engine
+from engine.model import reference_generate
 
 PROMPT = "Sliding windows forget the distant past."  # 40 tokens
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from runtime.scheduler import Req, sample
+from engine.scheduler import Req, sample
 
 
 class SpeculativeWorker:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.prefix_cache import PrefixCache
+from mem_cache.prefix_cache import PrefixCache
 
 
 class Freed(list):

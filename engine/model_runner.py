@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from runtime.model import ModelShape, TinyTransformer
+from engine.model import ModelShape, TinyTransformer
 
 
 class ModelRunner:

@@ -23,28 +23,12 @@ import attrs
 import structlog
 import torch
 
-from runtime.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
-from runtime.prefix_cache import PrefixCache
-from runtime.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
+from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
+from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class EngineBusy(RuntimeError):
-    """Raised when an operation that needs an idle engine finds requests queued or running."""
-
-    def __init__(self, message: str, *, queued: int, running: int) -> None:
-        super().__init__(message)
-        self.queued = queued
-        self.running = running
-
-
-class EngineStopped(RuntimeError):
-    """Raised when a request reaches an engine that was shut down."""
-
-
-class GenerationError(RuntimeError):
-    """Raised when a request fails inside the engine (it did not fit the KV pool)."""
 
 
 @attrs.frozen(slots=True)
@@ -97,7 +81,7 @@ class Engine:
         self._paused = False
         self._started = time.time()
 
-        from runtime.memory import build_memory
+        from engine.memory import build_memory
 
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
@@ -113,7 +97,7 @@ class Engine:
             )
         self.hicache = None
         if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
-            from runtime.hicache_bridge import HiCacheBridge
+            from engine.hicache_bridge import HiCacheBridge
 
             self.hicache = HiCacheBridge.create(self, snap)
         # resolution always decides the chunk size, so a None here is a bug, not user input
@@ -153,7 +137,7 @@ class Engine:
 
     def _make_runner(self, model: TinyTransformer, pool: Any, *, is_draft: bool) -> Any:
         from attention import create_attention_backend
-        from runtime.model_runner import ModelRunner
+        from engine.model_runner import ModelRunner
 
         return ModelRunner(
             model,
@@ -169,7 +153,7 @@ class Engine:
     def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
         if snap.spec.speculative_algorithm is None:
             return None
-        from runtime.speculative import SpeculativeWorker
+        from engine.speculative import SpeculativeWorker
 
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
@@ -218,6 +202,25 @@ class Engine:
         Raises RequestRejected for a request that can never fit, EngineStopped after
         shutdown, GenerationError when the request failed inside the engine.
         """
+        req = self.submit(
+            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos
+        )
+        return self.wait(req, timeout=timeout)
+
+    def submit(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Req:
+        """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
+
+        With the loop paused (`pause()`), queued requests run only when `step()` is
+        called, which lets a caller fix the exact interleaving of a batch.
+        """
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
@@ -241,6 +244,10 @@ class Engine:
                 raise EngineStopped("the engine is shut down -- start a new one")
             self.scheduler.submit(req)
             self._wake.notify()
+        return req
+
+    def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
+        """Wait for a submitted request and return its result; raises like `generate`."""
         if not req.done.wait(timeout):
             raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
         if req.error is not None:
@@ -248,6 +255,17 @@ class Engine:
                 raise EngineStopped(req.error)
             raise GenerationError(req.error)
         return self._result(req)
+
+    def step(self) -> bool:
+        """Run one scheduler step on a paused engine; returns whether anything ran.
+
+        The loop thread never steps while paused, so a test (or a tool) that calls this
+        decides alone which requests share each step.
+        """
+        with self._wake:
+            if not self._paused:
+                raise RuntimeError("step() drives a paused engine -- call pause() first")
+            return self.scheduler.step()
 
     def _result(self, req: Req) -> GenerateResult:
         end = req.finished_at or time.perf_counter()

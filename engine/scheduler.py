@@ -42,13 +42,10 @@ import structlog
 import torch
 
 from attention.forward_batch import ForwardBatch
-from runtime.prefix_cache import PrefixCache
+from engine.errors import RequestRejected
+from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class RequestRejected(ValueError):
-    """Raised when a request can never run here (too long for the context or the KV pool)."""
 
 
 @attrs.frozen(slots=True)

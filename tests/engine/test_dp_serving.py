@@ -33,7 +33,9 @@ def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     """A 2-replica controller with enforced role namespaces; replica i works in tmp/replica<i>."""
     from fastapi.testclient import TestClient
 
-    from runtime.dp_controller import DPController, create_dp_app
+    from engine.dp.controller import DPController
+    from engine.dp.group_backend import ReplicaGroupBackend
+    from engine.http.app import create_app
     from runtime.testing import override_server_args
 
     monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
@@ -44,7 +46,7 @@ def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     ):
         controller = DPController(workdirs=lambda i: str(tmp_path / f"replica{i}"))
         try:
-            with TestClient(create_dp_app(controller)) as client:
+            with TestClient(create_app(ReplicaGroupBackend(controller))) as client:
                 yield controller, client, tmp_path
         finally:
             controller.shutdown()
@@ -219,7 +221,7 @@ class FakeReplica:
 )
 def test_choose_routes_among_live_replicas(method: str, turns: list[int], picked: list[int]) -> None:
     """Routing skips exited replicas; round robin takes turns, shortest queue the fewest in flight."""
-    from runtime.dp_controller import choose
+    from engine.dp.controller import choose
 
     replicas = [FakeReplica(0, 5), FakeReplica(1, 0, alive=False), FakeReplica(2, 3), FakeReplica(3, 1)]
     assert [choose(replicas, method, t).index for t in turns] == picked  # type: ignore[arg-type]
@@ -227,7 +229,8 @@ def test_choose_routes_among_live_replicas(method: str, turns: list[int], picked
 
 def test_choose_with_no_live_replica_says_how_to_recover() -> None:
     """With every replica down the request fails with the restart route named."""
-    from runtime.dp_controller import ReplicaFailed, choose
+    from engine.dp.controller import choose
+    from engine.errors import ReplicaFailed
 
     with pytest.raises(ReplicaFailed, match=r"^no replica is alive -- restart them with POST /replicas/<index>/restart$"):
         choose([FakeReplica(0, 0, alive=False)], "round_robin", 0)  # type: ignore[list-item]
@@ -247,7 +250,7 @@ def test_answer_for_a_cancelled_request_does_not_stop_the_reader() -> None:
     """A caller that went away is skipped; the replica's next answers still reach their callers."""
     import multiprocessing
 
-    from runtime.dp_controller import Replica
+    from engine.dp.controller import Replica
 
     ours, theirs = multiprocessing.Pipe()
     replica = Replica(0, FakeProcess(), ours)

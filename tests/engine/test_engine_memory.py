@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.memory import CPU_KV_BUDGET_BYTES, build_memory
+from engine.model import ModelShape
 from mem_cache.errors import InsufficientMemoryError
 from runtime import get_context, override_server_args
-from runtime.memory import CPU_KV_BUDGET_BYTES, build_memory
-from runtime.model import ModelShape
 from sgconf.models import builtin_model_config
 
 

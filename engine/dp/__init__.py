@@ -1,0 +1,1 @@
+"""engine.dp: data-parallel replicas and the controller that routes to them."""

@@ -1,0 +1,190 @@
+"""The HTTP control plane: one FastAPI app for one engine or a replica group (`create_app(backend)`).
+
+Routes:
+  GET    /health                    liveness (503 when a replica is gone)
+  GET    /server_info               resolved config with overrides (redacted), generation,
+                                    fingerprint, overrides log, provenance of overridden
+                                    fields, the startup values, every rank, pools and stats
+  POST   /generate                  text or token ids in, tokens out (api_key when set)
+  GET    /hicache/storage-backend   attached backend and policies            (admin)
+  PUT    /hicache/storage-backend   attach (override source `hicache.attach`) (admin)
+  DELETE /hicache/storage-backend   detach (override source `hicache.detach`) (admin)
+  POST   /config/overrides          override `hot` fields                     (admin)
+  POST   /replicas/<index>/restart  start an exited replica again             (admin)
+  POST   /replicas/<index>/resync   bring a running replica up to date        (admin)
+
+Admin routes need `Authorization: Bearer <admin_api_key>` (compared in constant time):
+401 without it, 403 with a wrong one, and 403 with an explanation when the server has
+no admin key at all. Bad bodies get 400 (not JSON) or 422 with one `$.namespace.field:
+reason` line per problem; nothing changes then. Every other failure is answered by the
+type of its exception (`engine.http.problems`); no traceback ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from engine.http.auth import require_admin, require_api_key
+from engine.http.backend import ServingBackend
+from engine.http.bodies import (
+    ATTACH_FIELDS,
+    GENERATE_FIELDS,
+    attach_fields,
+    generate_args,
+    json_object,
+)
+from engine.http.problems import HTTPProblem, install_error_handlers
+from runtime.context import get_context
+from sgconf.registry import field_info
+
+log = structlog.get_logger(__name__)
+
+OVERRIDE_SOURCE = "http.config_overrides"
+
+
+def create_app(backend: ServingBackend) -> FastAPI:
+    """The FastAPI app serving `backend`; see the module docstring for the routes."""
+    app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.backend = backend
+    install_error_handlers(app)
+    _install_request_log(app)
+    _add_public_routes(app, backend)
+    _add_storage_routes(app, backend)
+    _add_config_routes(app, backend)
+    return app
+
+
+def _install_request_log(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def _log_requests(request: Request, call_next: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception as exc:  # reported as 500 by the handler; log it once here
+            log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
+            raise
+        log.info(
+            "http.request",
+            method=request.method,
+            path=request.url.path,
+            status=response.status_code,
+            duration_ms=round((time.perf_counter() - start) * 1000, 2),
+        )
+        return response
+
+
+def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        ok, body = backend.health()
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    @app.get("/server_info")
+    async def server_info(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        described = await run_in_threadpool(backend.describe)
+        return {**config_report(), "dp_size": backend.dp_size, **described}
+
+    @app.post("/generate")
+    async def generate(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
+        body = await backend.generate(args)
+        meta = body["meta_info"]
+        log.info("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
+                 cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
+        return body
+
+
+def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
+    @app.get("/hicache/storage-backend")
+    async def storage_status(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        return await run_in_threadpool(backend.storage_status)
+
+    @app.put("/hicache/storage-backend")
+    async def attach(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
+        applied = await run_in_threadpool(lambda: backend.attach(fields))
+        log.info("http.hicache_attach", backend=fields["hicache_storage_backend"], generation=applied.generation)
+        status = await run_in_threadpool(backend.storage_status)
+        return {"status": "attached", **status, **applied.as_dict()}
+
+    @app.delete("/hicache/storage-backend")
+    async def detach(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        applied = await run_in_threadpool(backend.detach)
+        status = await run_in_threadpool(backend.storage_status)
+        if applied is None:
+            return {"status": "not_attached", **status, "generation": get_context().generation}
+        return {"status": "detached", **status, **applied.as_dict()}
+
+
+def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
+    @app.post("/config/overrides")
+    async def overrides(request: Request) -> dict[str, Any]:
+        require_admin(request)
+        body = await json_object(request, None)
+        if not body:
+            errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
+            raise HTTPProblem(422, "no fields to override", errors=errors)
+        applied = await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
+        return {"status": "applied", **applied.as_dict()}
+
+    @app.post("/replicas/{index}/restart")
+    async def restart(request: Request, index: int) -> dict[str, Any]:
+        require_admin(request)
+        row = await run_in_threadpool(lambda: backend.restart_replica(index))
+        return {"status": "restarted", **row}
+
+    @app.post("/replicas/{index}/resync")
+    async def resync(request: Request, index: int) -> dict[str, Any]:
+        require_admin(request)
+        row = await run_in_threadpool(lambda: backend.resync_replica(index))
+        return {"status": "resynced", **row}
+
+
+def config_report() -> dict[str, Any]:
+    """The published config as `/server_info` shows it: values, generation, overrides and their provenance."""
+    ctx = get_context()
+    overrides_log = ctx.overrides_log()
+    changed = sorted({c.name for rec in overrides_log for c in rec.changes})
+    provenance = {}
+    for name in changed:
+        secret = field_info(name).spec.secret
+        provenance[name] = [
+            {"layer": o.layer, "detail": o.detail, "value": "***" if secret and o.value is not None else o.value,
+             "generation": o.generation}
+            for o in ctx.explain(name)
+        ]
+    # the value each overridden field had at startup: the winner of the launch layers
+    startup = {name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
+               for name, chain in provenance.items()}
+    return {
+        "config": ctx.resolved_dict(redact=True),
+        "generation": ctx.generation,
+        "fingerprint": ctx.fingerprint(),
+        "overrides": [rec.as_dict(redact=True) for rec in overrides_log],
+        "provenance": provenance,
+        "startup_values": startup,
+    }
+
+
+def local_rank_row(role: str, *fields: str) -> dict[str, Any]:
+    """This process's row of `ranks`: rank 0, its generation and fingerprint (and the named fields)."""
+    ctx = get_context()
+    row: dict[str, Any] = {"rank": 0, "alive": True, "generation": ctx.generation, "fingerprint": ctx.fingerprint()}
+    if fields:
+        row["values"] = {name: ctx.value(name) for name in fields}
+    row["role"] = role
+    return row
+
+
+__all__ = ["OVERRIDE_SOURCE", "config_report", "create_app", "local_rank_row"]
