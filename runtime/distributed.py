@@ -359,7 +359,7 @@ class ConfigGroup:
                 set_by[name] = rec.source
         return {
             "generation": ctx.generation,
-            "values": {name: ctx.value(name) for name in set_by},
+            "values": ctx.group_values(set_by),
             "set_by": set_by,
             "sources": list(dict.fromkeys(reversed(set_by.values())))[::-1],
         }
@@ -659,7 +659,7 @@ class ConfigGroup:
 
     def _state(self, names: Sequence[str]) -> dict[str, Any]:
         ctx = self._context()
-        values = {name: shown(name, ctx.value(name)) for name in names}
+        values = {name: shown(name, value) for name, value in ctx.group_values(names).items()}
         return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
 
     # -- board plumbing --------------------------------------------------------------
@@ -721,7 +721,7 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
 
 
 def _digests(ctx: Any) -> dict[str, str]:
-    return {name: _digest(shown(name, ctx.value(name))) for name in declared_fields()}
+    return {name: _digest(shown(name, value)) for name, value in ctx.group_values(declared_fields()).items()}
 
 
 def _quietly(step: Callable[[], object], what: str) -> bool:

@@ -12,13 +12,12 @@ lists namespace names; they come from the schema.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from runtime import fingerprint as _fingerprint
 from sgconf import derived as _derived
 from sgconf.record import bags_to_flat
 from sgconf.registry import serving
@@ -104,16 +103,8 @@ def snapshot_class(schema: Schema) -> type[Snapshot]:
 
 
 def fingerprint_of(flat: Mapping[str, Any], schema: Schema | None = None) -> str:
-    """SHA-256 over the counted leaves (declared `fingerprint=True`) of `schema` (the serving one), sorted by name.
-
-    Canonical JSON (sorted keys, repr for anything JSON cannot hold) makes equal configs
-    hash equal in every process, so the hash can key a compile cache. Frozen containers
-    hash like the plain lists and objects they stand for.
-    """
-    infos = (schema or serving()).fields()
-    counted = [[name, flat[name]] for name, info in sorted(infos.items()) if info.spec.fingerprint]
-    text = json.dumps(counted, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """SHA-256 over the counted leaves of `schema` (the serving one) in canonical form; see `runtime.fingerprint`."""
+    return _fingerprint.fingerprint_of(flat, schema)
 
 
 # The serving schema's derived values, as functions of a view (kept here for older imports).

@@ -66,8 +66,10 @@ class ReplicaGroupBackend:
             row["role"] = ROLE if state.rank == 0 else "scheduler"
             ranks.append(row)
         # the controller (rank 0) committed the same override: its log has the old values
-        last = get_context().overrides_log()[-1]
-        changes = {c.name: c.redacted() for c in last.changes} if last.generation == result.generation else {}
+        # (in role mode enforce the log leaves out namespaces outside the controller's set)
+        log_ = get_context().overrides_log()
+        last = log_[-1] if log_ else None
+        changes = {c.name: c.redacted() for c in last.changes} if last and last.generation == result.generation else {}
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:

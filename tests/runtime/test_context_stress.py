@@ -52,7 +52,10 @@ def test_readers_never_see_half_an_override(server_args):
     assert backwards == []
     assert all(n > 0 for n in reads)
     assert server_args.generation == OVERRIDES + 1
-    assert len(server_args.overrides_log()) == OVERRIDES + 1
+    # the log keeps its window (observability.overrides_log_limit) and counts the rest
+    limit = server_args.snapshot().observability.overrides_log_limit
+    assert len(server_args.overrides_log()) == min(limit, OVERRIDES + 1)
+    assert server_args.dropped_overrides() == OVERRIDES + 1 - len(server_args.overrides_log())
     assert len([e for e in logs if e["event"] == "config.override"]) == OVERRIDES
 
 
