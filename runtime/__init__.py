@@ -5,6 +5,7 @@ uses it lives in the top-level `engine` package).
 """
 
 from runtime.accessors import (
+    accessor,
     attention_backends,
     configured_pp_size,
     get_device,
@@ -46,13 +47,14 @@ from runtime.overrides import (
     Subscription,
 )
 from runtime.roles import ROLE_NAMESPACE_SETS
-from runtime.snapshot import Snapshot
+from runtime.snapshot import MissingNamespaceError, Snapshot, snapshot_class
 from runtime.testing import override_server_args
 
 __all__ = [
     "ConfigEvent",
     "ContextReplacedError",
     "FieldChange",
+    "MissingNamespaceError",
     "NotPublishedError",
     "OverrideProposal",
     "OverrideReceipt",
@@ -64,6 +66,7 @@ __all__ = [
     "Snapshot",
     "StaleProposalError",
     "Subscription",
+    "accessor",
     "assert_published",
     "attention_backends",
     "configured_pp_size",
@@ -86,4 +89,5 @@ __all__ = [
     "override_server_args",
     "publish",
     "reset",
+    "snapshot_class",
 ]

@@ -31,13 +31,13 @@ def max_speculative_num_draft_tokens(view: Any) -> int:
     return max(spec.speculative_num_draft_tokens or 0, spec.max_speculative_num_draft_tokens or 0)
 
 
-@_reads("exec")
+@_reads("exec.mamba")
 def mamba_extra_buffer_enabled(view: Any) -> bool:
     """Whether mamba state keeps an extra buffer for prefix reuse (eager or lazy)."""
     return view.exec.mamba.mamba_radix_cache_strategy in ("extra_buffer", "extra_buffer_lazy")
 
 
-@_reads("exec")
+@_reads("exec.mamba")
 def mamba_extra_buffer_lazy_enabled(view: Any) -> bool:
     """Whether the extra mamba buffer is filled lazily."""
     return view.exec.mamba.mamba_radix_cache_strategy == "extra_buffer_lazy"
@@ -49,7 +49,7 @@ def configured_pp_size(view: Any) -> int:
     return view.parallel.pp_size  # type: ignore[no-any-return]
 
 
-@_reads("exec")
+@_reads("exec.kernel")
 def attention_backends(view: Any) -> tuple[str, str]:
     """`(prefill, decode)` backend names; each falls back to `attention_backend`."""
     kernel = view.exec.kernel

@@ -389,7 +389,7 @@ class Schema:
         tops = {p for p in out._namespaces if "." not in p}
         for role, allowed in self._roles.items():
             out._roles[role] = None if allowed is None else allowed & tops
-        out._derived = {k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= tops}
+        out._derived = {k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= set(out._namespaces)}
         extra = {v for v in self.reserved_env if v != self.config_env and v.startswith(out.env_prefix)}
         out.reserved_env |= extra
         return out
