@@ -65,9 +65,11 @@ def from_dataclass(
             raise DeclarationError(f"{kind}= names {', '.join(map(repr, unknown))}, not fields of {cls.__name__}")
 
     schema = Schema(name or cls.__name__.lower(), env_prefix=env_prefix, record_name=record_name or cls.__name__)
-    by_path: dict[str, list[str]] = {}
-    for field_name in declared:  # declaration order of the dataclass
+    # namespaces in the order the call lists them, `others` last; fields in the dataclass's order
+    by_path: dict[str, list[str]] = {path: [] for path in namespaces}
+    for field_name in declared:
         by_path.setdefault(where[field_name], []).append(field_name)
+    by_path = {path: names for path, names in by_path.items() if names}
     for path, names in by_path.items():
         body: dict[str, Any] = {"__annotations__": {}, "__module__": cls.__module__}
         for field_name in names:

@@ -510,13 +510,22 @@ class Schema:
         if isinstance(obj, record):
             return obj
         if self._adopted is not None and isinstance(obj, self._adopted):
+            from sgconf.provenance import Origin
             from sgconf.validation import build_record
 
             raw = {name: getattr(obj, name) for name in self._fields}
-            source = f"from {type(obj).__name__} instance"
-            defaults = {n: i.default for n, i in self._fields.items()}
-            given = {n: v for n, v in raw.items() if v != defaults[n]}
-            return build_record(given, dict.fromkeys(given, source), schema=self)
+            detail = f"{type(obj).__name__} instance"
+            given = {n: v for n, v in raw.items() if v != self._fields[n].default}
+            built = build_record(given, dict.fromkeys(given, f"from {detail}"), schema=self)
+            # provenance: the dataclass's defaults, then what the adopter's own loading set
+            chains = {}
+            for n, info in self._fields.items():
+                chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+                if n in given:
+                    chain.append(Origin("record", detail, getattr(built, n), secret=info.spec.secret))
+                chains[n] = tuple(chain)
+            object.__setattr__(built, "_sgconf_provenance", types.MappingProxyType(chains))
+            return built
         raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
 
     def __repr__(self) -> str:
