@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks
+	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks examples
 	$(BIN)/mypy sgconf runtime mem_cache attention engine tools
+	cd examples/minirt && ../../$(BIN)/mypy minirt
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check
+	cd examples/minirt && ../../$(BIN)/sgconf-ratchet check
 
 test: lint ratchet
 	$(BIN)/python -m pytest -q
