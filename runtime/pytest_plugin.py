@@ -19,6 +19,7 @@ imported by someone (nothing can be published before), and imports nothing itsel
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
 MARKER = "server_args"
 _CONTEXT = "runtime.context"
 SHARED_MARKER = "server_args_shared"
+
+
+def _modules() -> tuple[Any, Any]:
+    # through sys.modules, not package attributes: a pytester run may drop and re-import them
+    return importlib.import_module(_CONTEXT), importlib.import_module("runtime.testing")
 
 
 class _Baseline:
@@ -46,8 +52,7 @@ class _Baseline:
 
     @classmethod
     def capture(cls) -> _Baseline:
-        from runtime import context as _context
-        from runtime import testing as _testing
+        _context, _testing = _modules()
 
         ctx = _context._current
         return cls(
@@ -59,8 +64,7 @@ class _Baseline:
 
     def leaks(self) -> list[str]:
         """What differs from this baseline now, in words; empty when nothing leaked."""
-        from runtime import context as _context
-        from runtime import testing as _testing
+        _context, _testing = _modules()
 
         now = _context._current
         found = []
@@ -81,8 +85,7 @@ class _Baseline:
         return found
 
     def restore(self) -> None:
-        from runtime import context as _context
-        from runtime import testing as _testing
+        _context, _testing = _modules()
 
         with _context._lock:
             _testing._forget_installs(self.depth)
@@ -116,8 +119,9 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         if _CONTEXT in sys.modules:
             _check(_Baseline(None, None, (), 0))
         return
-    from runtime import testing as _testing
     from sgconf.errors import ConfigError
+
+    _, _testing = _modules()
 
     baseline = _Baseline.capture()
     install = None
@@ -166,9 +170,7 @@ def sgconf_schema() -> Any:
 @pytest.fixture
 def server_args(request: pytest.FixtureRequest, sgconf_schema: Any) -> Iterator[RuntimeContext]:
     """The published test config (with the `server_args` marker's fields when present); restored after the test."""
-    from runtime import context as _context
-    from runtime import testing as _testing
-
+    _context, _testing = _modules()
     if request.node.get_closest_marker(MARKER) is not None:
         yield _context.get_context()  # the guard installed the marker's config and restores it
         return
