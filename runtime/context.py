@@ -329,15 +329,7 @@ class RuntimeContext:
         """
         with _lock:
             proposal = self._propose(source, values, layer="override", check_source=True)
-            before = self._state
-            receipt, news = self._commit_locked(proposal)
-            try:
-                effect(receipt)
-            except BaseException:
-                self._rollback_locked(before, f"rollback:{source}")
-                raise
-        self._announce(news)
-        return receipt
+            return self.commit(proposal, effect=effect)
 
     def validate_override(self, source: str, /, **values: Any) -> OverrideProposal:
         """Dry run of `override()`: every check against the would-be state; changes nothing.
@@ -366,10 +358,21 @@ class RuntimeContext:
             proposal = self._propose(source, values, layer="override", check_source=False)
             return attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=generation))
 
-    def commit(self, proposal: OverrideProposal) -> OverrideReceipt:
-        """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since."""
+    def commit(self, proposal: OverrideProposal, *, effect: Callable[[OverrideReceipt], Any] | None = None) -> OverrideReceipt:
+        """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since.
+
+        With `effect`, it runs right after the swap, under the writer lock; when it raises,
+        the config rolls back as in `apply_override()` and the error propagates.
+        """
         with _lock:
+            before = self._state
             receipt, news = self._commit_locked(proposal)
+            if effect is not None:
+                try:
+                    effect(receipt)
+                except BaseException:
+                    self._rollback_locked(before, f"rollback:{proposal.source}")
+                    raise
         self._announce(news)
         return receipt
 

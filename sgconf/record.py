@@ -70,8 +70,14 @@ def record_to_dict(record: Any, schema: Schema | None = None) -> dict[str, Any]:
     return {name: getattr(record, name) for name in names}
 
 
-def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None) -> Any:
-    """Construct the bag at `path` from flat values (groups recurse into their children)."""
+def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None, *, validate: bool = True) -> Any:
+    """Construct the bag at `path` of `schema` (the serving one) from flat values (groups recurse into their children).
+
+    `validate=False` is for values that were validated already (a built record): the bag is
+    filled slot by slot without running `__init__`, which skips the validators for this
+    one object only. attrs' process-wide switch is never touched, so a concurrent build
+    elsewhere is validated as usual.
+    """
     if schema is None:
         from sgconf.registry import serving
 
@@ -79,8 +85,19 @@ def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None) 
     cls = schema.namespace_class(path)
     children = schema.group_children(path)
     if children:
-        return cls(**{attr: build_bag(child, flat, schema) for attr, child in children.items()})
-    return cls(**{a.name: flat[a.name] for a in attrs.fields(cls)})
+        values = {attr: build_bag(child, flat, schema, validate=validate) for attr, child in children.items()}
+    else:
+        values = {a.name: flat[a.name] for a in attrs.fields(cls)}
+    if validate:
+        return cls(**values)
+    return _prevalidated(cls, values)
+
+
+def _prevalidated(cls: type, values: Mapping[str, Any]) -> Any:
+    bag: Any = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(bag, name, value)  # how attrs' own frozen __init__ fills a slot
+    return bag
 
 
 def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
@@ -89,9 +106,8 @@ def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
     Bags are built without re-running validators: the record was validated when it was built.
     """
     schema = schema or _schema(record)
-    flat = record_to_dict(record, schema)
-    with _validators_off():
-        return {path: build_bag(path, flat, schema) for path in schema.top_level_namespaces()}
+    flat = record_to_dict(record, schema)  # a record's values are frozen already: no converter needed either
+    return {path: build_bag(path, flat, schema, validate=False) for path in schema.top_level_namespaces()}
 
 
 def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[str, Any]:
@@ -115,17 +131,6 @@ def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[
     for path, bag in bags.items():
         walk(path, bag)
     return out
-
-
-class _validators_off:
-    """Skip attrs validators while projecting already-validated values (restores the prior setting)."""
-
-    def __enter__(self) -> None:
-        self._was = attrs.validators.get_disabled()
-        attrs.validators.set_disabled(True)
-
-    def __exit__(self, *exc: object) -> None:
-        attrs.validators.set_disabled(self._was)
 
 
 def __getattr__(name: str) -> Any:
