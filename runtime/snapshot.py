@@ -58,10 +58,6 @@ class Snapshot:
         """Stable hex hash of the counted leaves; see `fingerprint_of`."""
         return fingerprint_of(self.flat(), self.schema)
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached when `name` is not a bag of this schema (slots answer the real ones)
-        raise missing_namespace(self.schema, name)
-
 
 def missing_namespace(schema: Schema, name: str) -> AttributeError:
     """The error for reading `name` from a view of `schema`: a clear message when it looks like a namespace."""
