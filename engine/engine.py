@@ -5,38 +5,37 @@ from one config snapshot, plans and builds the KV pools, the attention backend(s
 model (random weights from `random_seed`), the prefix cache, the HiCache tiers and a
 draft worker when speculative decoding is on, then runs the scheduler on one
 background thread. `generate()` is thread-safe: it queues a request and waits for it,
-so concurrent callers are batched together (continuous batching).
+so concurrent callers are batched together (continuous batching); `stream()` gives the
+same tokens as chunks of `stream_interval` tokens while they are sampled.
 
-HiCache storage can be attached and detached while the engine runs; both are
-post-publish overrides (sources `hicache.attach` / `hicache.detach`) and are refused
-while requests are queued or running, so no step ever sees a backend change under it.
+Config changes while it runs (`override_config`, HiCache attach/detach) are applied by
+the caller's thread between two scheduler steps (`engine.boundary`), as each field
+declares: `step` fields at the next boundary, under load; `drain` fields once
+admission paused and the running requests finished; `restart` fields are refused.
+Fields that size planned memory are bounded by the capacity planned at start-up
+(`engine.capacity`). The call returns once the change is live.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
 import structlog
 import torch
 
+from engine.boundary import BoundaryClosed, DrainTimeout, EngineBusy, StepBoundary
+from engine.capacity import PlannedCapacity
 from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
 from engine.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from engine.streaming import TokenStream
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class EngineBusy(RuntimeError):
-    """Raised when an operation that needs an idle engine finds requests queued or running."""
-
-    def __init__(self, message: str, *, queued: int, running: int) -> None:
-        super().__init__(message)
-        self.queued = queued
-        self.running = running
 
 
 class EngineStopped(RuntimeError):
@@ -128,8 +127,26 @@ class Engine:
             context_length=snap.model.context_length,
         )
         self.scheduler = Scheduler(
-            self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
+            self.runner,
+            limits,
+            prefix_cache=self.prefix_cache,
+            speculative=self.speculative,
+            hicache=self.hicache,
+            settings=self.context.snapshot,
+            seed=self.seed,
         )
+        from runtime.accessors import max_speculative_num_draft_tokens
+
+        spec = snap.spec
+        self.capacity = PlannedCapacity(
+            max_running_requests=limits.max_running_requests,
+            chunked_prefill_size=limits.chunked_prefill_size,
+            speculative_num_steps=self.speculative.max_steps if self.speculative is not None else None,
+            speculative_num_draft_tokens=max_speculative_num_draft_tokens(snap) if self.speculative is not None else None,
+            speculative_eagle_topk=int(spec.speculative_eagle_topk or 1) if self.speculative is not None else None,
+        )
+        self.boundary = StepBoundary(self._wake, self.scheduler)
+        self._stepping = False
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
         log.info(
@@ -189,15 +206,48 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and (self._paused or not self.scheduler.has_work()):
+                while True:
+                    self.boundary.serve()  # every pass through here is a step boundary
+                    if self._stopping:
+                        return
+                    if not self._paused and not self.boundary.holding() and self.scheduler.has_runnable_work():
+                        break
                     self._wake.wait()
-                if self._stopping:
-                    return
-                try:
-                    self.scheduler.step()
-                except Exception as exc:  # a bug must fail the requests, not hang their callers
-                    log.exception("engine.step_failed", error=repr(exc))
-                    self.scheduler.abort_all(f"internal error: {exc!r}")
+                self._step_locked()
+
+    def _step_locked(self) -> bool:
+        self._stepping = True
+        try:
+            return self.scheduler.step()
+        except Exception as exc:  # a bug must fail the requests, not hang their callers
+            log.exception("engine.step_failed", error=repr(exc))
+            self.scheduler.abort_all(f"internal error: {exc!r}")
+            return False
+        finally:
+            self._stepping = False
+
+    def step(self) -> bool:
+        """Run one scheduler step by hand (the engine must be paused); returns whether anything ran.
+
+        For tests and benchmarks that drive the engine step by step: holds asked for
+        meanwhile are granted at the boundaries before and after the step, and nothing
+        steps while one is held.
+        """
+        with self._wake:
+            if not self._paused:
+                raise RuntimeError("step() drives a paused engine -- call pause() first")
+            self.boundary.serve()
+            ran = False
+            if not self.boundary.holding() and self.scheduler.has_runnable_work():
+                ran = self._step_locked()
+            self.boundary.serve()
+            self._wake.notify_all()
+            return ran
+
+    @property
+    def stepping(self) -> bool:
+        """Whether a scheduler step is running right now (config changes never land then)."""
+        return self._stepping
 
     # -- public API ----------------------------------------------------------------------
 
@@ -218,6 +268,45 @@ class Engine:
         Raises RequestRejected for a request that can never fit, EngineStopped after
         shutdown, GenerationError when the request failed inside the engine.
         """
+        req = self.submit(
+            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos
+        )
+        return self.wait(req, timeout=timeout)
+
+    def stream(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        timeout: float | None = None,
+    ) -> TokenStream:
+        """Like `generate`, but returns at once with an iterator of token chunks.
+
+        Each chunk holds `stream_interval` tokens (read when the chunk fills, so an
+        override applies to the next chunk), the last one what is left; after the
+        iteration `result()` gives the full result. Raises like `generate`: a refused
+        request before anything is returned, a failure inside the engine from the iterator.
+        """
+        req = self.submit(
+            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
+            stream=True,
+        )
+        return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
+
+    def submit(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        stream: bool = False,
+    ) -> Req:
+        """Queue a request and return it without waiting (`wait(req)` collects it); raises like `generate`."""
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
@@ -236,11 +325,19 @@ class Engine:
             seed=self.seed if seed is None else seed,
             ignore_eos=ignore_eos,
         )
+        if stream:
+            import queue
+
+            req.stream = queue.SimpleQueue()
         with self._wake:
             if self._stopping:
                 raise EngineStopped("the engine is shut down -- start a new one")
             self.scheduler.submit(req)
             self._wake.notify()
+        return req
+
+    def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
+        """Wait for a submitted request; raises TimeoutError, EngineStopped or GenerationError."""
         if not req.done.wait(timeout):
             raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
         if req.error is not None:
@@ -310,18 +407,36 @@ class Engine:
             self._wake.notify_all()
 
     def override_config(self, source: str, **fields: Any) -> Any:
-        """A post-publish override of `hot` fields while idle; raises EngineBusy, ConfigError (nothing changes)."""
-        with self._lock:
-            self._require_idle("override config")
+        """A post-publish override, applied between two steps as its fields declare; returns the receipt once live.
+
+        Everything is checked first (names, types, hot or allowed source, rules, the
+        planned capacity), so bad input fails at once. `step` fields then apply at the
+        next step boundary, under load; `drain` fields after a drain. Raises ConfigError
+        (and its subclasses) for bad input, DrainTimeout when a drain did not finish
+        within `drain_timeout_s`, EngineStopped after shutdown; nothing changes then.
+        """
+        from sgconf.registry import apply_mode
+
+        proposal = self.context.validate_override(source, **fields)
+        self.capacity.check(proposal.values, source)
+        drain = apply_mode(proposal.values) == "drain"
+        with self._boundary_hold(drain=drain, what="override config"):
+            # re-checked at the boundary: another change may have landed while we waited
+            self.capacity.check(self.context.validate_override(source, **fields).values, source)
             return self.context.override(source, **fields)
 
-    # -- HiCache storage -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _boundary_hold(self, *, drain: bool, what: str) -> Iterator[None]:
+        from runtime.accessors import get_schedule
 
-    def _require_idle(self, what: str) -> None:
-        queued, running = self.busy_counts()
-        if queued or running:
-            msg = f"cannot {what} while requests run ({queued} queued, {running} running) -- retry when idle"
-            raise EngineBusy(msg, queued=queued, running=running)
+        timeout = float(get_schedule().drain_timeout_s)
+        try:
+            with self.boundary.hold(drain=drain, timeout_s=timeout, what=what):
+                yield
+        except BoundaryClosed as exc:
+            raise EngineStopped(str(exc)) from None
+
+    # -- HiCache storage -----------------------------------------------------------------
 
     def _require_hicache(self) -> Any:
         if self.hicache is None:
@@ -341,19 +456,19 @@ class Engine:
     ) -> Any:
         """Attach a storage backend: one override with source `hicache.attach`; all or nothing.
 
-        Raises EngineBusy when requests run, ConfigError for bad values or a backend that
-        cannot start (bad directory): then config and cache are exactly as before.
+        The fields declare `drain`: admission pauses and running requests finish first.
+        Raises DrainTimeout when they do not within `drain_timeout_s`, ConfigError for bad
+        values or a backend that cannot start (bad directory): then config and cache are
+        exactly as before.
         """
-        with self._lock:
-            hicache = self._require_hicache()
-            self._require_idle("attach a storage backend")
+        hicache = self._require_hicache()
+        with self._boundary_hold(drain=True, what="attach a storage backend"):
             return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
 
     def detach_storage_backend(self) -> Any:
         """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
-        with self._lock:
-            hicache = self._require_hicache()
-            self._require_idle("detach the storage backend")
+        hicache = self._require_hicache()
+        with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach()
 
     def storage_status(self) -> dict[str, Any]:
@@ -380,6 +495,7 @@ class Engine:
                 return
             self._stopping = True
             self._wake.notify_all()
+        self.boundary.close()
         self._thread.join(timeout=30)
         with self._lock:
             self.scheduler.abort_all("the engine was shut down")
@@ -397,3 +513,14 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+__all__ = [
+    "DrainTimeout",
+    "Engine",
+    "EngineBusy",
+    "EngineStopped",
+    "GenerateResult",
+    "GenerateStats",
+    "GenerationError",
+]

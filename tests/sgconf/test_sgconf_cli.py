@@ -52,7 +52,7 @@ def test_show_toml_parses_and_loads_back_to_the_same_resolution(
     assert code == 0
     data = tomllib.loads(out)
     assert data["schedule"]["page_size"] == 4
-    assert data["exec"]["kernel"]["sampling_backend"] == "pytorch"
+    assert data["exec"]["kernel"]["attention_backend"] == "torch_native"
     assert "# unset (None) values are omitted: model.model_config, " in out
     assert "model_config" not in data["model"]
     cfg = tmp_path / "again.toml"
