@@ -26,23 +26,7 @@ from typing import Protocol
 
 import attrs
 
-
-class EngineBusy(RuntimeError):
-    """Raised when an operation that needs an idle engine could not get one."""
-
-    def __init__(self, message: str, *, queued: int, running: int, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.queued = queued
-        self.running = running
-        self.retry_after_s = retry_after_s
-
-
-class DrainTimeout(EngineBusy):
-    """Raised when running requests did not finish within the drain timeout; nothing changed."""
-
-
-class BoundaryClosed(RuntimeError):
-    """Raised when a hold is asked of an engine that is shutting down."""
+from engine.errors import DrainTimeout, EngineStopped
 
 
 class Admission(Protocol):
@@ -109,11 +93,11 @@ class StepBoundary:
             self.boundaries_with_holds += 1
 
     def request(self, *, drain: bool) -> Hold:
-        """Queue a hold and wake the loop; raises BoundaryClosed after shutdown."""
+        """Queue a hold and wake the loop; raises EngineStopped after shutdown."""
         hold = Hold(drain)
         with self._cond:
             if self.closed:
-                raise BoundaryClosed("the engine is shut down -- start a new one")
+                raise EngineStopped("the engine is shut down -- start a new one")
             if drain:
                 self._admission.admission_paused += 1
             self._pending.append(hold)
@@ -158,7 +142,7 @@ class StepBoundary:
 
         Raises DrainTimeout when the hold is not granted within `timeout_s` (a drain whose
         running requests did not finish, or a loop that is paused with requests running),
-        BoundaryClosed when the engine shuts down meanwhile.
+        EngineStopped when the engine shuts down meanwhile.
         """
         hold = self.request(drain=drain)
         if not hold.granted.wait(timeout_s) and self.withdraw(hold):
@@ -171,11 +155,11 @@ class StepBoundary:
             )
             raise DrainTimeout(msg, queued=queued, running=running, retry_after_s=timeout_s)
         if hold.withdrawn:
-            raise BoundaryClosed("the engine was shut down before the change could apply -- start a new one")
+            raise EngineStopped("the engine was shut down before the change could apply -- start a new one")
         try:
             yield
         finally:
             self.release(hold)
 
 
-__all__ = ["Admission", "BoundaryClosed", "DrainTimeout", "EngineBusy", "Hold", "StepBoundary"]
+__all__ = ["Admission", "Hold", "StepBoundary"]

@@ -28,22 +28,15 @@ import attrs
 import structlog
 import torch
 
-from engine.boundary import BoundaryClosed, DrainTimeout, EngineBusy, StepBoundary
+from engine.boundary import StepBoundary
 from engine.capacity import PlannedCapacity
+from engine.errors import DrainTimeout, EngineBusy, EngineStopped, GenerationError, RequestRejected
 from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
-from engine.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.streaming import TokenStream
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class EngineStopped(RuntimeError):
-    """Raised when a request reaches an engine that was shut down."""
-
-
-class GenerationError(RuntimeError):
-    """Raised when a request fails inside the engine (it did not fit the KV pool)."""
 
 
 @attrs.frozen(slots=True)
@@ -146,6 +139,7 @@ class Engine:
             speculative_eagle_topk=int(spec.speculative_eagle_topk or 1) if self.speculative is not None else None,
         )
         self.boundary = StepBoundary(self._wake, self.scheduler)
+        self._apply_lock = threading.Lock()
         self._stepping = False
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
@@ -227,9 +221,10 @@ class Engine:
             self._stepping = False
 
     def step(self) -> bool:
-        """Run one scheduler step by hand (the engine must be paused); returns whether anything ran.
+        """Run one scheduler step on a paused engine; returns whether anything ran.
 
-        For tests and benchmarks that drive the engine step by step: holds asked for
+        The loop thread never steps while paused, so a test (or a tool) that calls this
+        decides alone which requests share each step. Holds asked for
         meanwhile are granted at the boundaries before and after the step, and nothing
         steps while one is held.
         """
@@ -306,7 +301,11 @@ class Engine:
         ignore_eos: bool = False,
         stream: bool = False,
     ) -> Req:
-        """Queue a request and return it without waiting (`wait(req)` collects it); raises like `generate`."""
+        """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
+
+        With the loop paused (`pause()`), queued requests run only when `step()` is
+        called, which lets a caller fix the exact interleaving of a batch.
+        """
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
@@ -337,7 +336,7 @@ class Engine:
         return req
 
     def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
-        """Wait for a submitted request; raises TimeoutError, EngineStopped or GenerationError."""
+        """Wait for a submitted request and return its result; raises like `generate`."""
         if not req.done.wait(timeout):
             raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
         if req.error is not None:
@@ -429,12 +428,11 @@ class Engine:
     def _boundary_hold(self, *, drain: bool, what: str) -> Iterator[None]:
         from runtime.accessors import get_schedule
 
-        timeout = float(get_schedule().drain_timeout_s)
-        try:
-            with self.boundary.hold(drain=drain, timeout_s=timeout, what=what):
+        with self.boundary.hold(drain=drain, timeout_s=float(get_schedule().drain_timeout_s), what=what):
+            # holds granted at one boundary apply one after another: an attach validates,
+            # opens and commits in three moves that another change must not split
+            with self._apply_lock:
                 yield
-        except BoundaryClosed as exc:
-            raise EngineStopped(str(exc)) from None
 
     # -- HiCache storage -----------------------------------------------------------------
 

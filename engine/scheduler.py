@@ -49,14 +49,11 @@ import structlog
 import torch
 
 from attention.forward_batch import ForwardBatch
+from engine.errors import RequestRejected
 from engine.policy import order_waiting
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class RequestRejected(ValueError):
-    """Raised when a request can never run here (too long for the context or the KV pool)."""
 
 
 @attrs.frozen(slots=True)

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from engine.engine import Engine
 from engine.http.app import create_app
+from engine.http.engine_backend import EngineBackend
 from runtime.accessors import get_memory
 
 KEY = "admin-secret"
@@ -28,7 +29,7 @@ def serve() -> Iterator:
             ["--max-total-tokens", "1024", "--page-size", "4", "--enable-hierarchical-cache", "--admin-api-key", KEY, *argv]
         )
         engines.append(engine)
-        return engine, TestClient(create_app(engine))
+        return engine, TestClient(create_app(EngineBackend(engine)))
 
     yield start
     for engine in engines:
@@ -101,7 +102,7 @@ def test_admin_routes_refused_without_admin_key() -> None:
     """A server started without admin_api_key refuses admin routes, even with a bearer."""
     engine = Engine.from_args(["--max-total-tokens", "256", "--enable-hierarchical-cache"])
     try:
-        r = TestClient(create_app(engine)).delete("/hicache/storage-backend", headers=AUTH)
+        r = TestClient(create_app(EngineBackend(engine))).delete("/hicache/storage-backend", headers=AUTH)
         assert r.status_code == 403
         assert r.json()["detail"] == (
             "admin routes are disabled: this server has no admin_api_key -- restart it with --admin-api-key KEY"
@@ -110,26 +111,38 @@ def test_admin_routes_refused_without_admin_key() -> None:
         engine.shutdown()
 
 
-def test_busy_engine_answers_409_with_counts(serve, tmp_path: Path) -> None:
-    """While a request is queued, attach, detach and overrides are refused with the counts."""
+def test_hot_override_applies_at_once_while_a_request_runs(serve) -> None:
+    """A hot override under a running request is applied at the next step boundary: 200, never 409."""
     engine, client = serve()
     engine.pause()
-    worker = threading.Thread(target=engine.generate, args=(PROMPT,), kwargs={"max_new_tokens": 4})
-    worker.start()
-    while engine.busy_counts() != (1, 0):
-        pass
-    for method, path, body in [
-        ("PUT", "/hicache/storage-backend", attach_body(tmp_path)),
-        ("DELETE", "/hicache/storage-backend", None),
-        ("POST", "/config/overrides", {"schedule_conservativeness": 0.5}),
-    ]:
-        r = client.request(method, path, json=body, headers=AUTH)
-        assert r.status_code == 409
-        assert r.json()["queued"] == 1 and r.json()["running"] == 0
-        assert "while requests run (1 queued, 0 running) -- retry when idle" in r.json()["detail"]
+    req = engine.submit(PROMPT, max_new_tokens=4)
+    engine.step()  # admitted and prefilled: it runs now
+    assert engine.busy_counts() == (0, 1)
+    r = client.post("/config/overrides", json={"schedule_conservativeness": 0.5}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["generation"] == 1 and r.json()["fields"] == {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}
     engine.resume()
-    worker.join(timeout=60)
-    assert engine.context.generation == 0
+    assert len(engine.wait(req, timeout=60).token_ids) == 4
+
+
+def test_drain_that_cannot_finish_answers_409_and_changes_nothing(serve, tmp_path: Path) -> None:
+    """Attach and detach drain; a request that cannot finish (the loop is paused) makes them 409 with Retry-After."""
+    engine, client = serve("--drain-timeout-s", "0.2")
+    engine.pause()
+    req = engine.submit(PROMPT, max_new_tokens=4)
+    engine.step()
+    queued = engine.submit(PROMPT, max_new_tokens=2)  # waits in the queue: a drain does not wait for it
+    for method, path, body in [("PUT", "/hicache/storage-backend", attach_body(tmp_path)), ("DELETE", "/hicache/storage-backend", None)]:
+        r = client.request(method, path, json=body, headers=AUTH)
+        assert r.status_code == 409, r.text
+        assert r.headers["retry-after"] == "1"
+        assert (r.json()["queued"], r.json()["running"]) == (1, 1)
+        assert "the drain did not come within 0.2 s (1 queued, 1 running requests); nothing changed" in r.json()["detail"]
+    assert engine.context.generation == 0 and get_memory().hicache_storage_backend is None
+    assert engine.scheduler.admission_paused == 0  # the withdrawn drains resumed admission
+    engine.resume()
+    assert len(engine.wait(req, timeout=60).token_ids) == 4
+    assert len(engine.wait(queued, timeout=60).token_ids) == 2
     assert client.put("/hicache/storage-backend", json=attach_body(tmp_path), headers=AUTH).status_code == 200
 
 
@@ -209,7 +222,10 @@ def test_config_overrides_hot_fields_only(serve) -> None:
     engine, client = serve()
     r = client.post("/config/overrides", json={"schedule_conservativeness": 0.5}, headers=AUTH)
     assert r.status_code == 200
-    assert r.json() == {"status": "applied", "generation": 1, "fields": {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}}
+    body = r.json()
+    assert (body["status"], body["generation"], body["consistent"]) == ("applied", 1, True)
+    assert body["fields"] == {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}
+    assert [(row["rank"], row["generation"]) for row in body["ranks"]] == [(0, 1)]
     before = engine.context.fingerprint()
     r = client.post("/config/overrides", json={"page_size": 8, "schedule_conservativeness": 0.1}, headers=AUTH)
     assert r.status_code == 422
