@@ -424,11 +424,23 @@ class Engine:
             self.capacity.check(self.context.validate_override(source, **fields).values, source)
             return self.context.override(source, **fields)
 
+    def hold_boundary(self, *, drain: bool, what: str, timeout_s: float | None = None) -> contextlib.ExitStack:
+        """Park the loop at the next step boundary (after a drain, when `drain`) until the returned stack is closed.
+
+        For a change prepared now and committed later (a propagated override: the
+        replica votes, then commits or aborts); `timeout_s` defaults to
+        `drain_timeout_s`. Raises DrainTimeout or EngineStopped; nothing is held then.
+        """
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._boundary_hold(drain=drain, what=what, timeout_s=timeout_s))
+        return stack
+
     @contextlib.contextmanager
-    def _boundary_hold(self, *, drain: bool, what: str) -> Iterator[None]:
+    def _boundary_hold(self, *, drain: bool, what: str, timeout_s: float | None = None) -> Iterator[None]:
         from runtime.accessors import get_schedule
 
-        with self.boundary.hold(drain=drain, timeout_s=float(get_schedule().drain_timeout_s), what=what):
+        timeout = float(get_schedule().drain_timeout_s) if timeout_s is None else timeout_s
+        with self.boundary.hold(drain=drain, timeout_s=timeout, what=what):
             # holds granted at one boundary apply one after another: an attach validates,
             # opens and commits in three moves that another change must not split
             with self._apply_lock:

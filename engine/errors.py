@@ -33,6 +33,11 @@ class DrainTimeout(EngineBusy):
     """Raised when running requests did not finish within `drain_timeout_s` for a change that needs an idle engine."""
 
 
+# Every DrainTimeout message says this; a replica's refusal travels to the controller as
+# text only, and the group recognises a drain timeout by it (`engine.dp.group_backend`).
+BOUNDARY_TIMEOUT_MARK = "did not come within"
+
+
 class EngineStopped(EngineError):
     """Raised when a request reaches an engine that was shut down (or is shutting down)."""
 
@@ -67,6 +72,7 @@ REQUEST_ERRORS: dict[str, type[EngineError]] = {
 }
 
 __all__ = [
+    "BOUNDARY_TIMEOUT_MARK",
     "REQUEST_ERRORS",
     "DrainTimeout",
     "EngineBusy",
