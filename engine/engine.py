@@ -65,9 +65,19 @@ class GenerateResult:
 class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
-    def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None, configure_logs: bool = False) -> None:
+    def __init__(
+        self,
+        record: Any,
+        *,
+        model_config: dict[str, Any] | None = None,
+        configure_logs: bool = False,
+        compile_backend: Any = "inductor",
+    ) -> None:
+        """Publish `record` and build everything; `compile_backend` is what `torch.compile` uses
+        when `enable_torch_compile` is on (a callable backend lets tests count compiles)."""
         from runtime.context import publish
 
+        self._compile_backend = compile_backend
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
             from runtime.logs import configure_from_config
@@ -175,6 +185,7 @@ class Engine:
             is_draft_worker=is_draft,
             spec_algorithm=self.memory.spec_algorithm,
             device=self.device,
+            compile_backend=self._compile_backend,
         )
 
     def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
