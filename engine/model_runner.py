@@ -25,7 +25,6 @@ import torch
 from attention.forward_batch import ForwardBatch
 from engine.model import ModelShape, TinyTransformer
 
-
 COMPILED_KEPT = 4
 
 
