@@ -504,6 +504,7 @@ class Engine:
             "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
         }
         if self.hicache is not None:
+            out["storage_dir"] = self.hicache.storage_dir()
             out["stats"] = self.hicache.stats()
         return out
 

@@ -78,6 +78,10 @@ class ReplicaGroupBackend:
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:
+        from mem_cache.hicache.file_storage import with_default_dir
+
+        extra = with_default_dir(fields.get("hicache_storage_backend"), fields.get("hicache_storage_backend_extra_config"))
+        fields = {**fields, "hicache_storage_backend_extra_config": extra}
         return self._propagate("hicache.attach", fields)
 
     def detach(self) -> Applied | None:
