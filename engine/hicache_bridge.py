@@ -140,9 +140,8 @@ class HiCacheBridge:
         write_policy: str | None = None,
     ) -> Any:
         """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
-        from runtime.context import get_context
-
         from mem_cache.hicache.file_storage import with_default_dir
+        from runtime.context import get_context
 
         ctx = get_context()
         extra_config = with_default_dir(backend, extra_config)  # recorded, so status and /server_info show it
