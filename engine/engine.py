@@ -222,6 +222,7 @@ class Engine:
 
     def _step_locked(self) -> bool:
         self._stepping = True
+        generation = self.context.generation
         try:
             return self.scheduler.step()
         except Exception as exc:  # a bug must fail the requests, not hang their callers
@@ -230,6 +231,8 @@ class Engine:
             return False
         finally:
             self._stepping = False
+            if self.context.generation != generation:  # a change that bypassed the step boundary
+                self.scheduler.counters["steps_across_generations"] += 1
 
     def step(self) -> bool:
         """Run one scheduler step on a paused engine; returns whether anything ran.

@@ -72,10 +72,13 @@ def _dfs_weight(reqs: list[Req], cache: PrefixProbe | None, rng: random.Random) 
     # Tuples compare element-wise and a prefix sorts first, so this key is a DFS that
     # visits heavier children first and puts a node's own requests before its subtree's.
     def key(r: Req) -> tuple[Any, ...]:
-        return (*((-weight[id(n)], first[id(n)]) for n in paths[r.rid]), (0, r.rid))
+        return (*((-weight[id(n)], first[id(n)]) for n in paths[r.rid]), (_OWN, r.rid))
 
     return sorted(reqs, key=key)
 
+
+# sorts before any child's (-weight, rid): a node's own requests come before its subtree's
+_OWN = float("-inf")
 
 POLICIES: dict[str, Policy] = {"fcfs": _fcfs, "lpm": _lpm, "random": _random, "dfs-weight": _dfs_weight}
 
