@@ -223,6 +223,7 @@ class Engine:
     def _step_locked(self) -> bool:
         self._stepping = True
         generation = self.context.generation
+        self.scheduler.counters["steps"] += 1
         try:
             return self.scheduler.step()
         except Exception as exc:  # a bug must fail the requests, not hang their callers
