@@ -57,6 +57,10 @@ class StepBoundary:
     def __init__(self, cond: threading.Condition, admission: Admission) -> None:
         self._cond = cond
         self._admission = admission
+        # Holds are queued under a lock of their own, never the engine's: the loop takes the
+        # engine lock again right after each step, and an asker queueing behind it could
+        # wait many steps. The loop finds the queue at its next boundary either way.
+        self._mutex = threading.Lock()
         self._pending: list[Hold] = []
         self._active = 0
         self.closed = False
@@ -71,23 +75,24 @@ class StepBoundary:
         return len(self._pending)
 
     def serve(self) -> None:
-        """Grant what can be granted now; called by the loop with the lock held, between steps."""
+        """Grant what can be granted now; called by the loop with the engine lock held, between steps."""
         if not self._pending:
             return
         _, running = self._admission.counts()
-        keep: list[Hold] = []
-        granted = 0
-        for hold in self._pending:
-            if hold.drain and running:
-                keep.append(hold)
-                continue
-            if hold.drain:
-                self._admission.admission_paused -= 1  # held now; release resumes admission
-            hold.active = True
-            self._active += 1
-            granted += 1
-            hold.granted.set()
-        self._pending = keep
+        with self._mutex:
+            keep: list[Hold] = []
+            granted = 0
+            for hold in self._pending:
+                if hold.drain and running:
+                    keep.append(hold)
+                    continue
+                if hold.drain:
+                    self._admission.admission_paused -= 1  # held now; release resumes admission
+                hold.active = True
+                self._active += 1
+                granted += 1
+                hold.granted.set()
+            self._pending = keep
         if granted:
             self.granted_total += granted
             self.boundaries_with_holds += 1
@@ -95,25 +100,25 @@ class StepBoundary:
     def request(self, *, drain: bool) -> Hold:
         """Queue a hold and wake the loop; raises EngineStopped after shutdown."""
         hold = Hold(drain)
-        with self._cond:
+        with self._mutex:
             if self.closed:
                 raise EngineStopped("the engine is shut down -- start a new one")
             if drain:
                 self._admission.admission_paused += 1
             self._pending.append(hold)
-            self._cond.notify_all()
+        self._wake()
         return hold
 
     def release(self, hold: Hold) -> None:
-        with self._cond:
+        with self._mutex:
             if hold.active:
                 hold.active = False
                 self._active -= 1
-            self._cond.notify_all()
+        self._wake()
 
     def withdraw(self, hold: Hold) -> bool:
         """Take back a hold not granted yet (resuming admission for a drain); False when it was granted meanwhile."""
-        with self._cond:
+        with self._mutex:
             if hold.active or hold.granted.is_set():
                 return False
             if hold in self._pending:
@@ -121,19 +126,24 @@ class StepBoundary:
                 if hold.drain:
                     self._admission.admission_paused -= 1
             hold.withdrawn = True
-            self._cond.notify_all()
-            return True
+        self._wake()
+        return True
 
     def close(self) -> None:
         """Refuse new holds and withdraw pending ones (shutdown)."""
-        with self._cond:
+        with self._mutex:
             self.closed = True
-            for hold in list(self._pending):
+            for hold in self._pending:
                 if hold.drain:
                     self._admission.admission_paused -= 1
                 hold.withdrawn = True
                 hold.granted.set()
             self._pending.clear()
+        self._wake()
+
+    def _wake(self) -> None:
+        # the loop may be waiting for work; a step in flight delays this, never the grant itself
+        with self._cond:
             self._cond.notify_all()
 
     @contextlib.contextmanager
