@@ -87,8 +87,13 @@ def _install_request_log(app: FastAPI) -> None:
 def _request_log() -> Any:
     """The log method for per-request events: info with `log_requests`, else debug."""
     from runtime.accessors import get_observability
+    from runtime.errors import NotPublishedError
 
-    return log.info if get_observability().log_requests else log.debug
+    try:
+        on = get_observability().log_requests
+    except NotPublishedError:  # the engine stopped and took its config: still log what is answered
+        on = True
+    return log.info if on else log.debug
 
 
 def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
