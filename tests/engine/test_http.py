@@ -277,3 +277,24 @@ def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
     assert r.json() == {
         "detail": "the server's config is no longer published (its engine stopped) -- start a new server"
     }
+
+
+def test_attach_file_without_dir_uses_the_default_and_shows_it(serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PUT without a dir attaches under SGCONF_HICACHE_FILE_DIR; the status and /server_info name the directory."""
+    monkeypatch.setenv("SGCONF_HICACHE_FILE_DIR", str(tmp_path / "kv"))
+    engine, client = serve()
+    r = client.put("/hicache/storage-backend", json={"hicache_storage_backend": "file"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["storage_dir"] == str(tmp_path / "kv")
+    assert r.json()["hicache_storage_backend_extra_config"] == {"dir": str(tmp_path / "kv")}
+    info = client.get("/server_info").json()
+    assert info["config"]["memory"]["hicache_storage_backend_extra_config"] == {"dir": str(tmp_path / "kv")}
+    assert info["stats"]["hicache"]["storage_dir"] == str(tmp_path / "kv")
+
+
+def test_server_info_lists_how_each_field_applies(serve) -> None:
+    """`apply_modes` says step, drain or restart for every declared field."""
+    _, client = serve()
+    modes = client.get("/server_info").json()["apply_modes"]
+    assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == ("step", "drain", "restart")
+    assert set(modes.values()) == {"step", "drain", "restart"}
