@@ -21,8 +21,10 @@ type of its exception (`engine.http.problems`); no traceback ever reaches a clie
 
 Config changes are applied by the backend as each field declares (`step`, `drain`,
 `restart`); `/server_info` lists every field's mode under `apply_modes`. Every request
-is logged as `http.request` (and `/generate` as `generate.done`) at info when
-`log_requests` is on and at debug otherwise, read per request, so both follow overrides.
+is logged as `http.request` (method, path, status, duration); with `log_requests` on,
+each `/generate` also logs what was asked (`generate.request`: prompt size and sampling
+parameters) and what it cost (`generate.done`) at info, else at debug. The setting is
+read per request, so an override applies to the next one.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def _install_request_log(app: FastAPI) -> None:
         except Exception as exc:  # reported as 500 by the handler; log it once here
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
-        _request_log()(
+        log.info(
             "http.request",
             method=request.method,
             path=request.url.path,
@@ -85,7 +87,7 @@ def _install_request_log(app: FastAPI) -> None:
 
 
 def _request_log() -> Any:
-    """The log method for per-request events: info with `log_requests`, else debug."""
+    """The log method for the details of a request: info with `log_requests`, else debug."""
     from runtime.accessors import get_observability
     from runtime.errors import NotPublishedError
 
@@ -112,9 +114,14 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
     async def generate(request: Request) -> dict[str, Any]:
         require_api_key(request)
         args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
+        detail = _request_log()
+        prompt = args["prompt_or_ids"]
+        detail("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+               prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
+               temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
         body = await backend.generate(args)
         meta = body["meta_info"]
-        _request_log()("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
+        detail("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
                  cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
         return body
 
