@@ -39,6 +39,7 @@ from engine.model_runner import ModelRunner
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
+from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
 from runtime.accessors import max_speculative_num_draft_tokens
@@ -97,7 +98,7 @@ class Engine:
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
-        self.device = snap.device.device
+        self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations
         self._wake = threading.Condition(self._lock)
