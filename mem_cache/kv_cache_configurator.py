@@ -171,7 +171,8 @@ class KVCacheConfigurator:
     ) -> None:
         if is_draft_worker and target is None:
             raise ValueError("a draft worker reuses its target's plan and allocator -- pass target=")
-        self.snap = snapshot if snapshot is not None else get_context().snapshot()
+        snap: Any = snapshot if snapshot is not None else get_context().snapshot()  # bags by attribute, per schema
+        self.snap = snap
         # plans, pools and bytes are per attention rank: each holds its share of the KV heads
         self.tp_size = int(self.snap.parallel.attn_tp_size)
         self.model_shape = shape
