@@ -20,7 +20,7 @@ from sgconf.registry import fields
 
 PROMPT = "Overrides apply between two scheduler steps, never inside one."
 # read by the data-parallel controller, covered by tests/engine/test_dp_serving.py and tests/runtime/test_distributed.py
-GROUP_FIELDS = {"load_balance_method", "config_sync_timeout_s"}
+GROUP_FIELDS = {"load_balance_method", "config_sync_timeout_s", "replica_stall_timeout_s"}
 
 
 @pytest.fixture
