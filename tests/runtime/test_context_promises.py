@@ -324,10 +324,13 @@ def test_nothing_handed_out_or_taken_in_is_aliased() -> None:
         fingerprint = context.fingerprint()
         dumped = context.resolved_dict()
         dumped["memory"]["hicache_storage_backend_extra_config"]["tiers"].append(9)
-        context.value("hicache_storage_backend_extra_config")["tiers"].append(9)
-        context.explain("hicache_storage_backend_extra_config")[-1].value["tiers"].append(9)
+        # values held by the context are deeply frozen: a reader's mutation is refused, not absorbed
+        with pytest.raises(AttributeError):
+            context.value("hicache_storage_backend_extra_config")["tiers"].append(9)
+        with pytest.raises(AttributeError):
+            context.explain("hicache_storage_backend_extra_config")[-1].value["tiers"].append(9)
         context.overrides_log()[0].as_dict()["fields"]["hicache_storage_backend_extra_config"]["new"]["tiers"].append(9)
-        assert context.value("hicache_storage_backend_extra_config") == {"dir": "/tmp/kv", "tiers": [1]}
+        assert context.value("hicache_storage_backend_extra_config") == {"dir": "/tmp/kv", "tiers": (1,)}
         assert context.resolved_dict() == {**dumped, "memory": context.resolved_dict()["memory"]}
         assert context.resolved_dict()["memory"]["hicache_storage_backend_extra_config"] == {"dir": "/tmp/kv", "tiers": [1]}
         assert context.fingerprint() == fingerprint and context.generation == 1
