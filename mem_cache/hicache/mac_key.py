@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from mem_cache.hicache.errors import StorageAttachError
@@ -41,25 +42,33 @@ def random_key() -> bytes:
 
 
 def key_from_directory(root: Path) -> bytes:
-    """Read `root/.sgconf-mac-key`, creating it (0600, atomically) when absent; raises StorageAttachError."""
+    """Read `root/.sgconf-mac-key`, creating it (0600) when absent; raises StorageAttachError.
+
+    The key is written whole to a private temp file first, then linked to its name: the
+    link fails if another process got there first (we read theirs), and no reader ever
+    sees a half-written key.
+    """
     path = root / KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
+    if path.exists():
         return _read_key_file(path)
+    key = random_key()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{KEY_FILE}.", suffix=".tmp")
     except OSError as exc:
         raise _key_error(path, f"cannot create it: {(exc.strerror or str(exc)).lower()}") from None
-    key = random_key()
-    tmp_written = False
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w") as f:  # mkstemp creates it 0600
             f.write(key.hex() + "\n")
             f.flush()
             os.fsync(f.fileno())
-        tmp_written = True
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return _read_key_file(path)  # another process created it first: use theirs
+        except OSError as exc:
+            raise _key_error(path, f"cannot create it: {(exc.strerror or str(exc)).lower()}") from None
     finally:
-        if not tmp_written:
-            _unlink_quietly(path)
+        _unlink_quietly(Path(tmp))
     return key
 
 
