@@ -36,6 +36,10 @@ class GenerationError(EngineError):
     """Raised when a request failed inside the engine (it did not fit the KV pool)."""
 
 
+class DeadlineExceeded(GenerationError, TimeoutError):
+    """Raised when a request did not finish within its deadline ('request_timeout_s' or its timeout_s)."""
+
+
 class StorageRefused(ConfigError):
     """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory)."""
 
@@ -58,11 +62,12 @@ class ReplicaExited(EngineError):
 
 # what a replica may send back for a failed request: the class travels by name
 REQUEST_ERRORS: dict[str, type[EngineError]] = {
-    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, ReplicaFailed)
+    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, DeadlineExceeded, ReplicaFailed)
 }
 
 __all__ = [
     "REQUEST_ERRORS",
+    "DeadlineExceeded",
     "EngineBusy",
     "EngineError",
     "EngineStopped",

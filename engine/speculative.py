@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from engine.scheduler import Req, sample
+from engine.scheduler import Req
 
 
 class SpeculativeWorker:
@@ -140,10 +140,11 @@ class SpeculativeWorker:
             rows = logits[i * (k + 1) : (i + 1) * (k + 1)]
             emitted = 0
             for j in range(k + 1):
-                token = sample(rows[j], req)
+                done = sched.sample_into(req, rows[j])
+                if req.error is not None:  # sampling failed: this request alone ends here
+                    break
                 emitted += 1
-                done = sched.emit(req, token)
-                if done or j == k or token != draft[j]:
+                if done or j == k or req.output[-1] != draft[j]:
                     break
             old = req.kv_len
             req.kv_len = old + emitted
