@@ -25,7 +25,13 @@ import structlog
 import torch
 
 from attention import create_attention_backend
-from engine.errors import DeadlineExceeded, EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.errors import (
+    DeadlineExceeded,
+    EngineBusy,
+    EngineStopped,
+    GenerationError,
+    RequestRejected,
+)
 from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
@@ -355,6 +361,13 @@ class Engine:
         if self.hicache is not None:
             out["hicache"] = self.hicache.stats()
         return out
+
+    def abort_requests(self, reason: str) -> int:
+        """Fail every queued and running request with EngineStopped(`reason`); the engine keeps running."""
+        with self._wake:
+            queued, running = self.scheduler.counts()
+            self.scheduler.abort_all(reason)
+        return queued + running
 
     def pause(self) -> None:
         """Stop stepping (requests queue up but do not run) until `resume()`; for draining and tests."""

@@ -60,6 +60,10 @@ class ReplicaExited(EngineError):
     """Raised when asked to resync a replica whose process has exited."""
 
 
+class PortUnavailable(EngineError, OSError):
+    """Raised at start-up when a listener's address cannot be bound (in use, not local, no permission)."""
+
+
 # what a replica may send back for a failed request: the class travels by name
 REQUEST_ERRORS: dict[str, type[EngineError]] = {
     cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, DeadlineExceeded, ReplicaFailed)
@@ -73,6 +77,7 @@ __all__ = [
     "EngineStopped",
     "GenerationError",
     "NoSuchReplica",
+    "PortUnavailable",
     "ReplicaExited",
     "ReplicaFailed",
     "ReplicaRunning",
