@@ -127,7 +127,9 @@ def sample(logits: torch.Tensor, req: Req) -> int:
     """Greedy at temperature 0, else one draw from the softmax with the request's own generator."""
     if req.temperature <= 0.0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / req.temperature, dim=-1)
+    # shift first: at a tiny temperature the division would overflow to inf and softmax to NaN
+    shifted = logits.float() - logits.float().max()
+    probs = torch.softmax(shifted / req.temperature, dim=-1)
     return int(torch.multinomial(probs, 1, generator=req.generator))
 
 
