@@ -76,7 +76,7 @@ def test_a_bad_key_file_stops_the_start(tmp_path: Path, content: str | None, why
     with pytest.raises(ConfigError) as info:
         check_admin_key_file(serving)
     (line,) = info.value.lines()
-    assert line.startswith(f"$.serving.admin_api_key_file: ") and str(path) in line and why in line
+    assert line.startswith("$.serving.admin_api_key_file: ") and str(path) in line and why in line
 
 
 def test_the_admin_key_is_taken_from_the_environment() -> None:
