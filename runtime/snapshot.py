@@ -58,6 +58,11 @@ class Snapshot:
         """Stable hex hash of the counted leaves; see `fingerprint_of`."""
         return fingerprint_of(self.flat(), self.schema)
 
+    if TYPE_CHECKING:
+        # the bags are made per schema, so to a type checker any namespace attribute is allowed;
+        # at run time there is no `__getattr__`, which would slow every read down
+        def __getattr__(self, name: str) -> Any: ...
+
 
 def missing_namespace(schema: Schema, name: str) -> AttributeError:
     """The error for reading `name` from a view of `schema`: a clear message when it looks like a namespace."""

@@ -13,53 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.fields import META_KEY, _AttrsAdapter
-from sgconf.frozen import deep_freeze, may_hold_container
-from sgconf.schema import SCHEMA_ATTR, schema_of
+from sgconf.declarations import assemble_record as assemble_record
+from sgconf.declarations import schema_of
+from sgconf.registry import serving
 
 if TYPE_CHECKING:
     from sgconf.schema import Schema
 
 
-def assemble_record(schema: Schema) -> type:
-    """Build the frozen, slotted record class holding every field of `schema`, flat."""
-    attributes: dict[str, Any] = {}
-    for info in schema.fields().values():
-        validator = _AttrsAdapter(info.spec.checks) if info.spec.checks else None
-        converter = deep_freeze if may_hold_container(info.type) else None
-        attributes[info.name] = attrs.field(
-            default=info.default, validator=validator, converter=converter, metadata={META_KEY: info.spec}, type=info.type
-        )
-    name = schema.record_name
-    cls = attrs.make_class(name, attributes, frozen=True, slots=True, weakref_slot=True, repr=False)
-    cls.__repr__ = _redacted_repr  # type: ignore[method-assign,assignment]
-    # Private slots, outside the attrs fields (so not in eq, hash or evolve), where load() keeps
-    # the provenance and resolve_once() its result: both live and die with the record, so no
-    # global table can leak or go stale, and equal records built differently keep their own.
-    record = type(name, (cls,), {"__slots__": ("_sgconf_provenance", "_sgconf_resolution")})
-    record.__qualname__ = name
-    record.__doc__ = f"The flat raw record of every field of schema {schema.name!r}; frozen. Read the bags, not this."
-    setattr(record, SCHEMA_ATTR, schema)
-    return record
-
-
-def _redacted_repr(self: Any) -> str:
-    schema = schema_of(self)
-    assert schema is not None
-    parts = []
-    for name, info in schema.fields().items():
-        value = getattr(self, name)
-        if value != info.default:
-            shown = "'***'" if info.spec.secret and value is not None else repr(value)
-            parts.append(f"{name}={shown}")
-    return f"{type(self).__name__}({', '.join(parts)})"
-
-
 def _schema(record: Any) -> Schema:
     found = schema_of(record)
     if found is None:
-        from sgconf.registry import serving
-
         return serving()
     return found
 
@@ -79,8 +43,6 @@ def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None, 
     elsewhere is validated as usual.
     """
     if schema is None:
-        from sgconf.registry import serving
-
         schema = serving()
     cls = schema.namespace_class(path)
     children = schema.group_children(path)
@@ -113,8 +75,6 @@ def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
 def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[str, Any]:
     """Flatten top-level bags back into `{field: value}`."""
     if schema is None:
-        from sgconf.registry import serving
-
         schema = serving()
     out: dict[str, Any] = {}
     groups = schema.group_children
@@ -136,7 +96,5 @@ def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[
 def __getattr__(name: str) -> Any:
     # `sgconf.record.ServerArgs`: the serving schema's record, assembled when that schema froze
     if name == "ServerArgs":
-        from sgconf.namespaces import SERVING
-
-        return SERVING.record
+        return serving().record
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

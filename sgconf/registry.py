@@ -9,7 +9,7 @@ both owners named. The module-level functions answer for the built-in serving sc
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -77,11 +77,22 @@ except ImportError:  # pragma: no cover - python < 3.10 is unsupported anyway
     _UnionType = typing.Union  # type: ignore[misc,assignment]
 
 
+# The built-in serving schema, set by `sgconf.namespaces` when it is declared (importing any
+# sgconf module runs the package front door, which declares it first). Held here, not
+# imported, so the modules below the schema never import the modules above them.
+_serving: list[Schema] = []
+
+
+def set_serving(schema: Schema) -> None:
+    """Make `schema` the one the module-level lookups (and every `schema=None` default) answer for."""
+    _serving[:] = [schema]
+
+
 def serving() -> Schema:
     """The built-in serving schema (declared in `sgconf.namespaces`)."""
-    from sgconf.namespaces import SERVING
-
-    return SERVING
+    if not _serving:
+        raise RuntimeError("the serving schema is not declared yet -- import sgconf first")
+    return _serving[0]
 
 
 def fields() -> dict[str, FieldInfo]:
@@ -97,6 +108,16 @@ def field_names() -> list[str]:
 def field_info(name: str) -> FieldInfo:
     """Look up one serving field; raises UnknownFieldError with a did-you-mean suggestion."""
     return serving().field_info(name)
+
+
+def apply_mode(names: Iterable[str]) -> str:
+    """How a change to all of `names` at once applies: the strictest declared mode (restart > drain > step).
+
+    Raises UnknownFieldError for an undeclared name.
+    """
+    order = {"step": 0, "drain": 1, "restart": 2}
+    modes = [field_info(name).spec.apply for name in names]
+    return max(modes, key=order.__getitem__) if modes else "step"
 
 
 def namespace_of(name: str) -> str:

@@ -17,11 +17,11 @@ from typing import Any
 
 import attrs
 
+from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem, ResolutionError
 from sgconf.loading import provenance_of
 from sgconf.record import record_to_dict, to_bags
 from sgconf.rules import check_rules
-from sgconf.schema import schema_of
 from sgconf.steps import (  # noqa: F401  -- the serving schema's steps and defaults, re-exported
     ATTENTION_BACKEND,
     CHUNKED_PREFILL_SIZE,

@@ -111,7 +111,7 @@ def test_sigterm_flushes_write_back_and_exits_0_with_a_separate_admin_listener(t
 def test_a_request_in_flight_finishes_within_the_grace_period() -> None:
     """SIGINT while a request runs: no new connections, the running request completes, exit 0."""
     port = free_port()
-    proc = start("--port", str(port), "--log-format", "json", "--max-total-tokens", "2048", "--shutdown-grace-s", "120")
+    proc = start("--port", str(port), "--log-format", "json", "--max-total-tokens", "2048", "--shutdown-grace-s", "120", "--log-requests")
     result: dict = {}
     try:
         base = f"http://127.0.0.1:{port}"

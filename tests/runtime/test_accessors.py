@@ -148,6 +148,8 @@ def test_parallel_derived_members(server_args):
 
 def test_accessors_are_typed_for_mypy(tmp_path) -> None:
     """`accessor(LoraConfig)` is a zero-argument function mypy knows returns a LoraConfig; built-ins are made alike."""
+    import sys
+
     from mypy import api
 
     snippet = tmp_path / "typed.py"
@@ -164,7 +166,11 @@ def test_accessors_are_typed_for_mypy(tmp_path) -> None:
         "reveal_type(get_memory().hicache_ratio)\n"
         "get_lora().max_loras + 'x'\n"
     )
-    out, _, status = api.run([str(snippet), "--cache-dir", str(tmp_path / "cache"), "--no-error-summary"])
+    limit = sys.getrecursionlimit()
+    try:
+        out, _, status = api.run([str(snippet), "--cache-dir", str(tmp_path / "cache"), "--no-error-summary"])
+    finally:
+        sys.setrecursionlimit(limit)  # mypy raises it for the whole process; later tests rely on the default
     lines = [line.split(": ", 1)[1] for line in out.splitlines() if ": " in line]
     assert lines == [
         'note: Revealed type is "def () -> typed.LoraConfig"',
