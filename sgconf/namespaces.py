@@ -136,7 +136,7 @@ class ScheduleConfig:
     max_running_requests: int | None = setting(
         None,
         help="cap on concurrently running requests; hot up to the capacity planned at start-up",
-        checks=[positive()],
+        checks=[interval(1, 1 << 20)],
         allow_sources=MEMORY_POOL_SOURCES,
         hot=True,
     )
@@ -146,7 +146,7 @@ class ScheduleConfig:
     chunked_prefill_size: int | None = setting(
         None,
         help="max tokens of one prefill chunk; default by device; hot up to the value planned at start-up",
-        checks=[positive()],
+        checks=[interval(1, 1 << 24)],
         hot=True,
     )
     max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
