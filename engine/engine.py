@@ -306,6 +306,7 @@ class Engine:
         seed: int | None = None,
         ignore_eos: bool = False,
         timeout: float | None = None,
+        timeout_s: float | None = None,
     ) -> TokenStream:
         """Like `generate`, but returns at once with an iterator of token chunks.
 
@@ -316,7 +317,7 @@ class Engine:
         """
         req = self.submit(
             prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
-            stream=True,
+            stream=True, timeout_s=timeout_s,
         )
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 

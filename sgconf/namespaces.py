@@ -243,7 +243,7 @@ class ServingConfig:
     )
     shutdown_grace_s: float = setting(
         30.0, help="seconds a stopping server lets in-flight requests finish before aborting them",
-        checks=[interval(0, 3600)], hot=True, fingerprint=False,
+        checks=[interval(0, 3600)], fingerprint=False,
     )
 
 
