@@ -4,15 +4,23 @@ Starts one engine and a real uvicorn server in this process, drives it with N co
 httpx clients, then attaches a `file` storage backend and measures again, in the same
 run. Prints requests/s, p50/p99 latency and the attached/detached ratios; never asserts
 absolute times.
+
+It also measures the edge limits (body size, JSON depth and integer size, field ranges)
+against a run where bodies are read and parsed with plain `json.loads` (limits off),
+alternating on and off rounds so drift hits both, and the p99 latency of good requests
+while one more client sends only bad bodies (deep nesting, oversized, NaN, bad UTF-8).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -40,6 +48,57 @@ def run_load(base: str) -> tuple[float, float, float]:
     latencies.sort()
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
     return REQUESTS / wall, statistics.median(latencies), p99
+
+
+BAD_BODIES = [
+    b"[" * 5000 + b"]" * 5000,
+    b'{"text": "a", "seed": ' + b"9" * 5000 + b"}",
+    b'{"text": "a", "temperature": NaN}',
+    b'{"text": "\xff\xfe"}',
+    b'{"text": "' + b"x" * (8 << 20) + b'"}',
+]
+
+
+@contextlib.contextmanager
+def limits_off() -> Iterator[None]:
+    """Bodies read whole and parsed with plain json.loads: the baseline the limits are measured against."""
+    from engine.http import bodies
+
+    saved = bodies.read_body, bodies.parse_json
+
+    async def read_all(request, limits):  # type: ignore[no-untyped-def]
+        return await request.body()
+
+    bodies.read_body, bodies.parse_json = read_all, lambda raw, limits: json.loads(raw)
+    try:
+        yield
+    finally:
+        bodies.read_body, bodies.parse_json = saved
+
+
+def run_under_attack(base: str) -> tuple[tuple[float, float, float], int]:
+    """Good load while one extra client sends only bad bodies; returns the good load's numbers and bad answers sent."""
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def attacker() -> None:
+        with httpx.Client(timeout=120) as client:
+            i = 0
+            while not stop.is_set():
+                r = client.post(f"{base}/generate", content=BAD_BODIES[i % len(BAD_BODIES)],
+                                headers={"content-type": "application/json"})
+                assert r.status_code < 500, r.text
+                answered.append(r.status_code)
+                i += 1
+
+    thread = threading.Thread(target=attacker, daemon=True)
+    thread.start()
+    try:
+        good = run_load(base)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    return good, len(answered)
 
 
 def main() -> int:
@@ -77,6 +136,12 @@ def main() -> int:
             r.raise_for_status()
             attached = run_load(base)
             httpx.delete(f"{base}/hicache/storage-backend", headers={"Authorization": f"Bearer {KEY}"}).raise_for_status()
+        rounds_on, rounds_off = [], []
+        for _ in range(2):  # alternate, so drift of a busy machine lands on both sides
+            rounds_on.append(run_load(base))
+            with limits_off():
+                rounds_off.append(run_load(base))
+        attacked, bad_sent = run_under_attack(base)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -86,6 +151,12 @@ def main() -> int:
         print(f"{name:>13}: {rps:7.2f} req/s  p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
     print(f"ratio file/no-storage: throughput x{attached[0] / plain[0]:.3f}  p50 x{attached[1] / plain[1]:.3f}"
           f"  p99 x{attached[2] / plain[2]:.3f}")
+    on = statistics.mean(r[0] for r in rounds_on)
+    off = statistics.mean(r[0] for r in rounds_off)
+    print(f"   limits on: {on:7.2f} req/s   limits off: {off:7.2f} req/s   ratio on/off x{on / off:.3f} (goal >= 0.95)")
+    quiet_p99 = statistics.mean(r[2] for r in rounds_on)
+    print(f"under attack ({bad_sent} bad bodies answered 4xx): good p99 {attacked[2] * 1000:7.1f} ms"
+          f"  vs quiet p99 {quiet_p99 * 1000:7.1f} ms  ratio x{attacked[2] / quiet_p99:.3f}")
     return 0
 
 

@@ -19,9 +19,10 @@ Fields that size planned memory are bounded by the capacity planned at start-up
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -31,7 +32,14 @@ import torch
 from attention import create_attention_backend
 from engine.boundary import StepBoundary
 from engine.capacity import PlannedCapacity
-from engine.errors import DrainTimeout, EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.errors import (
+    DeadlineExceeded,
+    DrainTimeout,
+    EngineBusy,
+    EngineStopped,
+    GenerationError,
+    RequestRejected,
+)
 from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
@@ -42,7 +50,7 @@ from engine.streaming import TokenStream
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
-from runtime.accessors import max_speculative_num_draft_tokens
+from runtime.accessors import get_serving, max_speculative_num_draft_tokens
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
 from sgconf.loading import load
@@ -84,10 +92,13 @@ class Engine:
         model_config: dict[str, Any] | None = None,
         configure_logs: bool = False,
         compile_backend: Any = "inductor",
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Publish `record` and build everything; `compile_backend` is what `torch.compile` uses
-        when `enable_torch_compile` is on (a callable backend lets tests count compiles)."""
+        when `enable_torch_compile` is on (a callable backend lets tests count compiles);
+        `clock` is what request deadlines are measured on (a test passes a fake one)."""
         self._compile_backend = compile_backend
+        self.clock = clock
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
             configure_from_config()
@@ -170,6 +181,7 @@ class Engine:
             hicache=self.hicache,
             settings=self.context.snapshot,
             seed=self.seed,
+            clock=self.clock,
         )
 
     def _build_live_config(self, snap: Any) -> None:
@@ -238,8 +250,9 @@ class Engine:
         try:
             return self.scheduler.step()
         except Exception as exc:  # a bug must fail the requests, not hang their callers
-            log.exception("engine.step_failed", error=repr(exc))
-            self.scheduler.abort_all(f"internal error: {exc!r}")
+            # only the requests the step touched fail; queued ones run in the next step
+            failed = self.scheduler.fail_running(f"internal error in the engine step: {exc!r} -- see the server log")
+            log.exception("engine.step_failed", error=repr(exc), failed=[r.rid for r in failed])
             return False
         finally:
             self._stepping = False
@@ -275,11 +288,12 @@ class Engine:
     def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
         """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
 
-        `params` are `submit`'s (max_new_tokens, temperature, seed, ignore_eos). Greedy at
+        `params` are `submit`'s (max_new_tokens, temperature, seed, ignore_eos, timeout_s). Greedy at
         temperature 0; sampling draws from a generator seeded with `seed` (default
         `random_seed`), so the same prompt and seed give the same tokens. Raises
         RequestRejected for a request that can never fit, EngineStopped after shutdown,
-        GenerationError when the request failed inside the engine.
+        GenerationError when the request failed inside the engine, DeadlineExceeded when it
+        did not finish within its deadline.
         """
         return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
@@ -292,6 +306,7 @@ class Engine:
         seed: int | None = None,
         ignore_eos: bool = False,
         timeout: float | None = None,
+        timeout_s: float | None = None,
     ) -> TokenStream:
         """Like `generate`, but returns at once with an iterator of token chunks.
 
@@ -302,7 +317,7 @@ class Engine:
         """
         req = self.submit(
             prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
-            stream=True,
+            stream=True, timeout_s=timeout_s,
         )
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 
@@ -315,8 +330,12 @@ class Engine:
         seed: int | None = None,
         ignore_eos: bool = False,
         stream: bool = False,
+        timeout_s: float | None = None,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
+
+        The request's deadline is `timeout_s` (at most `request_timeout_s`), by default
+        `request_timeout_s`, from now on the engine's clock.
 
         With the loop paused (`pause()`), queued requests run only when `step()` is
         called, which lets a caller fix the exact interleaving of a batch.
@@ -331,14 +350,18 @@ class Engine:
                 raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{vocab - 1}")
         if max_new_tokens < 1:
             raise RequestRejected(f"'max_new_tokens' must be >= 1 (got {max_new_tokens})")
-        if temperature < 0:
-            raise RequestRejected(f"'temperature' must be >= 0 (got {temperature})")
+        if not math.isfinite(temperature) or temperature < 0:
+            raise RequestRejected(f"'temperature' must be a finite number >= 0 (got {temperature})")
+        limit = get_serving().request_timeout_s
+        if timeout_s is not None and not 0 < timeout_s <= limit:
+            raise RequestRejected(f"'timeout_s' must be in (0, {limit:g}] ('request_timeout_s') (got {timeout_s})")
         req = self.scheduler.new_request(
             ids,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             seed=self.seed if seed is None else seed,
             ignore_eos=ignore_eos,
+            timeout_s=limit if timeout_s is None else timeout_s,
         )
         if stream:
             import queue
@@ -352,12 +375,28 @@ class Engine:
         return req
 
     def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
-        """Wait for a submitted request and return its result; raises like `generate`."""
-        if not req.done.wait(timeout):
-            raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
+        """Wait for a submitted request and return its result; raises like `generate`.
+
+        A request whose deadline passes while no step runs (a paused engine) is failed
+        here, so its caller never waits past the deadline for a step to notice.
+        """
+        limit = None if timeout is None else time.monotonic() + timeout
+        while not req.done.is_set():
+            left = None if limit is None else limit - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
+            until_deadline = None if req.deadline is None else max(req.deadline - self.clock(), 0.0)
+            waits = [w for w in (left, until_deadline) if w is not None]
+            if req.done.wait(min(waits) if waits else None):
+                break
+            if req.deadline is not None and self.clock() >= req.deadline:
+                with self._wake:
+                    self.scheduler.expire_overdue()
         if req.error is not None:
             if req.finish_reason == "abort":
                 raise EngineStopped(req.error)
+            if req.finish_reason == "timeout":
+                raise DeadlineExceeded(req.error)
             raise GenerationError(req.error)
         return self._result(req)
 
@@ -410,6 +449,13 @@ class Engine:
         if self.hicache is not None:
             out["hicache"] = self.hicache.stats()
         return out
+
+    def abort_requests(self, reason: str) -> int:
+        """Fail every queued and running request with EngineStopped(`reason`); the engine keeps running."""
+        with self._wake:
+            queued, running = self.scheduler.counts()
+            self.scheduler.abort_all(reason)
+        return queued + running
 
     def pause(self) -> None:
         """Stop stepping (requests queue up but do not run) until `resume()`; for draining and tests."""

@@ -46,6 +46,10 @@ class GenerationError(EngineError):
     """Raised when a request failed inside the engine (it did not fit the KV pool)."""
 
 
+class DeadlineExceeded(GenerationError, TimeoutError):
+    """Raised when a request did not finish within its deadline ('request_timeout_s' or its timeout_s)."""
+
+
 class StorageRefused(ConfigError):
     """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory)."""
 
@@ -70,20 +74,26 @@ class ReplicaExited(EngineError):
     """Raised when asked to resync a replica whose process has exited."""
 
 
+class PortUnavailable(EngineError, OSError):
+    """Raised at start-up when a listener's address cannot be bound (in use, not local, no permission)."""
+
+
 # what a replica may send back for a failed request: the class travels by name
 REQUEST_ERRORS: dict[str, type[EngineError]] = {
-    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, ReplicaFailed)
+    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, DeadlineExceeded, ReplicaFailed)
 }
 
 __all__ = [
     "BOUNDARY_TIMEOUT_MARK",
     "REQUEST_ERRORS",
+    "DeadlineExceeded",
     "DrainTimeout",
     "EngineBusy",
     "EngineError",
     "EngineStopped",
     "GenerationError",
     "NoSuchReplica",
+    "PortUnavailable",
     "ReplicaExited",
     "ReplicaFailed",
     "ReplicaRunning",

@@ -88,6 +88,8 @@ class Req:
     temperature: float
     generator: torch.Generator | None
     ignore_eos: bool = False
+    deadline: float | None = None  # on the scheduler's clock; past it the request fails alone
+    timeout_s: float | None = None
     output: list[int] = attrs.Factory(list)
     row: int | None = None
     kv_len: int = 0
@@ -172,7 +174,9 @@ def sample(logits: torch.Tensor, req: Req) -> int:
     """Greedy at temperature 0, else one draw from the softmax with the request's own generator."""
     if req.temperature <= 0.0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / req.temperature, dim=-1)
+    # shift first: at a tiny temperature the division would overflow to inf and softmax to NaN
+    shifted = logits.float() - logits.float().max()
+    probs = torch.softmax(shifted / req.temperature, dim=-1)
     return int(torch.multinomial(probs, 1, generator=req.generator))
 
 
@@ -192,8 +196,10 @@ class Scheduler:
         hicache: HostCache | None = None,
         settings: Callable[[], Any] | None = None,
         seed: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.runner = runner
+        self.clock = clock
         self.limits = limits
         self.cache = prefix_cache
         self.speculative = speculative
@@ -216,9 +222,20 @@ class Scheduler:
     # -- submission ----------------------------------------------------------------------
 
     def new_request(
-        self, prompt: Sequence[int], *, max_new_tokens: int, temperature: float, seed: int, ignore_eos: bool = False
+        self,
+        prompt: Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        ignore_eos: bool = False,
+        timeout_s: float | None = None,
     ) -> Req:
-        """Build a request; raises RequestRejected when it can never fit the context or the KV pool."""
+        """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
+
+        With `timeout_s`, the request fails alone (finish reason `timeout`) once that many
+        seconds of the scheduler's clock have passed, wherever it is then.
+        """
         if not prompt:
             raise RequestRejected("'prompt' is empty -- send at least one token")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
@@ -243,7 +260,10 @@ class Scheduler:
         gen = None
         if temperature > 0.0:
             gen = torch.Generator().manual_seed(int(seed))
-        return Req(next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos)
+        deadline = None if timeout_s is None else self.clock() + timeout_s
+        return Req(
+            next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos, deadline, timeout_s
+        )
 
     def submit(self, req: Req) -> None:
         with self._inbox_lock:
@@ -290,6 +310,7 @@ class Scheduler:
             arrived = list(self._inbox)
             self._inbox.clear()
         self.waiting.extend(arrived)
+        self.expire_overdue()
         if self.hicache is not None:
             for req in arrived:
                 self.hicache.start_prefetch(req.all_ids[: req.prefill_target])
@@ -306,6 +327,58 @@ class Scheduler:
             for req in [*self.prefilling, *self.decoding]:
                 self._release_swa_behind_window(req)
         return ran
+
+    def expire_overdue(self) -> list[Req]:
+        """Fail every request past its deadline, wherever it is; returns them.
+
+        Called at the start of each step, and by a caller whose wait ran past the deadline
+        while no step ran (a paused or draining engine).
+        """
+        now = self.clock()
+        with self._inbox_lock:
+            late_inbox = [r for r in self._inbox if r.deadline is not None and now >= r.deadline]
+            for req in late_inbox:
+                self._inbox.remove(req)
+        late = late_inbox + [
+            r for r in [*self.waiting, *self.prefilling, *self.decoding] if r.deadline is not None and now >= r.deadline
+        ]
+        for req in late:
+            msg = (
+                f"request {req.rid} passed its deadline of {req.timeout_s:g} s before it finished "
+                f"({len(req.output)} of {req.max_new_tokens} tokens) -- ask for fewer tokens or a longer timeout_s"
+            )
+            self.fail_request(req, msg, finish_reason="timeout")
+            self.counters["timed_out"] += 1
+        return late
+
+    def fail_request(self, req: Req, message: str, *, finish_reason: str = "error") -> None:
+        """Fail one request alone: take it off every queue, free what it holds, wake its caller."""
+        for held in (self.waiting, self.prefilling, self.decoding):
+            if req in held:
+                held.remove(req)
+        if req.row is not None:
+            self._release(req, cache=False)
+        req.error = message
+        req.finish_reason = finish_reason
+        req.finished_at = time.perf_counter()
+        req.complete()
+
+    def fail_running(self, reason: str) -> list[Req]:
+        """Fail the requests that hold a row (those a failed step touched); queued ones keep waiting."""
+        running = [*self.prefilling, *self.decoding]
+        for req in running:
+            self.fail_request(req, reason)
+        return running
+
+    def sample_or_fail(self, req: Req, logits: torch.Tensor) -> int | None:
+        """One sampled token for `req`, or None when sampling failed: then this request alone is finished with the error."""
+        try:
+            return sample(logits, req)
+        except Exception as exc:  # e.g. probabilities that are not finite: this request's inputs, nobody else's
+            log.warning("scheduler.sample_failed", rid=req.rid, error=repr(exc))
+            req.error = f"sampling failed for this request ({exc}) -- check its temperature and sampling parameters"
+            req.finish_reason = "error"
+            return None
 
     def abort_all(self, reason: str) -> None:
         """Fail every request not yet finished (engine shutdown)."""
@@ -582,7 +655,9 @@ class Scheduler:
         self.counters["decode_tokens"] += len(reqs)
         for i, req in enumerate(reqs):
             req.kv_len += 1
-            self.emit(req, sample(logits[i], req))
+            token = self.sample_or_fail(req, logits[i])
+            if token is not None:
+                self.emit(req, token)
         self.reap()
 
     def _fail_decoding(self, req: Req) -> None:
@@ -612,7 +687,7 @@ class Scheduler:
             return
         self.decoding = [r for r in self.decoding if r.finish_reason is None]
         for req in finished:
-            self._release(req, cache=True)
+            self._release(req, cache=req.error is None)
             req.finished_at = time.perf_counter()
-            self.counters["finished"] += 1
+            self.counters["failed" if req.error is not None else "finished"] += 1
             req.complete()

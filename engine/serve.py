@@ -13,22 +13,25 @@ With `--dp-size N` (N > 1) this process becomes the controller of N replica proc
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from engine.errors import PortUnavailable
+from engine.http.listeners import bind_listeners, close_listeners
 from runtime.accessors import get_serving
 from runtime.context import publish, reset
 from sgconf.cli import config_parser, load_from_args
+from sgconf.errors import ConfigError, Problem
 from sgconf.flags import given_fields
 from sgconf.loading import load_layers
 from sgconf.record import to_bags
 
 PROG = "sgconf serve"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# secrets given as flags are visible to every local user in the process list
+SECRET_FLAGS_WARNED = ("admin_api_key", "api_key")
 
 log = structlog.get_logger(__name__)
 
@@ -43,40 +46,79 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
     if winner.layer == "default" and not radix_off:
         given = {**given_fields(ns), "enable_hierarchical_cache": True}
         loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None))
+    for name in SECRET_FLAGS_WARNED:
+        winner = loaded.winner(name)
+        if winner.layer == "cli":
+            log.warning(
+                "serve.secret_on_command_line",
+                field=name,
+                detail=f"the key given with --{name.replace('_', '-')} is visible to every local user in the process list"
+                f" -- use env SGCONF_{name.upper()}" + (" or --admin-api-key-file" if name == "admin_api_key" else ""),
+            )
     return loaded.record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the embedded runtime and its HTTP control plane until interrupted; returns the exit status.
 
-    Bad config gives 2, printed without a traceback. Registered as the `serve` command of
-    the `sgconf` CLI (entry-point group `sgconf.commands`).
+    Bad config gives 2, printed without a traceback; a port that cannot be bound gives 1
+    with one line naming it, before anything is built. SIGTERM or SIGINT at any point
+    (even while the engine is built) stops the server cleanly with 0: listeners close,
+    requests in flight get `shutdown_grace_s`, the engine flushes pending HiCache
+    write-back. Registered as the `serve` command of the `sgconf` CLI (entry-point group
+    `sgconf.commands`).
     """
-    record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
-    status = serve_dp(record)  # --dp-size N > 1: replicas behind a controller; None otherwise
-    if status is not None:
-        return status
-    from engine.engine import Engine
+    from engine.http.listeners import EarlyStop
 
-    engine = Engine(record, configure_logs=True)
+    with EarlyStop().installed() as early:
+        record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+        serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
+        check_admin_key_file(serving)
+        try:
+            listeners = bind_listeners(serving)
+        except PortUnavailable as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            status = serve_dp(record, listeners, early)  # --dp-size N > 1: replicas behind a controller
+            if status is not None:
+                return status
+            from engine.engine import Engine
+
+            engine = Engine(record, configure_logs=True)
+            try:
+                return serve(engine, listeners, early)
+            finally:
+                engine.shutdown()  # flushes pending HiCache write-back
+        finally:
+            close_listeners(listeners)
+
+
+def check_admin_key_file(serving: Any) -> None:
+    """Refuse to start when admin_api_key_file is set but unreadable or empty (a ConfigError naming it)."""
+    if serving.admin_api_key_file is None:
+        return
+    from engine.http.auth import KEY_FILE, KeyFileError
+
     try:
-        return serve(engine)
-    finally:
-        engine.shutdown()
+        KEY_FILE.read(serving.admin_api_key_file)
+    except KeyFileError as exc:
+        raise ConfigError([Problem("$.serving.admin_api_key_file", str(exc))]) from None
 
 
-def serve(engine: Any) -> int:
-    """Serve one `engine` on the configured host and port; returns when the server stops."""
+def serve(engine: Any, listeners: Sequence[Any] | None = None, early: Any = None) -> int:
+    """Serve one `engine` on the configured listeners (bound now when not given); returns when the server stops."""
     from engine.http.engine_backend import EngineBackend
 
-    return run_app(EngineBackend(engine))
+    return run_app(EngineBackend(engine), listeners, early)
 
 
-def serve_dp(record: Any) -> int | None:
+def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = None) -> int | None:
     """Serve `record` with data-parallel replicas when its dp_size is above 1; None (nothing done) otherwise.
 
-    Publishes the record with role `dp_controller`, starts the replicas, runs uvicorn
-    until SIGTERM/SIGINT, then stops every replica. Returns the exit status.
+    Publishes the record with role `dp_controller`, starts the replicas, serves until
+    SIGTERM/SIGINT, then stops every replica (each flushes its HiCache write-back).
+    Returns the exit status.
     """
     if to_bags(record)["parallel"].dp_size <= 1:  # the launch value; nothing is published yet
         return None
@@ -86,35 +128,35 @@ def serve_dp(record: Any) -> int | None:
 
     publish(record, role=ROLE)
     configure_from_config()
-    controller = DPController()
     try:
-        return run_app(ReplicaGroupBackend(controller), dp_size=controller.dp_size)
+        if early is not None and early.received:
+            return 0  # told to stop before the replicas were started
+        controller = DPController()
+        try:
+            return run_app(ReplicaGroupBackend(controller), listeners, early, dp_size=controller.dp_size)
+        finally:
+            controller.shutdown()
     finally:
-        controller.shutdown()
         reset()
 
 
-def run_app(backend: Any, **listen_fields: Any) -> int:
-    """Run uvicorn on the one HTTP app around `backend` until SIGTERM/SIGINT; 0 when it served, 1 otherwise."""
-    import uvicorn
+def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = None, **listen_fields: Any) -> int:
+    """Serve the HTTP app around `backend` until SIGTERM/SIGINT; 0 when it served (or was stopped), 1 otherwise.
 
+    With a separate admin listener (`admin_host`/`admin_port`) the public app has no
+    admin routes and the admin app has only those (and `/health`).
+    """
     from engine.http.app import create_app
+    from engine.http.listeners import serve_listeners
 
     serving = get_serving()
-    config = uvicorn.Config(
-        create_app(backend), host=serving.host, port=serving.port, log_config=None, access_log=False, lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    log.info("server.listen", url=f"http://{serving.host}:{serving.port}", pid=os.getpid(), **listen_fields)
-    # uvicorn re-raises the stop signal once it has shut down, which would kill this process
-    # before the engine or the replicas are stopped; these handlers take that second delivery
-    received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
+    own = listeners is None
+    listeners = bind_listeners(serving) if listeners is None else listeners
     try:
-        server.run()
+        apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
+        for li in listeners:
+            log.info("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)
+        return serve_listeners(listeners, apps, backend, grace_s=serving.shutdown_grace_s, early=early)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if received:
-        log.info("server.stopping", signals=[signal.Signals(s).name for s in received])
-    return 0 if server.started else 1
+        if own:
+            close_listeners(listeners)

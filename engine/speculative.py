@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from engine.scheduler import Req, sample
+from engine.scheduler import Req
 
 
 class SpeculativeWorker:
@@ -162,7 +162,9 @@ class SpeculativeWorker:
             rows = logits[i * (k + 1) : (i + 1) * (k + 1)]
             emitted = 0
             for j in range(k + 1):
-                token = sample(rows[j], req)
+                token = sched.sample_or_fail(req, rows[j])
+                if token is None:  # sampling failed: this request alone ends here
+                    break
                 if j < k and token != draft[j] and req.temperature > 0 and threshold < 1.0:
                     prob = torch.softmax(rows[j].float() / req.temperature, dim=-1)[draft[j]]
                     if float(prob) >= threshold:

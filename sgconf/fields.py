@@ -9,6 +9,7 @@ from named sources (`allow_sources`), how a change after publish takes effect
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -146,6 +147,10 @@ class _Interval:
     def __call__(self, value: Any) -> None:
         if value is None:
             return
+        if isinstance(value, float) and not math.isfinite(value):
+            # NaN compares false with every bound, so it would slip through the test below
+            both = self.low is not None and self.high is not None
+            raise FieldValueError(f"must be a finite number {'in ' if both else ''}{self.describe()}")
         bad = (self.low is not None and (value <= self.low if self.low_open else value < self.low)) or (
             self.high is not None and (value >= self.high if self.high_open else value > self.high)
         )
@@ -179,6 +184,23 @@ def positive() -> Callable[[Any], None]:
 def interval(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Callable[[Any], None]:
     """Value must lie in the interval; open ends exclude the bound."""
     return _Interval(low, high, low_open, high_open)
+
+
+@attrs.frozen(slots=True, repr=False)
+class _NotBlank:
+    def __call__(self, value: Any) -> None:
+        if value is None:
+            return
+        if not str(value).strip():
+            raise FieldValueError("must not be empty or only whitespace")
+
+    def __repr__(self) -> str:
+        return "<not_blank validator>"
+
+
+def not_blank() -> Callable[[Any], None]:
+    """A set value must hold something other than whitespace (a key of spaces guards nothing)."""
+    return _NotBlank()
 
 
 @attrs.frozen(slots=True, repr=False)

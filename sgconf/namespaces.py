@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from sgconf import derived
-from sgconf.fields import at_least, host_port, interval, positive, power_of_two, setting
+from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
 from sgconf.registry import set_serving
 from sgconf.rules import RULES
 from sgconf.schema import Schema
@@ -103,10 +103,12 @@ class ParallelConfig:
 class MemoryConfig:
     enable_hierarchical_cache: bool = setting(False, help="enable the HiCache host tier")
     hicache_ratio: float = setting(
-        2.0, help="host pool size as a multiple of the device pool", checks=[positive()], allow_sources=HICACHE_SOURCES, apply="drain"
+        2.0, help="host pool size as a multiple of the device pool", checks=[interval(0, 1000, low_open=True)],
+        allow_sources=HICACHE_SOURCES, apply="drain",
     )
     hicache_size: int = setting(
-        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[at_least(0)], allow_sources=HICACHE_SOURCES, apply="drain"
+        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[interval(0, 1 << 20)],
+        allow_sources=HICACHE_SOURCES, apply="drain",
     )
     hicache_write_policy: Literal["write_through", "write_back", "write_through_selective"] = setting(
         "write_through", help="when device pages are copied to the host tier", allow_sources=HICACHE_SOURCES, apply="drain"
@@ -126,7 +128,7 @@ class MemoryConfig:
     hicache_storage_prefetch_timeout_s: float = setting(
         2.0,
         help="seconds the 'timeout' prefetch policy waits for storage before serving what arrived",
-        checks=[positive()],
+        checks=[interval(0, 3600, low_open=True)],
         allow_sources=HICACHE_SOURCES, apply="drain",
     )
     hicache_storage_read_timeout_s: float = setting(
@@ -153,7 +155,7 @@ class ScheduleConfig:
     max_running_requests: int | None = setting(
         None,
         help="cap on concurrently running requests; hot up to the capacity planned at start-up",
-        checks=[positive()],
+        checks=[interval(1, 1 << 20)],
         allow_sources=MEMORY_POOL_SOURCES,
         hot=True,
     )
@@ -163,7 +165,7 @@ class ScheduleConfig:
     chunked_prefill_size: int | None = setting(
         None,
         help="max tokens of one prefill chunk; default by device; hot up to the value planned at start-up",
-        checks=[positive()],
+        checks=[interval(1, 1 << 24)],
         hot=True,
     )
     max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
@@ -177,7 +179,7 @@ class ScheduleConfig:
     schedule_conservativeness: float = setting(
         1.0,
         help="how much of running requests' future tokens admission keeps free (0: admit whatever fits now)",
-        checks=[at_least(0)],
+        checks=[interval(0, 100)],
         hot=True,
     )
     drain_timeout_s: float = setting(
@@ -194,10 +196,10 @@ class SpecConfig:
     speculative_algorithm: SpecAlgorithm | None = setting(None, help="speculative decoding algorithm")
     speculative_draft_model_path: str | None = setting(None, help="draft model directory (EAGLE, STANDALONE)")
     speculative_draft_model_config: str | None = setting(None, help="path to the draft model's HF-style config.json")
-    speculative_num_steps: int | None = setting(None, help="draft steps per verify; default 3", checks=[positive()], hot=True)
-    speculative_eagle_topk: int | None = setting(None, help="draft branches per step; default 1", checks=[positive()], hot=True)
+    speculative_num_steps: int | None = setting(None, help="draft steps per verify; default 3", checks=[interval(1, 64)], hot=True)
+    speculative_eagle_topk: int | None = setting(None, help="draft branches per step; default 1", checks=[interval(1, 64)], hot=True)
     speculative_num_draft_tokens: int | None = setting(
-        None, help="tokens verified per step; default steps * topk + 1", checks=[positive()], hot=True
+        None, help="tokens verified per step; default steps * topk + 1", checks=[interval(1, 4096)], hot=True
     )
     max_speculative_num_draft_tokens: int | None = setting(
         None, help="draft-token capacity pools are sized for; default speculative_num_draft_tokens", checks=[positive()]
@@ -218,10 +220,50 @@ class DisaggConfig:
 class ServingConfig:
     host: str = setting("127.0.0.1", help="HTTP bind address", fingerprint=False)
     port: int = setting(30000, help="HTTP port", checks=[interval(1, 65535)], fingerprint=False)
-    api_key: str | None = setting(None, help="bearer key for inference routes", secret=True)
-    admin_api_key: str | None = setting(None, help="bearer key for admin routes (attach, overrides)", secret=True)
+    api_key: str | None = setting(None, help="bearer key for inference routes", secret=True, checks=[not_blank()])
+    admin_api_key: str | None = setting(
+        None,
+        help="bearer key for admin routes (attach, overrides); prefer env SGCONF_ADMIN_API_KEY or admin_api_key_file",
+        secret=True,
+        checks=[not_blank()],
+    )
+    admin_api_key_file: str | None = setting(
+        None, help="file holding the admin key (re-read when it changes); keeps the key off the command line"
+    )
+    admin_host: str | None = setting(
+        None, help="bind address of a separate admin listener; unset: admin routes share the public one", fingerprint=False
+    )
+    admin_port: int | None = setting(
+        None, help="port of the separate admin listener (needs admin_host)", checks=[interval(1, 65535)], fingerprint=False
+    )
     served_model_name: str | None = setting(None, help="model name reported to clients; default model_path")
-    stream_interval: int = setting(1, help="tokens per streamed chunk", checks=[positive()], hot=True, fingerprint=False)
+    stream_interval: int = setting(
+        1, help="tokens per streamed chunk", checks=[interval(1, 1 << 16)], hot=True, fingerprint=False
+    )
+    max_request_body_bytes: int = setting(
+        4 << 20, help="largest request body; a bigger one is refused (413) before it is read",
+        checks=[interval(1024, 1 << 30)], hot=True, fingerprint=False,
+    )
+    max_json_depth: int = setting(
+        32, help="deepest nesting of arrays and objects a request body may have",
+        checks=[interval(2, 256)], hot=True, fingerprint=False,
+    )
+    max_json_integer_digits: int = setting(
+        24, help="most digits an integer in a request body may have",
+        checks=[interval(1, 4000)], hot=True, fingerprint=False,
+    )
+    max_prompt_chars: int = setting(
+        1 << 20, help="longest prompt in characters (or token ids), checked before tokenizing",
+        checks=[interval(1, 1 << 28)], hot=True, fingerprint=False,
+    )
+    request_timeout_s: float = setting(
+        600.0, help="deadline of a request, from arrival; a request may ask for less with timeout_s",
+        checks=[interval(0.001, 86400)], hot=True, fingerprint=False,
+    )
+    shutdown_grace_s: float = setting(
+        30.0, help="seconds a stopping server lets in-flight requests finish before aborting them",
+        checks=[interval(0, 3600)], fingerprint=False,
+    )
 
 
 @namespace("observability")

@@ -154,6 +154,26 @@ def _extra_slots_need_decode(v: Values) -> str | None:
     return None
 
 
+def _one_admin_key(v: Values) -> str | None:
+    if v["admin_api_key"] is not None and v["admin_api_key_file"] is not None:
+        return (
+            f"{flag('admin_api_key')} and {flag('admin_api_key_file')} are both set "
+            f"-- give the admin key one way (prefer {flag('admin_api_key_file')})"
+        )
+    return None
+
+
+def _admin_listener_complete(v: Values) -> str | None:
+    if (v["admin_host"] is None) != (v["admin_port"] is None):
+        return (
+            f"a separate admin listener needs both {flag('admin_host')} and {flag('admin_port')} "
+            "-- give both, or neither to serve the admin routes on the public listener"
+        )
+    if v["admin_host"] is not None and v["admin_port"] == v["port"] and v["admin_host"] == v["host"]:
+        return f"{flag('admin_port')} {v['admin_port']} is the public {flag('port')} -- pick another port"
+    return None
+
+
 RULES: list[Rule] = [
     Rule("dp_attention_divides_tp", ("tp_size", "dp_size", "enable_dp_attention"), _dp_attention_divides),
     Rule(
@@ -173,6 +193,8 @@ RULES: list[Rule] = [
     Rule("node_rank_in_range", ("node_rank", "nnodes"), _node_rank_in_range),
     Rule("multi_node_needs_addr", ("nnodes", "dist_init_addr"), _multi_node_needs_addr),
     Rule("extra_slots_need_decode", ("disaggregation_decode_extra_slots", "disaggregation_mode"), _extra_slots_need_decode),
+    Rule("one_admin_key", ("admin_api_key", "admin_api_key_file"), _one_admin_key),
+    Rule("admin_listener_complete", ("admin_host", "admin_port", "host", "port"), _admin_listener_complete),
 ]
 
 

@@ -52,6 +52,7 @@ import structlog
 
 from engine.errors import (
     REQUEST_ERRORS,
+    EngineStopped,
     NoSuchReplica,
     ReplicaExited,
     ReplicaFailed,
@@ -198,6 +199,15 @@ class Replica:
         for future in pending.values():
             if future.set_running_or_notify_cancel():
                 future.set_exception(ReplicaFailed(self._exit_text()))
+
+    def abort_pending(self, reason: str) -> int:
+        """Answer every request still waiting on this replica with EngineStopped(`reason`); returns how many."""
+        with self._lock:
+            pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if future.set_running_or_notify_cancel():
+                future.set_exception(EngineStopped(reason))
+        return len(pending)
 
     def _exit_text(self) -> str:
         return f"replica {self.index} exited (exit code {self.process.exitcode}) -- the request was not served"
@@ -375,6 +385,10 @@ class DPController:
                 interval = 1.0
             if self._stop_monitor.wait(interval):
                 return
+
+    def abort_pending(self, reason: str) -> int:
+        """Answer every request in flight on any replica with EngineStopped(`reason`); returns how many."""
+        return sum(r.abort_pending(reason) for r in self.replicas)
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""

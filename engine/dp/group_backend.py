@@ -59,6 +59,9 @@ class ReplicaGroupBackend:
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.controller.generate(args)
 
+    def abort_inflight(self, reason: str) -> int:
+        return self.controller.abort_pending(reason)
+
     def describe(self) -> dict[str, Any]:
         return {
             "ranks": self.controller.ranks(*STORAGE_FIELDS),

@@ -14,6 +14,9 @@ Routes:
   POST   /replicas/<index>/restart  start an exited replica again             (admin)
   POST   /replicas/<index>/resync   bring a running replica up to date        (admin)
 
+With `admin_host`/`admin_port` set, the admin routes live only on that listener and the
+public one answers them 404 (see `create_app`).
+
 Admin routes need `Authorization: Bearer <admin_api_key>` (compared in constant time):
 401 without it, 403 with a wrong one, and 403 with an explanation when the server has
 no admin key at all. Bad bodies get 400 (not JSON) or 422 with one `$.namespace.field:
@@ -56,15 +59,23 @@ log = structlog.get_logger(__name__)
 OVERRIDE_SOURCE = "http.config_overrides"
 
 
-def create_app(backend: ServingBackend) -> FastAPI:
-    """The FastAPI app serving `backend`; see the module docstring for the routes."""
+def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = True) -> FastAPI:
+    """The FastAPI app serving `backend`; see the module docstring for the routes.
+
+    With a separate admin listener the server runs two apps on one backend: one with
+    `admin=False` (the admin routes do not exist there: 404) and one with `public=False`
+    (the admin routes and `/health`).
+    """
     app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.backend = backend
     install_error_handlers(app)
     _install_request_log(app)
-    _add_public_routes(app, backend)
-    _add_storage_routes(app, backend)
-    _add_config_routes(app, backend)
+    _add_health_route(app, backend)
+    if public:
+        _add_public_routes(app, backend)
+    if admin:
+        _add_storage_routes(app, backend)
+        _add_config_routes(app, backend)
     return app
 
 
@@ -99,12 +110,14 @@ def _request_log() -> Any:
     return log.info if on else log.debug
 
 
-def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
+def _add_health_route(app: FastAPI, backend: ServingBackend) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         ok, body = backend.health()
         return JSONResponse(body, status_code=200 if ok else 503)
 
+
+def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
     @app.get("/server_info")
     async def server_info(request: Request) -> dict[str, Any]:
         require_api_key(request)

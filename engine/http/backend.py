@@ -73,6 +73,10 @@ class ServingBackend(Protocol):
         """Start a new process for an exited replica; raises NoSuchReplica without replicas."""
         ...
 
+    def abort_inflight(self, reason: str) -> int:
+        """Fail every request not yet answered with EngineStopped(`reason`) (a stopping server's grace ran out)."""
+        ...
+
     def resync_replica(self, index: int) -> dict[str, Any]:
         """Bring a running replica to the group's config; raises NoSuchReplica without replicas."""
         ...

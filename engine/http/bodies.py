@@ -8,11 +8,14 @@ bad field), so a bad request changes nothing.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import Request
 
+from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
+from runtime.accessors import get_serving
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (
@@ -32,18 +35,22 @@ GENERATE_FIELDS = (
     "seed",
     "ignore_eos",
     "sampling_params",
+    "timeout_s",
 )
+MAX_TEMPERATURE = 100.0
+MAX_SEED = 2**64 - 1  # what a torch generator takes
 
 
 async def json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
-    """The body as a JSON object (`{}` when empty); with `allowed`, unknown keys are refused with a suggestion."""
-    raw = await request.body()
+    """The body as a JSON object (`{}` when empty); with `allowed`, unknown keys are refused with a suggestion.
+
+    The body is read and parsed under the serving limits (`engine.http.limits`).
+    """
+    limits = BodyLimits.current()
+    raw = await read_body(request, limits)
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPProblem(400, f"the body is not valid JSON ({exc}) -- send a JSON object") from None
+    body = parse_json(raw, limits)
     if not isinstance(body, dict):
         raise HTTPProblem(422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"])
     if allowed is not None:
@@ -93,11 +100,22 @@ def generate_args(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
         errors.append(f"$.generate.max_new_tokens: expected an integer >= 1, got {max_new!r}")
     temperature = merged.get("temperature", 0.0)
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or temperature < 0:
+    if not _is_number(temperature) or temperature < 0:
         errors.append(f"$.generate.temperature: expected a number >= 0, got {temperature!r}")
+    elif temperature > MAX_TEMPERATURE:
+        errors.append(f"$.generate.temperature: expected a number <= {MAX_TEMPERATURE:g}, got {temperature!r}")
     seed = merged.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
         errors.append(f"$.generate.seed: expected an integer >= 0, got {seed!r}")
+    elif seed is not None and seed > MAX_SEED:
+        errors.append(f"$.generate.seed: expected an integer <= 2**64 - 1, got {seed!r}")
+    errors.extend(_length_errors(text, ids))
+    timeout_s = merged.get("timeout_s")
+    deadline = get_serving().request_timeout_s
+    if timeout_s is not None and (not _is_number(timeout_s) or not 0 < timeout_s <= deadline):
+        errors.append(
+            f"$.generate.timeout_s: expected a number of seconds in (0, {deadline:g}] ('request_timeout_s'), got {timeout_s!r}"
+        )
     ignore_eos = merged.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         errors.append(f"$.generate.ignore_eos: expected a boolean, got {ignore_eos!r}")
@@ -109,7 +127,22 @@ def generate_args(body: dict[str, Any]) -> dict[str, Any]:
         "temperature": float(temperature),
         "seed": seed,
         "ignore_eos": ignore_eos,
+        "timeout_s": None if timeout_s is None else float(timeout_s),
     }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _length_errors(text: Any, ids: Any) -> list[str]:
+    """The prompt against 'max_prompt_chars', measured before anything is tokenized."""
+    limit = get_serving().max_prompt_chars
+    if isinstance(text, str) and len(text) > limit:
+        return [f"$.generate.text: {len(text)} characters, more than 'max_prompt_chars' ({limit}) -- shorten the prompt"]
+    if isinstance(ids, list) and len(ids) > limit:
+        return [f"$.generate.input_ids: {len(ids)} token ids, more than 'max_prompt_chars' ({limit}) -- shorten the prompt"]
+    return []
 
 
 def attach_args(body: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,9 @@ class EngineBackend:
     def override(self, source: str, fields: dict[str, Any]) -> Applied:
         return self._applied(self.engine.override_config(source, **fields))
 
+    def abort_inflight(self, reason: str) -> int:
+        return self.engine.abort_requests(reason)
+
     def restart_replica(self, index: int) -> dict[str, Any]:
         raise NoSuchReplica(_no_replicas(index))
 

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.errors import (
+    DeadlineExceeded,
     EngineBusy,
     EngineStopped,
     GenerationError,
@@ -71,6 +72,7 @@ STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (ReplicaRunning, 409),
     (ReplicaExited, 409),
     (NoSuchReplica, 404),
+    (DeadlineExceeded, 504),
     (GenerationError, 503),
     (EngineStopped, 503),
     (ReplicaFailed, 503),

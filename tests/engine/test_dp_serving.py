@@ -113,7 +113,7 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     r = client.post("/config/overrides", json={"schedule_conservativeness": -1}, headers=ADMIN)
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "rank 0: $.schedule.schedule_conservativeness: must be >= 0, got -1.0 (from override http.config_overrides)"
+        "rank 0: $.schedule.schedule_conservativeness: must be in [0, 100], got -1.0 (from override http.config_overrides)"
     ]
 
     # a hot routing field changes on every rank; the controller routes by it at once

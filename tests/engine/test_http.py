@@ -104,7 +104,8 @@ def test_admin_routes_refused_without_admin_key() -> None:
         r = TestClient(create_app(EngineBackend(engine))).delete("/hicache/storage-backend", headers=AUTH)
         assert r.status_code == 403
         assert r.json()["detail"] == (
-            "admin routes are disabled: this server has no admin_api_key -- restart it with --admin-api-key KEY"
+            "admin routes are disabled: this server has no admin key -- restart it with "
+            "--admin-api-key-file FILE or env SGCONF_ADMIN_API_KEY"
         )
     finally:
         engine.shutdown()

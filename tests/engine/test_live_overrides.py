@@ -253,7 +253,65 @@ def check_drain_timeout_s(make_engine: Callable[..., Engine], log_stream: io.Str
     engine.wait(req, timeout=60)
 
 
+def _edge_client(engine: Engine) -> Any:
+    from fastapi.testclient import TestClient
+
+    from engine.http.app import create_app
+    from engine.http.engine_backend import EngineBackend
+
+    return TestClient(create_app(EngineBackend(engine)))
+
+
+def check_max_request_body_bytes(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    client = _edge_client(make_engine())
+    body = {"input_ids": [72] * 400, "max_new_tokens": 1}  # about 1.6 kB of JSON
+    assert client.post("/generate", json=body).status_code == 200
+    from runtime.context import get_context
+
+    get_context().override("test", max_request_body_bytes=1024)
+    assert client.post("/generate", json=body).status_code == 413
+
+
+def _refused_after(field: str, value: int, body: dict[str, Any], make_engine: Callable[..., Engine]) -> None:
+    from runtime.context import get_context
+
+    client = _edge_client(make_engine())
+    assert client.post("/generate", json=body).status_code == 200
+    get_context().override("test", **{field: value})
+    r = client.post("/generate", json=body)
+    assert r.status_code == 422 and f"'{field}'" in "".join(r.json()["errors"])
+
+
+def check_max_json_depth(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    _refused_after("max_json_depth", 2, {"max_new_tokens": 1, "sampling_params": {"input_ids": [72]}}, make_engine)
+
+
+def check_max_json_integer_digits(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    _refused_after("max_json_integer_digits", 2, {"text": "a", "max_new_tokens": 1, "seed": 123}, make_engine)
+
+
+def check_max_prompt_chars(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    _refused_after("max_prompt_chars", 3, {"text": "abcd", "max_new_tokens": 1}, make_engine)
+
+
+def check_request_timeout_s(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    engine = make_engine()
+    engine.pause()
+    before = engine.submit(PROMPT, max_new_tokens=1)
+    engine.override_config("test", request_timeout_s=5)
+    after = engine.submit(PROMPT, max_new_tokens=1)
+    assert (before.timeout_s, after.timeout_s) == (600.0, 5)
+    engine.resume()
+    engine.wait(before, timeout=60)
+    engine.wait(after, timeout=60)
+
+
 HOT_CHECKS: dict[str, Callable[..., None]] = {
+    "max_request_body_bytes": check_max_request_body_bytes,
+    "max_json_depth": check_max_json_depth,
+    "max_json_integer_digits": check_max_json_integer_digits,
+    "max_prompt_chars": check_max_prompt_chars,
+    "request_timeout_s": check_request_timeout_s,
     "log_level": check_log_level,
     "log_requests": check_log_requests,
     "stream_interval": check_stream_interval,

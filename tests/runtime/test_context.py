@@ -194,7 +194,7 @@ def test_raw_record_never_changes(hicache_ctx):
         (
             {"stream_interval": 0},
             ConfigError,
-            "$.serving.stream_interval: must be > 0, got 0 (from override http)",
+            "$.serving.stream_interval: must be in [1, 65536], got 0 (from override http)",
         ),
     ],
 )

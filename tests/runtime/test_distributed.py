@@ -420,7 +420,7 @@ def test_bad_value_is_refused_by_the_coordinator_first(clean: World) -> None:
         clean.group.propagate("test.tune", schedule_conservativeness=-1)
     assert list(info.value.refusals) == [0]
     assert info.value.lines() == [
-        "rank 0: $.schedule.schedule_conservativeness: must be >= 0, got -1.0 (from override test.tune)"
+        "rank 0: $.schedule.schedule_conservativeness: must be in [0, 100], got -1.0 (from override test.tune)"
     ]
     assert {s.generation for s in clean.group.ranks()} == {before}
 

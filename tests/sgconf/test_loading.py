@@ -263,7 +263,7 @@ MALFORMED = [
     ("env_bad_choice", {}, {"SGCONF_LOG_LEVEL": "verbose"}, [],
      ["$.observability.log_level: expected one of 'debug', 'info', 'warning', 'error', 'critical', got 'verbose' (from env SGCONF_LOG_LEVEL)"]),
     ("env_negative", {}, {"SGCONF_MAX_RUNNING_REQUESTS": "-1"}, [],
-     ["$.schedule.max_running_requests: must be > 0, got -1 (from env SGCONF_MAX_RUNNING_REQUESTS)"]),
+     ["$.schedule.max_running_requests: must be in [1, 1048576], got -1 (from env SGCONF_MAX_RUNNING_REQUESTS)"]),
     ("env_broken_json", {}, {"SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG": '{"dir": '}, [],
      ["$.memory.hicache_storage_backend_extra_config: expected a JSON object (Expecting value at char 8), got '{\"dir\": ' "
       "(from env SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG)"]),

@@ -1,0 +1,147 @@
+"""Request body limits: read at most `max_request_body_bytes`, parse JSON within depth and size bounds.
+
+Every limit is a declared `serving` setting, read from the bag on each request so an
+override applies at once. A body over the size limit is refused (413) from its
+`Content-Length` before any of it is read, or as soon as the streamed bytes pass the
+limit, so a huge upload never grows the process. Parsing refuses what the stdlib parser
+would turn into a crash or an unbounded cost later: nesting past `max_json_depth` (the
+parser recurses), integers longer than `max_json_integer_digits` (arithmetic on them is
+quadratic and `int()` itself gives up past 4300 digits), `NaN`/`Infinity` literals and
+numbers that overflow to infinity, and strings holding lone surrogates (they cannot be
+encoded as UTF-8, so tokenizing or logging them would fail).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import attrs
+from fastapi import Request
+
+from engine.http.problems import HTTPProblem
+from runtime.accessors import get_serving
+
+# a JSON string literal, escapes included; removed before brackets are counted
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+@attrs.frozen(slots=True)
+class BodyLimits:
+    """The limits one request is read and parsed under (a copy of the serving settings)."""
+
+    max_bytes: int
+    max_depth: int
+    max_integer_digits: int
+
+    @classmethod
+    def current(cls) -> BodyLimits:
+        serving = get_serving()
+        return cls(serving.max_request_body_bytes, serving.max_json_depth, serving.max_json_integer_digits)
+
+
+def _too_large(size: int | str, limit: int) -> HTTPProblem:
+    msg = (
+        f"the request body of {size} bytes is larger than 'max_request_body_bytes' ({limit}) "
+        "-- send a smaller body, or raise --max-request-body-bytes"
+    )
+    return HTTPProblem(413, msg)
+
+
+async def read_body(request: Request, limits: BodyLimits) -> bytes:
+    """The raw body, refused with 413 once it is known to exceed `limits.max_bytes`."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise HTTPProblem(400, f"the Content-Length header {declared!r} is not a byte count -- send a number")
+        if int(declared) > limits.max_bytes:
+            raise _too_large(int(declared), limits.max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_bytes:
+            raise _too_large(f"more than {limits.max_bytes}", limits.max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def nesting_depth(raw: bytes) -> int:
+    """The deepest nesting of arrays and objects in `raw` (JSON text), counted without parsing it."""
+    brackets = _STRING.sub(b'""', raw).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for byte in brackets:
+        depth += 1 if byte in (0x5B, 0x7B) else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+class _Refused(ValueError):
+    """Raised from inside the parser's hooks; becomes a 422 line."""
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_strings(value: Any, path: str) -> None:
+    if isinstance(value, str):
+        if not value.isascii() and _has_lone_surrogate(value):
+            raise _Refused(f"{path}: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, path)
+            _check_strings(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_strings(item, f"{path}[{i}]")
+
+
+def parse_json(raw: bytes, limits: BodyLimits) -> Any:
+    """Parse a body under `limits`; raises HTTPProblem 400 (not JSON) or 422 (JSON past a limit)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"the body is not valid UTF-8 (byte {exc.start}: {exc.reason}) -- send JSON encoded as UTF-8"
+        raise HTTPProblem(400, msg) from None
+    depth = nesting_depth(raw)
+    if depth > limits.max_depth:
+        line = f"$: nested {depth} levels deep, more than 'max_json_depth' ({limits.max_depth}) allows"
+        raise HTTPProblem(422, "the body is nested too deeply -- flatten it", errors=[line])
+
+    def integer(digits: str) -> int:
+        count = len(digits.lstrip("-"))
+        if count > limits.max_integer_digits:
+            raise _Refused(
+                f"$: an integer of {count} digits is longer than 'max_json_integer_digits' "
+                f"({limits.max_integer_digits}) allows"
+            )
+        return int(digits)
+
+    def number(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise _Refused(f"$: the number {literal[:40]} overflows to infinity -- send a finite number")
+        return value
+
+    def constant(name: str) -> float:
+        raise _Refused(f"$: {name} is not a JSON number -- send a finite number")
+
+    try:
+        body = json.loads(text, parse_int=integer, parse_float=number, parse_constant=constant)
+        _check_strings(body, "$")
+    except _Refused as exc:
+        raise HTTPProblem(422, "the body holds a value this server does not accept", errors=[str(exc)]) from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise HTTPProblem(400, f"the body is not valid JSON ({exc}) -- send a JSON object") from None
+    return body
+
+
+__all__ = ["BodyLimits", "nesting_depth", "parse_json", "read_body"]

@@ -1,0 +1,174 @@
+"""Validation at the edge: body size, JSON shape and field limits answer 4xx naming the limit; nothing gives a 5xx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.engine import Engine
+from engine.http.app import create_app
+from engine.http.engine_backend import EngineBackend
+from engine.http.limits import nesting_depth
+
+KEY = "edge-admin-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[Engine, TestClient]]:
+    engine = Engine.from_args(
+        ["--max-total-tokens", "512", "--enable-hierarchical-cache", "--admin-api-key", KEY,
+         "--max-request-body-bytes", "4096", "--max-prompt-chars", "200"]
+    )
+    try:
+        yield engine, TestClient(create_app(EngineBackend(engine)))
+    finally:
+        engine.shutdown()
+
+
+def post(client: TestClient, path: str, raw: bytes, **headers: str) -> tuple[int, dict]:
+    r = client.post(path, content=raw, headers={"content-type": "application/json", **headers})
+    return r.status_code, r.json()
+
+
+def test_a_body_over_the_limit_is_413_from_its_content_length(served) -> None:
+    """A declared length over max_request_body_bytes is refused before the body is read."""
+    _, client = served
+    status, body = post(client, "/generate", b"x" * 5000)
+    assert status == 413
+    assert body["detail"] == (
+        "the request body of 5000 bytes is larger than 'max_request_body_bytes' (4096) "
+        "-- send a smaller body, or raise --max-request-body-bytes"
+    )
+
+
+def test_a_streamed_body_over_the_limit_is_413_once_it_passes_it(served) -> None:
+    """A chunked body without a length is cut off as soon as the bytes read pass the limit."""
+    _, client = served
+    sent: list[int] = []
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(100):
+            sent.append(1)
+            yield b" " * 1024
+
+    r = client.post("/generate", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["detail"].startswith("the request body of more than 4096 bytes is larger than")
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "line"),
+    [
+        (b"[" * 40 + b"]" * 40, 422, "$: nested 40 levels deep, more than 'max_json_depth' (32) allows"),
+        (b'{"text": "a", "seed": ' + b"9" * 30 + b"}", 422,
+         "$: an integer of 30 digits is longer than 'max_json_integer_digits' (24) allows"),
+        (b'{"text": "a", "temperature": NaN}', 422, "$: NaN is not a JSON number -- send a finite number"),
+        (b'{"text": "a", "temperature": 1e999}', 422, "$: the number 1e999 overflows to infinity -- send a finite number"),
+        (b'{"text": "\\ud800"}', 422,
+         "$.text: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text"),
+        (b'{"text": "\xff\xfe"}', 400, None),
+        (b'{"text": ', 400, None),
+    ],
+    ids=["deep", "huge_int", "nan", "inf", "surrogate", "bad_utf8", "truncated"],
+)
+def test_malformed_bodies_are_client_errors(served, raw: bytes, status: int, line: str | None) -> None:
+    """Deep nesting, huge integers, non-finite numbers and invalid unicode get 4xx with the reason, never 500."""
+    _, client = served
+    got, body = post(client, "/generate", raw)
+    assert got == status
+    if line is not None:
+        assert body["errors"] == [line]
+    else:
+        assert "not valid" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "line"),
+    [
+        ({"seed": 2**64}, "$.generate.seed: expected an integer <= 2**64 - 1, got 18446744073709551616"),
+        ({"seed": -1}, "$.generate.seed: expected an integer >= 0, got -1"),
+        ({"temperature": 1000}, "$.generate.temperature: expected a number <= 100, got 1000"),
+        ({"timeout_s": 0}, "$.generate.timeout_s: expected a number of seconds in (0, 600] ('request_timeout_s'), got 0"),
+        ({"text": "x" * 201}, "$.generate.text: 201 characters, more than 'max_prompt_chars' (200) -- shorten the prompt"),
+    ],
+    ids=["seed_big", "seed_negative", "temperature_big", "timeout_zero", "long_prompt"],
+)
+def test_out_of_range_fields_are_422(served, fields: dict, line: str) -> None:
+    """Each generate field out of its range is one `$.generate.field` line; nothing reaches the engine."""
+    engine, client = served
+    before = engine.scheduler.counters["finished"]
+    got, body = post(client, "/generate", json.dumps({"text": "hi", **fields}).encode())
+    assert (got, body["errors"]) == (422, [line])
+    assert engine.scheduler.counters["finished"] == before
+
+
+def test_long_token_id_lists_are_checked_before_anything_else(served) -> None:
+    """input_ids count against max_prompt_chars too, before they are converted or checked against the vocabulary."""
+    _, client = served
+    got, body = post(client, "/generate", json.dumps({"input_ids": [1] * 201}).encode())
+    assert body["errors"] == ["$.generate.input_ids: 201 token ids, more than 'max_prompt_chars' (200) -- shorten the prompt"]
+
+
+def test_nesting_depth_ignores_brackets_inside_strings() -> None:
+    """Brackets in string literals (escaped quotes included) do not count as nesting."""
+    assert nesting_depth(b'[{"a": "[[[\\"]]]"}]') == 2
+    assert nesting_depth(b"1") == 0
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+GENERATE_KEYS = ["text", "input_ids", "max_new_tokens", "temperature", "seed", "ignore_eos", "sampling_params", "timeout_s"]
+bodies = st.one_of(
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(st.sampled_from(GENERATE_KEYS), json_values, max_size=5).map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=64),
+)
+ROUTES = [
+    ("POST", "/generate"),
+    ("PUT", "/hicache/storage-backend"),
+    ("POST", "/config/overrides"),
+    ("POST", "/replicas/0/restart"),
+    ("POST", "/replicas/0/resync"),
+    ("GET", "/server_info"),
+    ("GET", "/health"),
+]
+
+
+def _short(raw: bytes) -> bytes:
+    """The body with any token budget capped at 8: the property is about the answer's class, not throughput."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(data, dict):
+        return raw
+    for holder in (data, data.get("sampling_params")):
+        if isinstance(holder, dict):
+            for key in ("max_new_tokens", "max_tokens"):
+                if isinstance(holder.get(key), int) and holder[key] > 8:
+                    holder[key] = 8
+    return json.dumps(data).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(ROUTES), raw=bodies, admin=st.booleans())
+def test_generated_bodies_never_get_a_server_error(served, route: tuple[str, str], raw: bytes, admin: bool) -> None:
+    """Any JSON (or bytes) at any route is answered 2xx or 4xx, and the server stays healthy."""
+    engine, client = served
+    method, path = route
+    headers = {"content-type": "application/json", **(AUTH if admin else {})}
+    raw = _short(raw)
+    r = client.request(method, path, content=raw, headers=headers)
+    assert r.status_code < 500, (path, raw, r.status_code, r.text)
+    if path == "/hicache/storage-backend" and r.status_code == 200:
+        client.delete(path, headers=AUTH)
+    assert client.get("/health").json() == {"status": "ok", "queued": 0, "running": 0}
