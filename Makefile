@@ -21,6 +21,7 @@ lint: install
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check
+	$(BIN)/sgconf-ratchet unread
 	cd examples/minirt && ../../$(BIN)/sgconf-ratchet check
 
 test: lint ratchet
