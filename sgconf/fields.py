@@ -2,8 +2,8 @@
 
 A declaration says, once, everything about a leaf: its default, help text, choices,
 validators, whether it is secret, whether it may change after publish (`hot`) or only
-from named sources (`allow_sources`), its CLI flag and whether it counts towards the
-context fingerprint.
+from named sources (`allow_sources`), its CLI flag and the short aliases users type
+(`--tp` for `--tp-size`), and whether it counts towards the context fingerprint.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class FieldSpec:
     secret: bool = False
     hot: bool = False
     cli: str | None = None
+    aliases: tuple[str, ...] = ()
     allow_sources: tuple[str, ...] = ()
     fingerprint: bool = True
     choices: tuple[Any, ...] | None = None
@@ -48,6 +49,7 @@ def setting(
     secret: bool = False,
     hot: bool = False,
     cli: str | None = None,
+    aliases: Sequence[str] = (),
     allow_sources: Sequence[str] = (),
     fingerprint: bool | None = None,
     checks: Sequence[Callable[[Any], None]] = (),
@@ -56,13 +58,15 @@ def setting(
     """Declare a config leaf; see the module docstring for what each option means.
 
     Secrets never count towards the fingerprint unless asked, so a hash of the
-    config never becomes an oracle for an API key.
+    config never becomes an oracle for an API key. `aliases` are further flags for
+    the same field (`aliases=["--tp"]`); they show in `--help` and `--explain`.
     """
     spec = FieldSpec(
         help=help,
         secret=secret,
         hot=hot,
         cli=cli,
+        aliases=tuple(aliases),
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
         checks=tuple(checks),

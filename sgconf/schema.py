@@ -15,6 +15,7 @@ accessors, role sets and override routing all ask the schema of the record at ha
 
 from __future__ import annotations
 
+import re
 import threading
 import types
 import typing
@@ -67,6 +68,10 @@ def _bag_class(cls: type, *, bases: tuple[type, ...] = ()) -> type:
     bag = attrs.frozen(slots=True, field_transformer=_freezing_transformer(hints))(cls)
     attrs.resolve_types(bag)  # type: ignore[type-var]
     return bag
+
+
+_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
+_RESERVED_FLAGS = frozenset({"--config", "--help", "--version"})
 
 
 def _check_path(path: str) -> None:
@@ -223,7 +228,24 @@ class Schema:
             new[a.name] = FieldInfo(
                 a.name, path, bag, a.type, deep_freeze(default), spec, env_prefix=self.env_prefix, accessor_module=self.accessor_module
             )
+        self._check_flags(new)
         self._fields.update(new)
+
+    def _check_flags(self, new: Mapping[str, FieldInfo]) -> None:
+        # every flag and alias names one field: argparse would otherwise fail at parser build
+        owners = {flag: info for info in self._fields.values() for flag in info.flags}
+        for info in new.values():
+            for flag in info.flags:
+                if not _FLAG.fullmatch(flag) or flag in _RESERVED_FLAGS:
+                    msg = (
+                        f"flag {flag!r} of field '{info.name}' must look like '--tp' (two dashes, lowercase letters, "
+                        f"digits and dashes) and not be one of {', '.join(sorted(_RESERVED_FLAGS))}"
+                    )
+                    raise DeclarationError(msg)
+                if flag in owners:
+                    msg = f"flag {flag!r} is declared for both '{owners[flag].name}' and '{info.name}' of schema {self.name!r} -- each flag names one field"
+                    raise DeclarationError(msg)
+                owners[flag] = info
 
     def role(self, name: str, *, namespaces: Iterable[str] | None = None) -> None:
         """Declare (or redeclare) the process role `name` and the top-level namespaces it may read (None: all).
