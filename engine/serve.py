@@ -4,7 +4,11 @@ With no arguments it serves the embedded `tiny` model on 127.0.0.1:30000. The
 hierarchical cache is on by default here (unless the radix cache is disabled or any
 layer sets `enable_hierarchical_cache` explicitly): a server should accept a storage
 attach without a restart, and the host tier costs a few MB for the tiny model. The
-choice is recorded as the CLI-layer value, so `/server_info` shows where it came from.
+choice is recorded in the CLI layer as "sgconf serve's default", so `/server_info`
+shows where it came from, and `serve --help` states it.
+
+Logs go to stderr from the first line; the listen URL is printed once whatever the
+level, and each engine logs a one-line start-up summary (`engine.start`).
 
 With `--dp-size N` (N > 1) this process becomes the controller of N replica processes
 (role `dp_controller`); the HTTP app is the same either way, only its backend differs.
@@ -22,8 +26,9 @@ import structlog
 
 from runtime.accessors import get_serving
 from runtime.context import publish, reset
+from runtime.logs import announce, configure_from_record
 from sgconf.cli import config_parser, load_from_args
-from sgconf.flags import given_fields
+from sgconf.flags import given_fields, typed_flags
 from sgconf.loading import load_layers
 from sgconf.record import to_bags
 
@@ -33,22 +38,34 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 log = structlog.get_logger(__name__)
 
 
+# What `serve` applies instead of the declared default, as its --help and provenance say it.
+HICACHE_DEFAULT = "sgconf serve's default (on unless --disable-radix-cache)"
+SHOWN_DEFAULTS = {"enable_hierarchical_cache": "true for sgconf serve, unless --disable-radix-cache"}
+
+
+def serve_parser() -> Any:
+    """The `serve` parser: every setting's flag and aliases, with serve's own defaults in its help."""
+    return config_parser(PROG, "run the embedded runtime and its HTTP control plane", shown_defaults=SHOWN_DEFAULTS)
+
+
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
     env = os.environ if env is None else env
-    ns = config_parser(PROG, "run the embedded runtime and its HTTP control plane").parse_args(list(argv))
+    ns = serve_parser().parse_args(list(argv))
     loaded = load_from_args(ns, env)
     winner = loaded.winner("enable_hierarchical_cache")
     radix_off = loaded.winner("disable_radix_cache").value
     if winner.layer == "default" and not radix_off:
         given = {**given_fields(ns), "enable_hierarchical_cache": True}
-        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None))
+        typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
+        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), typed=typed)
     return loaded.record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted; returns the exit status (2 for bad config, printed without a traceback)."""
     record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+    configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
     status = serve_dp(record)  # --dp-size N > 1: replicas behind a controller; None otherwise
     if status is not None:
         return status
@@ -101,7 +118,8 @@ def run_app(backend: Any, **listen_fields: Any) -> int:
         create_app(backend), host=serving.host, port=serving.port, log_config=None, access_log=False, lifespan="off"
     )
     server = uvicorn.Server(config)
-    log.info("server.listen", url=f"http://{serving.host}:{serving.port}", pid=os.getpid(), **listen_fields)
+    # whatever the level: an operator must always be able to find where the server listens
+    announce("server.listen", url=f"http://{serving.host}:{serving.port}", pid=os.getpid(), **listen_fields)
     # uvicorn re-raises the stop signal once it has shut down, which would kill this process
     # before the engine or the replicas are stopped; these handlers take that second delivery
     received: list[int] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -36,6 +37,10 @@ class FieldHelpFormatter(argparse.HelpFormatter):
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break a flag named in a help text (`--disable-radix-` / `cache`)
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if not action.option_strings or action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
