@@ -36,7 +36,6 @@ from mem_cache.prefix_cache import PrefixCache
 from runtime.accessors import attention_backends
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
-from runtime.snapshot import Snapshot
 from sgconf.loading import load
 from sgconf.models import load_model_config
 
@@ -73,7 +72,7 @@ class Engine:
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
             configure_from_config()
-        snap = self.context.snapshot()  # one consistent config for every building step below
+        snap: Any = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
@@ -125,7 +124,7 @@ class Engine:
 
     # -- building ------------------------------------------------------------------------
 
-    def _build_model(self, snap: Snapshot) -> None:
+    def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
@@ -133,7 +132,7 @@ class Engine:
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
 
-    def _build_caches(self, snap: Snapshot) -> None:
+    def _build_caches(self, snap: Any) -> None:
         """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
         self.prefix_cache: PrefixCache | None = None
         self.hicache: HiCacheBridge | None = None
@@ -147,7 +146,7 @@ class Engine:
         if snap.memory.enable_hierarchical_cache:
             self.hicache = HiCacheBridge.create(self, snap)
 
-    def _build_scheduler(self, snap: Snapshot) -> Scheduler:
+    def _build_scheduler(self, snap: Any) -> Scheduler:
         # resolution always decides the chunk size, so a None here is a bug, not user input
         assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
         limits = SchedulerLimits(
@@ -175,7 +174,7 @@ class Engine:
             device=self.device,
         )
 
-    def _make_speculative(self, snap: Snapshot, dtype: torch.dtype) -> SpeculativeWorker | None:
+    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> SpeculativeWorker | None:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"

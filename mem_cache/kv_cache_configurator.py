@@ -165,10 +165,11 @@ class KVCacheConfigurator:
     ) -> None:
         if is_draft_worker and target is None:
             raise ValueError("a draft worker reuses its target's plan and allocator -- pass target=")
-        self.snap = snapshot if snapshot is not None else get_context().snapshot()
+        snap: Any = snapshot if snapshot is not None else get_context().snapshot()  # bags by attribute, per schema
+        self.snap = snap
         self.shape = shape
         self.inputs = plan_inputs(self.snap, shape)
-        self.device = torch.device(device if device is not None else self.snap.device.device)
+        self.device = torch.device(device if device is not None else snap.device.device)
         self.available_bytes = available_bytes if available_bytes is not None else default_available_bytes(self.snap, str(self.device))
         self.budget_flag = budget_flag if available_bytes is not None else None
         self.is_draft_worker = is_draft_worker

@@ -82,6 +82,15 @@ def _set_view(view: Any) -> None:
     _view = view
 
 
+def _missing(view: Any, path: str) -> Exception:
+    from runtime.snapshot import missing_namespace
+
+    schema = getattr(view, "schema", None)
+    if schema is None:
+        return AttributeError(path)
+    return missing_namespace(schema, path.partition(".")[0])
+
+
 @overload
 def accessor(namespace: type[T], *, name: str | None = None) -> Callable[[], T]: ...
 
@@ -117,8 +126,16 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
     if not fname.isidentifier():
         raise ValueError(f"accessor name {fname!r} must be an identifier")
     # compiled against this module's globals: the same bytecode as a hand-written accessor, so
-    # reads cost the same and torch.compile traces through them without a graph break
-    source = f"def {fname}():\n    return _view.{path}\n"
+    # reads cost the same and torch.compile traces through them without a graph break. The
+    # handler costs nothing until a schema without this namespace is published (and no
+    # `__getattr__` on snapshots slows every read down).
+    source = (
+        f"def {fname}():\n"
+        f"    try:\n"
+        f"        return _view.{path}\n"
+        f"    except AttributeError:\n"
+        f"        raise _missing(_view, {path!r}) from None\n"
+    )
     code = compile(source, f"<accessor {path}>", "exec")
     fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
     fn = types.FunctionType(fn_code, globals(), fname)

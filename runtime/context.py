@@ -81,7 +81,7 @@ from runtime.overrides import (
 )
 from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.snapshot import Snapshot, snapshot_class
-from runtime.state import EMPTY, State, Write, fold
+from runtime.state import EMPTY, State, Write, fold, stacks_of, with_write, without_write
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.loading import explain as launch_explain
 from sgconf.provenance import Origin
@@ -177,13 +177,14 @@ class RuntimeContext:
         self._routes = schema.routes()
         snapshot = snapshot_class(schema).from_bags(0, resolved.bags())
         flat = types.MappingProxyType(snapshot.flat())
-        self.limit = int(flat.get("overrides_log_limit", 1000))
+        self.limit = int(flat.get("overrides_log_limit", 256))
         self._state = State(
             snapshot=snapshot,
             view=make_view(snapshot, role, role_mode),
             flat=flat,
             base=flat,
             writes=(),
+            stacks=types.MappingProxyType({}),
             log=(),
             dropped=0,
             dropped_last=EMPTY,
@@ -259,7 +260,7 @@ class RuntimeContext:
 
         In role mode `enforce`, changes of namespaces outside the role's set are left out.
         """
-        records = self._state.log
+        records = self._state.log[-self.limit :]
         allowed = self._allowed_tops()
         if len(allowed) == len(self._state.snapshot.bag_names):
             return records
@@ -273,7 +274,8 @@ class RuntimeContext:
 
     def dropped_overrides(self) -> int:
         """How many records fell out of the overrides log's window since publish."""
-        return self._state.dropped
+        state = self._state
+        return state.dropped + max(0, len(state.log) - self.limit)
 
     def explain(self, name: str) -> list[Origin]:
         """The provenance chain of `name`: launch layers, resolution, then each override; winner last.
@@ -287,11 +289,13 @@ class RuntimeContext:
         self._read(state, info)
         secret = info.spec.secret
         chain = [attrs.evolve(o, value=detached(o.value)) for o in launch_explain(self.record, name, self.resolved)]
-        dropped = state.dropped_last.get(name)
-        in_window = [(rec, c) for rec in state.log if (c := rec.change_of(name)) is not None]
+        older, window = state.log[: -self.limit], state.log[-self.limit :]
+        dropped = next((rec for rec in reversed(older) if rec.change_of(name) is not None), None)
+        dropped = dropped or state.dropped_last.get(name)
+        in_window = [(rec, c) for rec in window if (c := rec.change_of(name)) is not None]
         if dropped is not None and (not in_window or in_window[0][0].generation > dropped.generation):
             change = dropped.change_of(name)
-            detail = f"{dropped.source} (newest of {state.dropped} dropped from the log window)"
+            detail = f"{dropped.source} (newest of {self.dropped_overrides()} dropped from the log window)"
             value = detached(change.new if change else None)
             chain.append(Origin(dropped.layer, detail, value, dropped.generation, dropped.time, secret=secret))
         for rec, change in in_window:
@@ -329,15 +333,7 @@ class RuntimeContext:
         """
         with _lock:
             proposal = self._propose(source, values, layer="override", check_source=True)
-            before = self._state
-            receipt, news = self._commit_locked(proposal)
-            try:
-                effect(receipt)
-            except BaseException:
-                self._rollback_locked(before, f"rollback:{source}")
-                raise
-        self._announce(news)
-        return receipt
+            return self.commit(proposal, effect=effect)
 
     def validate_override(self, source: str, /, **values: Any) -> OverrideProposal:
         """Dry run of `override()`: every check against the would-be state; changes nothing.
@@ -366,10 +362,21 @@ class RuntimeContext:
             proposal = self._propose(source, values, layer="override", check_source=False)
             return attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=generation))
 
-    def commit(self, proposal: OverrideProposal) -> OverrideReceipt:
-        """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since."""
+    def commit(self, proposal: OverrideProposal, *, effect: Callable[[OverrideReceipt], Any] | None = None) -> OverrideReceipt:
+        """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since.
+
+        With `effect`, it runs right after the swap, under the writer lock; when it raises,
+        the config rolls back as in `apply_override()` and the error propagates.
+        """
         with _lock:
+            before = self._state
             receipt, news = self._commit_locked(proposal)
+            if effect is not None:
+                try:
+                    effect(receipt)
+                except BaseException:
+                    self._rollback_locked(before, f"rollback:{proposal.source}")
+                    raise
         self._announce(news)
         return receipt
 
@@ -484,7 +491,7 @@ class RuntimeContext:
         # everything that can fail is built here, before the swap
         rec = OverrideRecord(proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes)
         write = Write(rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token)
-        new = self._next_state(state, proposal.snapshot, proposal.flat, (*state.writes, write), rec)
+        new = self._next_state(state, proposal.snapshot, proposal.flat, rec, add=write)
         receipt = OverrideReceipt(self, rec, new.view)
         news = self._news("config.override", rec, new)
         self._swap(new)
@@ -493,24 +500,49 @@ class RuntimeContext:
         return receipt, news
 
     def _next_state(
-        self, state: State, snapshot: Any, flat: types.MappingProxyType[str, Any], writes: tuple[Write, ...],
-        rec: OverrideRecord, *, base: types.MappingProxyType[str, Any] | None = None,
+        self,
+        state: State,
+        snapshot: Any,
+        flat: types.MappingProxyType[str, Any],
+        rec: OverrideRecord,
+        *,
+        add: Write | None = None,
+        remove: Write | None = None,
+        restore: State | None = None,
     ) -> State:
-        entries = (*state.log, rec)
+        """The state after `rec`: one write added or removed (or `restore`'s writes back), the log window moved on."""
+        entries = state.log + (rec,)
         dropped, dropped_last = state.dropped, state.dropped_last
-        if len(entries) > self.limit:
+        # the log holds up to twice its window and trims back to it at once, so a commit never
+        # pays for trimming; readers only ever see the newest `limit` records
+        if len(entries) > 2 * self.limit:
             cut = len(entries) - self.limit
             last = dict(dropped_last)
             for old in entries[:cut]:
                 last.update(dict.fromkeys(old.fields, old))
             entries, dropped, dropped_last = entries[cut:], dropped + cut, types.MappingProxyType(last)
-        new_base, writes = fold(state.base if base is None else base, writes, self.limit)
+        base, writes, stacks = state.base, state.writes, state.stacks
+        if restore is not None:
+            base, writes, stacks = restore.base, restore.writes, restore.stacks
+        if add is not None:
+            writes, stacks = writes + (add,), with_write(stacks, add)
+        if remove is not None:
+            if writes and writes[-1] is remove:
+                writes = writes[:-1]
+            else:
+                writes = tuple(w for w in writes if w is not remove)
+            stacks = without_write(stacks, remove)
+        folded = fold(base, writes, self.limit)
+        if folded is not None:
+            base, writes = folded
+            stacks = stacks_of(writes)
         return State(
             snapshot=snapshot,
             view=make_view(snapshot, self.role, self.role_mode),
             flat=flat,
-            base=new_base,
+            base=base,
             writes=writes,
+            stacks=stacks,
             log=entries,
             dropped=dropped,
             dropped_last=dropped_last,
@@ -541,7 +573,7 @@ class RuntimeContext:
 
     def _exit_scope(self, write: Write) -> None:
         with _lock:
-            if not any(w is write for w in self._state.writes):
+            if not self._state.is_live(write):
                 return  # a restore (the pytest plugin's, a rollback) already took it away
             news = self._remove_locked(write, "scoped.restore", "scoped")
         self._announce(news)
@@ -550,7 +582,7 @@ class RuntimeContext:
         """Take `write` away: its fields show what lies underneath, as a new generation."""
         state = self._state
         names = tuple(write.values)
-        values = state.underneath(write, names)
+        values = state.underneath(write)
         if check:
             would = state.flat.copy()
             would.update(values)
@@ -563,8 +595,7 @@ class RuntimeContext:
         snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
         changes = tuple(FieldChange(n, state.flat[n], values[n], secret=self._secret(n)) for n in names)
         rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove")
-        remaining = tuple(w for w in state.writes if w is not write)
-        new = self._next_state(state, snapshot, types.MappingProxyType(flat), remaining, rec)
+        new = self._next_state(state, snapshot, types.MappingProxyType(flat), rec, remove=write)
         news = self._news("config.override", rec, new)
         self._swap(new)
         return news
@@ -577,7 +608,7 @@ class RuntimeContext:
         snapshot = attrs.evolve(before.snapshot, generation=state.generation + 1)
         rec = OverrideRecord(source, "override", snapshot.generation, time.time(), changes, kind="remove")
         new = attrs.evolve(
-            self._next_state(state, snapshot, before.flat, before.writes, rec, base=before.base),
+            self._next_state(state, snapshot, before.flat, rec, restore=before),
             fingerprint=before.fingerprint,
         )
         self._swap(new)
@@ -647,7 +678,7 @@ class RuntimeContext:
         return new
 
     def __repr__(self) -> str:
-        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self._state.log)})"
+        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self.overrides_log())})"
 
 
 def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
@@ -721,10 +752,24 @@ def _evolve(
         top, child = routes[path]
         bag = tops.get(top, getattr(snapshot, top))
         if child is None:
-            tops[top] = attrs.evolve(bag, **changed)
+            tops[top] = _replaced(bag, changed)
         else:
-            tops[top] = attrs.evolve(bag, **{child: attrs.evolve(getattr(bag, child), **changed)})
-    return attrs.evolve(snapshot, generation=generation, **tops)  # type: ignore[misc]
+            tops[top] = _replaced(bag, {child: _replaced(getattr(bag, child), changed)})
+    tops["generation"] = generation
+    return _replaced(snapshot, tops)  # type: ignore[no-any-return]
+
+
+def _replaced(obj: Any, changes: Mapping[str, Any]) -> Any:
+    """`attrs.evolve` for values validated already (each override value was converted and checked).
+
+    Fills the slots of a new frozen instance directly, the way attrs' own `__init__` does,
+    so a commit does not pay for running every validator of the bag again.
+    """
+    cls = type(obj)
+    new = object.__new__(cls)
+    for a in attrs.fields(cls):
+        object.__setattr__(new, a.name, changes[a.name] if a.name in changes else getattr(obj, a.name))
+    return new
 
 
 # -- the process-wide owner ----------------------------------------------------------------
@@ -764,7 +809,7 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
             role=role,
             previous_role=old.role,
             previous_generation=old.generation,
-            dropped_overrides=[rec.as_dict() for rec in old._state.log],
+            dropped_overrides=[rec.as_dict() for rec in old._state.log[-old.limit :]],
         )
     return ctx
 

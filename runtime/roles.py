@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.errors import RoleViolation
-from runtime.snapshot import missing_namespace
 from sgconf.errors import ConfigError, Problem
 from sgconf.registry import serving
 from sgconf.suggest import did_you_mean
@@ -131,9 +130,6 @@ class GuardedView:
 
     def fingerprint(self) -> str:
         return self._snapshot.fingerprint()  # type: ignore[no-any-return]
-
-    def __getattr__(self, name: str) -> Any:
-        raise missing_namespace(type(self).schema or serving(), name)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, GuardedView):

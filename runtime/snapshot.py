@@ -58,9 +58,10 @@ class Snapshot:
         """Stable hex hash of the counted leaves; see `fingerprint_of`."""
         return fingerprint_of(self.flat(), self.schema)
 
-    def __getattr__(self, name: str) -> Any:
-        # only reached when `name` is not a bag of this schema (slots answer the real ones)
-        raise missing_namespace(self.schema, name)
+    if TYPE_CHECKING:
+        # the bags are made per schema, so to a type checker any namespace attribute is allowed;
+        # at run time there is no `__getattr__`, which would slow every read down
+        def __getattr__(self, name: str) -> Any: ...
 
 
 def missing_namespace(schema: Schema, name: str) -> AttributeError:

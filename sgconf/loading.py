@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
 from sgconf.registry import serving
 from sgconf.rules import check_rules
-from sgconf.schema import schema_of
 from sgconf.sources import (
     LayerInput,
     cli_layer,

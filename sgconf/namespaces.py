@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, positive, power_of_two, setting
+from sgconf.registry import set_serving
 from sgconf.rules import RULES
 from sgconf.schema import Schema
 from sgconf.sources import SERVING_RESERVED_ENV
@@ -27,6 +28,7 @@ SERVING = Schema(
     steps=STEPS,
 )
 SERVING.reserved_env |= SERVING_RESERVED_ENV
+set_serving(SERVING)
 namespace = SERVING.namespace
 
 DType = Literal["auto", "float16", "bfloat16", "float32"]
@@ -209,7 +211,7 @@ class ObservabilityConfig:
     log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
     log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
     overrides_log_limit: int = setting(
-        1000,
+        256,
         help="post-publish overrides kept in the overrides log and undoable one by one; older ones are counted",
         checks=[positive()],
         fingerprint=False,

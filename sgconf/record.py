@@ -13,53 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.fields import META_KEY, _AttrsAdapter
-from sgconf.frozen import deep_freeze, may_hold_container
-from sgconf.schema import SCHEMA_ATTR, schema_of
+from sgconf.declarations import assemble_record as assemble_record
+from sgconf.declarations import schema_of
+from sgconf.registry import serving
 
 if TYPE_CHECKING:
     from sgconf.schema import Schema
 
 
-def assemble_record(schema: Schema) -> type:
-    """Build the frozen, slotted record class holding every field of `schema`, flat."""
-    attributes: dict[str, Any] = {}
-    for info in schema.fields().values():
-        validator = _AttrsAdapter(info.spec.checks) if info.spec.checks else None
-        converter = deep_freeze if may_hold_container(info.type) else None
-        attributes[info.name] = attrs.field(
-            default=info.default, validator=validator, converter=converter, metadata={META_KEY: info.spec}, type=info.type
-        )
-    name = schema.record_name
-    cls = attrs.make_class(name, attributes, frozen=True, slots=True, weakref_slot=True, repr=False)
-    cls.__repr__ = _redacted_repr  # type: ignore[method-assign,assignment]
-    # Private slots, outside the attrs fields (so not in eq, hash or evolve), where load() keeps
-    # the provenance and resolve_once() its result: both live and die with the record, so no
-    # global table can leak or go stale, and equal records built differently keep their own.
-    record = type(name, (cls,), {"__slots__": ("_sgconf_provenance", "_sgconf_resolution")})
-    record.__qualname__ = name
-    record.__doc__ = f"The flat raw record of every field of schema {schema.name!r}; frozen. Read the bags, not this."
-    setattr(record, SCHEMA_ATTR, schema)
-    return record
-
-
-def _redacted_repr(self: Any) -> str:
-    schema = schema_of(self)
-    assert schema is not None
-    parts = []
-    for name, info in schema.fields().items():
-        value = getattr(self, name)
-        if value != info.default:
-            shown = "'***'" if info.spec.secret and value is not None else repr(value)
-            parts.append(f"{name}={shown}")
-    return f"{type(self).__name__}({', '.join(parts)})"
-
-
 def _schema(record: Any) -> Schema:
     found = schema_of(record)
     if found is None:
-        from sgconf.registry import serving
-
         return serving()
     return found
 
@@ -70,17 +34,32 @@ def record_to_dict(record: Any, schema: Schema | None = None) -> dict[str, Any]:
     return {name: getattr(record, name) for name in names}
 
 
-def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None) -> Any:
-    """Construct the bag at `path` from flat values (groups recurse into their children)."""
-    if schema is None:
-        from sgconf.registry import serving
+def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None, *, validate: bool = True) -> Any:
+    """Construct the bag at `path` of `schema` (the serving one) from flat values (groups recurse into their children).
 
+    `validate=False` is for values that were validated already (a built record): the bag is
+    filled slot by slot without running `__init__`, which skips the validators for this
+    one object only. attrs' process-wide switch is never touched, so a concurrent build
+    elsewhere is validated as usual.
+    """
+    if schema is None:
         schema = serving()
     cls = schema.namespace_class(path)
     children = schema.group_children(path)
     if children:
-        return cls(**{attr: build_bag(child, flat, schema) for attr, child in children.items()})
-    return cls(**{a.name: flat[a.name] for a in attrs.fields(cls)})
+        values = {attr: build_bag(child, flat, schema, validate=validate) for attr, child in children.items()}
+    else:
+        values = {a.name: flat[a.name] for a in attrs.fields(cls)}
+    if validate:
+        return cls(**values)
+    return _prevalidated(cls, values)
+
+
+def _prevalidated(cls: type, values: Mapping[str, Any]) -> Any:
+    bag: Any = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(bag, name, value)  # how attrs' own frozen __init__ fills a slot
+    return bag
 
 
 def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
@@ -89,16 +68,13 @@ def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
     Bags are built without re-running validators: the record was validated when it was built.
     """
     schema = schema or _schema(record)
-    flat = record_to_dict(record, schema)
-    with _validators_off():
-        return {path: build_bag(path, flat, schema) for path in schema.top_level_namespaces()}
+    flat = record_to_dict(record, schema)  # a record's values are frozen already: no converter needed either
+    return {path: build_bag(path, flat, schema, validate=False) for path in schema.top_level_namespaces()}
 
 
 def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[str, Any]:
     """Flatten top-level bags back into `{field: value}`."""
     if schema is None:
-        from sgconf.registry import serving
-
         schema = serving()
     out: dict[str, Any] = {}
     groups = schema.group_children
@@ -117,21 +93,8 @@ def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[
     return out
 
 
-class _validators_off:
-    """Skip attrs validators while projecting already-validated values (restores the prior setting)."""
-
-    def __enter__(self) -> None:
-        self._was = attrs.validators.get_disabled()
-        attrs.validators.set_disabled(True)
-
-    def __exit__(self, *exc: object) -> None:
-        attrs.validators.set_disabled(self._was)
-
-
 def __getattr__(name: str) -> Any:
     # `sgconf.record.ServerArgs`: the serving schema's record, assembled when that schema froze
     if name == "ServerArgs":
-        from sgconf.namespaces import SERVING
-
-        return SERVING.record
+        return serving().record
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

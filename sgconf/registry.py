@@ -82,11 +82,22 @@ except ImportError:  # pragma: no cover - python < 3.10 is unsupported anyway
     _UnionType = typing.Union  # type: ignore[misc,assignment]
 
 
+# The built-in serving schema, set by `sgconf.namespaces` when it is declared (importing any
+# sgconf module runs the package front door, which declares it first). Held here, not
+# imported, so the modules below the schema never import the modules above them.
+_serving: list[Schema] = []
+
+
+def set_serving(schema: Schema) -> None:
+    """Make `schema` the one the module-level lookups (and every `schema=None` default) answer for."""
+    _serving[:] = [schema]
+
+
 def serving() -> Schema:
     """The built-in serving schema (declared in `sgconf.namespaces`)."""
-    from sgconf.namespaces import SERVING
-
-    return SERVING
+    if not _serving:
+        raise RuntimeError("the serving schema is not declared yet -- import sgconf first")
+    return _serving[0]
 
 
 def fields() -> dict[str, FieldInfo]:

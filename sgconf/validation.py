@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sgconf.convert import ConversionError, structure
+from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fields import FieldValueError
 from sgconf.record import record_to_dict
 from sgconf.registry import FieldInfo, serving
 from sgconf.rules import check_rules
-from sgconf.schema import schema_of
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import pytest
 import sgconf
 from runtime import accessor, get_context, get_schedule, get_serving, override_server_args, publish
 from runtime.snapshot import MissingNamespaceError
-from sgconf import ConfigError, Schema, setting
+from sgconf import ConfigError, DeclarationError, Schema, setting
 from sgconf.fields import positive
 
 
@@ -113,3 +113,53 @@ def test_nested_namespaces_get_a_group() -> None:
         assert accessor("exec.kernel")().backend == "cuda"
     assert attrs.has(schema.namespace_class("exec"))
 
+
+
+def test_runtime_and_tools_list_no_namespace_names() -> None:
+    """No module of runtime/ or tools/ spells a namespace of the serving schema: they all come from the schema."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names = set(sgconf.SERVING.namespaces())
+    # not namespace names: compile()'s mode argument, and override_server_args's own `model=` option
+    unrelated = {("runtime/accessors.py", "exec"), ("tools/ratchet/runner.py", "exec"), ("runtime/testing.py", "model")}
+    found = []
+    for path in sorted([*(root / "runtime").rglob("*.py"), *(root / "tools").rglob("*.py")]):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names and (rel, node.value) not in unrelated:
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert found == []
+
+
+def test_roles_of_a_schema_are_registered_and_enforced(myrt: Schema, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`schema.role()` adds a role at any time; enforce mode refuses reads outside it; unknown namespaces are refused."""
+    from runtime import RoleViolation, reset
+
+    with pytest.raises(DeclarationError, match="role 'bad' names namespace\\(s\\) 'lroa' that schema 'myrt' does not have"):
+        myrt.role("bad", namespaces=["lroa"])
+    myrt.role("api_only", namespaces=["api"])
+    assert myrt.roles()["api_only"] == frozenset({"api"}) and myrt.roles()["test"] == frozenset({"lora", "cache", "api"})
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
+    publish(myrt.record(), role="api_only")
+    try:
+        assert accessor("api")().port == 8000
+        with pytest.raises(RoleViolation, match="role 'api_only' read namespace 'lora'"):
+            accessor("lora")()
+    finally:
+        reset()
+
+
+def test_a_role_added_to_the_serving_schema_is_live() -> None:
+    """A role registered on the serving schema is known to publish and to ROLE_NAMESPACE_SETS at once."""
+    from runtime import ROLE_NAMESPACE_SETS
+
+    sgconf.SERVING.role("metrics_exporter", namespaces=["observability", "serving"])
+    try:
+        assert ROLE_NAMESPACE_SETS["metrics_exporter"] == frozenset({"observability", "serving"})
+        with override_server_args(role="metrics_exporter"):
+            assert get_serving().port == 30000
+    finally:
+        sgconf.SERVING._roles.pop("metrics_exporter")
+        sgconf.SERVING._role_sets.pop("metrics_exporter")

@@ -259,6 +259,35 @@ def test_failing_effect_releases_the_ones_prepared_before_it() -> None:
     group.close()
 
 
+class FailingCommit(Recording):
+    """A side effect that prepares but fails to go live."""
+
+    def commit(self) -> None:
+        self.events.append(f"{self.name}.commit")
+        raise OSError(f"{self.name} lost its device")
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_an_effect_failing_after_the_swap_rolls_the_config_back() -> None:
+    """A side effect that fails to commit rolls the config back as a new generation and aborts the effects after it."""
+    from runtime import get_context, get_schedule
+    from runtime.distributed import ConfigGroup
+
+    events: list[str] = []
+    group = ConfigGroup(None, 0, 1, timeout_s=1.0)
+    group.add_effect(FailingCommit("a", events))
+    group.add_effect(Recording("b", events))
+    with capture_logs() as logs:
+        result = group.propagate("test.tune", schedule_policy="lpm")
+    assert get_schedule().schedule_policy == "fcfs"
+    assert get_context().generation == 2 and result.generation == 2
+    assert events == ["a.prepare", "b.prepare", "a.commit", "b.abort", "a.abort"]
+    assert [e["source"] for e in logs if e["event"] == "config.rollback"] == ["rollback:test.tune"]
+    (failed,) = [e for e in logs if e["event"] == "config_group.commit_failed"]
+    assert failed["error"] == "a lost its device"
+    group.close()
+
+
 @pytest.mark.server_args(enable_hierarchical_cache=True)
 def test_catch_up_stays_the_same_size_however_many_rounds_commit() -> None:
     """After 300 rounds the catch-up carries only the two fields they set, with the source that last set each."""
@@ -383,6 +412,22 @@ def test_bad_value_is_refused_by_the_coordinator_first(clean: World) -> None:
         "rank 0: $.schedule.schedule_conservativeness: must be >= 0, got -1.0 (from override test.tune)"
     ]
     assert {s.generation for s in clean.group.ranks()} == {before}
+
+
+def test_the_board_stays_the_same_size_over_1000_status_rounds(clean: World) -> None:
+    """Each round's keys are deleted once read: 1000 status rounds and a few overrides leave the store as it was."""
+    group = clean.group
+    group.ranks()
+    before = group._store.num_keys()
+    for _ in range(1000):
+        group.ranks("stream_interval")
+    for i in range(5):
+        group.propagate("test.tune", schedule_conservativeness=0.25 * i)
+    with pytest.raises(Exception):  # noqa: B017 - a refused round cleans up too
+        group.propagate("test.tune", schedule_conservativeness=-1.0)
+    group.ranks()
+    assert group._store.num_keys() == before
+    assert group._stale == {}
 
 
 def test_follower_rejects_a_diverged_generation(clean: World) -> None:
