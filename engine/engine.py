@@ -93,7 +93,7 @@ class Engine:
         self._thread.start()
         log.info("engine.start", **self._startup_summary(snap))
 
-    def _startup_summary(self, snap: Snapshot) -> dict[str, Any]:
+    def _startup_summary(self, snap: Any) -> dict[str, Any]:
         """One line an operator reads at start-up: model, pools, tokens, backends and storage."""
         prefill, decode = attention_backends(snap)
         pools = type(self.memory.kv_pool).__name__
