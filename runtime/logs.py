@@ -115,10 +115,10 @@ def configure_from_record(record: Any) -> None:
     A server configures this early so that even the publish event goes to stderr in
     the chosen format, rather than to structlog's default (stdout).
     """
-    from sgconf.record import to_bags
+    from sgconf.record import record_to_dict
 
-    obs = to_bags(record)["observability"]
-    configure_logging(level=obs.log_level, fmt=obs.log_format)
+    values = record_to_dict(record)  # the launch values, before any bag exists
+    configure_logging(level=values["log_level"], fmt=values["log_format"])
 
 
 def configure_from_config() -> None:
