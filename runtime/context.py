@@ -41,9 +41,12 @@ The promises a context keeps, each stated once:
    and counts what it dropped (`dropped_overrides()`); `explain()` is exact for fields
    whose overrides are still in the window. Older overrides fold into the base and can
    no longer be reverted one by one.
-10. **Role `enforce` covers every read.** Bags, snapshots, `value()` and `explain()` raise
-    `RoleViolation` outside the role's namespaces; `resolved_dict()` and
-    `overrides_log()` leave those namespaces out.
+10. **Role `enforce` covers every read of config.** Bags, snapshots and `value()` raise
+    `RoleViolation` outside the role's namespaces; `resolved_dict()` leaves those
+    namespaces out. The overrides log and `explain()` are the audit trail of what changed
+    (a data-parallel controller commits memory fields it never acts on, and reports
+    them), and the config group compares ranks through `group_values()`; none of these
+    is filtered.
 """
 
 from __future__ import annotations
@@ -258,19 +261,10 @@ class RuntimeContext:
     def overrides_log(self) -> tuple[OverrideRecord, ...]:
         """The newest committed changes, oldest first (at most `overrides_log_limit`); see `dropped_overrides()`.
 
-        In role mode `enforce`, changes of namespaces outside the role's set are left out.
+        Not filtered by role: it is the audit of what this process changed (a data-parallel
+        controller commits memory fields it never reads), with secrets redacted in `as_dict()`.
         """
-        records = self._state.log[-self.limit :]
-        allowed = self._allowed_tops()
-        if len(allowed) == len(self._state.snapshot.bag_names):
-            return records
-        infos = self.schema._fields
-        out = []
-        for rec in records:
-            kept = tuple(c for c in rec.changes if self._routes[infos[c.name].namespace][0] in allowed)
-            if kept:
-                out.append(attrs.evolve(rec, changes=kept))
-        return tuple(out)
+        return self._state.log[-self.limit :]
 
     def dropped_overrides(self) -> int:
         """How many records fell out of the overrides log's window since publish."""
@@ -282,11 +276,10 @@ class RuntimeContext:
 
         Exact while the field's overrides are in the log's window; when older ones fell out,
         the newest dropped one stands for them. Raises UnknownFieldError (with a
-        did-you-mean) for an undeclared name, RoleViolation outside the role's set.
+        did-you-mean) for an undeclared name. Like the log, not filtered by role.
         """
         info = self.schema.field_info(name)
         state = self._state
-        self._read(state, info)
         secret = info.spec.secret
         chain = [attrs.evolve(o, value=detached(o.value)) for o in launch_explain(self.record, name, self.resolved)]
         older, window = state.log[: -self.limit], state.log[-self.limit :]

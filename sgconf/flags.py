@@ -238,6 +238,8 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
     "(default: none)" follows it. `shown_default` is what the command applies instead.
     """
     marks = [m for m, on in (("secret", info.spec.secret), ("hot", info.spec.hot)) if on]
+    if info.spec.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
+        marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
     if shown_default is not None:
         text = f"{info.spec.help} (default: {shown_default})"

@@ -9,7 +9,7 @@ both owners named. The module-level functions answer for the built-in serving sc
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -113,6 +113,16 @@ def field_names() -> list[str]:
 def field_info(name: str) -> FieldInfo:
     """Look up one serving field; raises UnknownFieldError with a did-you-mean suggestion."""
     return serving().field_info(name)
+
+
+def apply_mode(names: Iterable[str]) -> str:
+    """How a change to all of `names` at once applies: the strictest declared mode (restart > drain > step).
+
+    Raises UnknownFieldError for an undeclared name.
+    """
+    order = {"step": 0, "drain": 1, "restart": 2}
+    modes = [field_info(name).spec.apply for name in names]
+    return max(modes, key=order.__getitem__) if modes else "step"
 
 
 def namespace_of(name: str) -> str:

@@ -36,7 +36,7 @@ ENV_PREFIX = "SGCONF_"
 CONFIG_ENV = "SGCONF_CONFIG"
 
 # Control variables of the runtime that share the serving prefix but are not fields.
-SERVING_RESERVED_ENV = frozenset({"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV})
+SERVING_RESERVED_ENV = frozenset({"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV, "SGCONF_HICACHE_FILE_DIR"})
 
 
 def __getattr__(name: str) -> Any:

@@ -86,8 +86,6 @@ def _step_attention_backend(v: dict[str, Any], env: ResolveInputs) -> dict[str, 
     if backend is None:
         backend = ATTENTION_BACKEND[v["device"]]
         out["attention_backend"] = (backend, f"default for {v['device']}")
-    if v["sampling_backend"] is None:
-        out["sampling_backend"] = ("pytorch", "default sampler")
     return out
 
 
@@ -132,7 +130,7 @@ STEPS: list[tuple[str, Step]] = [
     ("dtype", _reads(_step_dtype, 'device', 'dtype', 'kv_cache_dtype')),
     ("context_length", _reads(_step_context_length, 'context_length')),
     ("schedule_defaults", _reads(_step_schedule, 'device', 'page_size', 'swa_full_tokens_ratio', 'mem_fraction_static', 'chunked_prefill_size')),
-    ("attention_backend", _reads(_step_attention_backend, 'device', 'attention_backend', 'sampling_backend')),
+    ("attention_backend", _reads(_step_attention_backend, 'device', 'attention_backend')),
     ("spec_defaults", _reads(_step_spec_defaults, 'speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk', 'speculative_num_draft_tokens', 'max_speculative_num_draft_tokens')),
     ("serving_defaults", _reads(_step_serving, 'served_model_name', 'model_path', 'random_seed', 'mamba_radix_cache_strategy')),
 ]
