@@ -114,10 +114,22 @@ def test_the_packages_are_found() -> None:
     assert "runtime.context" in graph()
 
 
+# Cycles known today, to be broken; like the read ratchet's baseline this list may only
+# shrink. It is empty: every package imports one way.
+KNOWN_CYCLES: list[frozenset[str]] = []
+
+
 def test_no_import_cycle_inside_any_package() -> None:
-    """The import graph of our modules has no cycle."""
+    """The import graph of our modules has no cycle beyond the known ones, and none of those grew."""
     found = cycles(graph())
-    assert found == [], "import cycles: " + "; ".join(" <-> ".join(group) for group in found)
+    new = [group for group in found if not any(set(group) <= known for known in KNOWN_CYCLES)]
+    assert new == [], "import cycles: " + "; ".join(" <-> ".join(group) for group in new)
+
+
+def test_known_cycles_are_still_there() -> None:
+    """A known cycle that is gone (or smaller) must come off the list, so it cannot come back unseen."""
+    found = [frozenset(group) for group in cycles(graph())]
+    assert [known for known in KNOWN_CYCLES if known not in found] == []
 
 
 def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
