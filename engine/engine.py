@@ -50,7 +50,7 @@ from engine.streaming import TokenStream
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
-from runtime.accessors import get_serving, max_speculative_num_draft_tokens
+from runtime.accessors import attention_backends, get_serving, max_speculative_num_draft_tokens
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
 from sgconf.loading import load
@@ -122,15 +122,30 @@ class Engine:
         self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
-        log.info(
-            "engine.start",
-            model=snap.model.model_path,
-            layers=self.shape.num_hidden_layers,
-            kv_tokens=self.memory.max_total_tokens,
-            page_size=self.memory.page_size,
-            speculative=snap.spec.speculative_algorithm,
-            hierarchical_cache=self.hicache is not None,
-        )
+        log.info("engine.start", **self._startup_summary(snap))
+
+    def _startup_summary(self, snap: Any) -> dict[str, Any]:
+        """One line an operator reads at start-up: model, pools, tokens, backends and storage."""
+        prefill, decode = attention_backends(snap)
+        pools = type(self.memory.kv_pool).__name__
+        if self.memory.draft_kv_pool is not None:
+            pools += f"+draft {type(self.memory.draft_kv_pool).__name__}"
+        swa = getattr(self.memory.kv_pool, "size_swa", None)
+        mem = snap.memory
+        host = "off" if self.hicache is None else "host tier"
+        return {
+            "model": snap.model.model_path if snap.model.model_config is None else snap.model.model_config,
+            "layers": self.shape.num_hidden_layers,
+            "pools": pools,
+            "kv_tokens": self.memory.max_total_tokens,
+            **({"swa_tokens": int(swa)} if swa is not None else {}),
+            "page_size": self.memory.page_size,
+            "max_running_requests": self.memory.max_running_requests,
+            "attention": prefill if prefill == decode else f"{prefill}/{decode}",
+            "speculative": snap.spec.speculative_algorithm,
+            "hicache": host if mem.hicache_storage_backend is None else f"{host}+{mem.hicache_storage_backend}",
+            "device": self.device,
+        }
 
     @classmethod
     def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:

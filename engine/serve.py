@@ -4,7 +4,11 @@ With no arguments it serves the embedded `tiny` model on 127.0.0.1:30000. The
 hierarchical cache is on by default here (unless the radix cache is disabled or any
 layer sets `enable_hierarchical_cache` explicitly): a server should accept a storage
 attach without a restart, and the host tier costs a few MB for the tiny model. The
-choice is recorded as the CLI-layer value, so `/server_info` shows where it came from.
+choice is recorded in the CLI layer as "sgconf serve's default", so `/server_info`
+shows where it came from, and `serve --help` states it.
+
+Logs go to stderr from the first line; the listen URL is printed once whatever the
+level, and each engine logs a one-line start-up summary (`engine.start`).
 
 With `--dp-size N` (N > 1) this process becomes the controller of N replica processes
 (role `dp_controller`); the HTTP app is the same either way, only its backend differs.
@@ -23,9 +27,10 @@ from engine.errors import PortUnavailable
 from engine.http.listeners import bind_listeners, close_listeners
 from runtime.accessors import get_serving
 from runtime.context import publish, reset
+from runtime.logs import announce, configure_from_record
 from sgconf.cli import config_parser, load_from_args
 from sgconf.errors import ConfigError, Problem
-from sgconf.flags import given_fields
+from sgconf.flags import given_fields, typed_flags
 from sgconf.loading import load_layers
 from sgconf.record import to_bags
 
@@ -36,16 +41,27 @@ SECRET_FLAGS_WARNED = ("admin_api_key", "api_key")
 log = structlog.get_logger(__name__)
 
 
+# What `serve` applies instead of the declared default, as its --help and provenance say it.
+HICACHE_DEFAULT = "sgconf serve's default (on unless --disable-radix-cache)"
+SHOWN_DEFAULTS = {"enable_hierarchical_cache": "true for sgconf serve, unless --disable-radix-cache"}
+
+
+def serve_parser() -> Any:
+    """The `serve` parser: every setting's flag and aliases, with serve's own defaults in its help."""
+    return config_parser(PROG, "run the embedded runtime and its HTTP control plane", shown_defaults=SHOWN_DEFAULTS)
+
+
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
     env = os.environ if env is None else env
-    ns = config_parser(PROG, "run the embedded runtime and its HTTP control plane").parse_args(list(argv))
+    ns = serve_parser().parse_args(list(argv))
     loaded = load_from_args(ns, env)
     winner = loaded.winner("enable_hierarchical_cache")
     radix_off = loaded.winner("disable_radix_cache").value
     if winner.layer == "default" and not radix_off:
         given = {**given_fields(ns), "enable_hierarchical_cache": True}
-        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None))
+        typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
+        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), typed=typed)
     for name in SECRET_FLAGS_WARNED:
         winner = loaded.winner(name)
         if winner.layer == "cli":
@@ -72,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with EarlyStop().installed() as early:
         record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+        configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
         try:
@@ -155,7 +172,8 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     try:
         apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
         for li in listeners:
-            log.info("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)
+            # whatever the level: an operator must always be able to find where the server listens
+            announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)
         return serve_listeners(listeners, apps, backend, grace_s=serving.shutdown_grace_s, early=early)
     finally:
         if own:

@@ -1,7 +1,7 @@
 """`sgconf plan`: print the KV memory plan for a model and a configuration, allocating nothing.
 
-`--model-config` takes a path to an HF-style config.json or the name of a shipped example
-(`mem_cache/examples/`). The config is published (role "scheduler") for the command so the
+`--model-config` (and `--model-path`) take a path to an HF-style config.json or the name of
+a shipped model (`sgconf/builtin_models/`, listed by `mem_cache.examples`). The config is published (role "scheduler") for the command so the
 planner reads it exactly as a server would: through one snapshot.
 """
 
@@ -56,21 +56,9 @@ def plan_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_config_arg(value: str) -> str:
-    if Path(value).exists():
-        return value
-    found = example_path(value)
-    if found is not None:
-        return str(found)
-    if "/" not in value and not value.endswith(".json"):
-        from sgconf.suggest import did_you_mean
-
-        hint = did_you_mean(value, example_names(), normalize=False).replace(" -- ", " (") + ")" if did_you_mean(value, example_names(), normalize=False) else ""
-        raise UsageError(
-            f"'--model-config' {value!r} is neither a file nor a shipped example{hint} -- use a path to config.json "
-            f"or one of {', '.join(example_names())}"
-        )
-    return value
+def _model_name(value: str) -> str:
+    """How the plan names its model: a shipped model by its name, a file by its stem."""
+    return value if example_path(value) is not None else Path(value).stem
 
 
 def _plan(argv: Sequence[str]) -> int:
@@ -78,12 +66,10 @@ def _plan(argv: Sequence[str]) -> int:
 
     ns = plan_parser().parse_args(list(argv))
     available = parse_size(ns.available_memory) if ns.available_memory is not None else None
-    if getattr(ns, "model_config", None) is not None:
-        ns.model_config = _model_config_arg(ns.model_config)
     loaded = load_from_args(ns)
     record = loaded.record
     cfg = load_model_config(record.model_path, record.model_config)
-    name = Path(record.model_config).stem if record.model_config else record.model_path
+    name = _model_name(record.model_config) if record.model_config else record.model_path
     shape = model_shape_from_config(cfg, name=name)
     was_published = is_published()
     publish(record, role="scheduler", model=cfg)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         OverrideRecord,
         Subscription,
     )
+    from runtime.record_view import RecordView
     from runtime.roles import ROLE_NAMESPACE_SETS
     from runtime.snapshot import MissingNamespaceError, Snapshot, snapshot_class
     from runtime.testing import override_server_args
@@ -97,6 +98,7 @@ _EXPORTS: dict[str, str] = {
     "Snapshot": "runtime.snapshot",
     "snapshot_class": "runtime.snapshot",
     "override_server_args": "runtime.testing",
+    "RecordView": "runtime.record_view",
 }
 
 __all__ = [
@@ -109,6 +111,7 @@ __all__ = [
     "OverrideReceipt",
     "OverrideRecord",
     "ROLE_NAMESPACE_SETS",
+    "RecordView",
     "RevertConflict",
     "RoleViolation",
     "RuntimeContext",

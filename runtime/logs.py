@@ -9,6 +9,12 @@ dumps of `runtime.overrides`.
 `observability` bag at every event (one accessor read), so an override of it changes
 what is logged from the next event on, for structlog and for uvicorn's records alike.
 When no config is published (after the engine stopped) the level at configure time holds.
+
+Logs go to stderr, so stdout stays for what a command prints. A process that is one
+replica of a group tags every line, its own and uvicorn's, with its data-parallel rank
+(`tag_process(dp_rank=1)`: a `dp_rank` field in JSON, a `[DP1]` prefix on the console),
+so interleaved replica logs can be told apart. `announce()` writes an event whatever the
+level: the URL a server listens on must be findable even under `--log-level warning`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,45 @@ from typing import Any, TextIO
 import structlog
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+# process-wide tags added to every event (`dp_rank` in a replica); set before or after configuring
+_TAGS: dict[str, Any] = {}
+# the logger `announce` writes through: the configured stream and renderer, no level filter
+_ANNOUNCER: list[Any] = []
+
+
+def tag_process(**tags: Any) -> None:
+    """Tag every later log line of this process with `tags` (e.g. `dp_rank=0` in a replica)."""
+    _TAGS.update(tags)
+
+
+def _add_tags(logger: Any, method_name: str, event_dict: Any) -> Any:
+    for key, value in _TAGS.items():
+        event_dict.setdefault(key, value)
+    return event_dict
+
+
+class _RankPrefix:
+    """Wraps the console renderer so a replica's lines start with `[DP<rank>]`, easy to grep and to eye."""
+
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+        rank = event_dict.pop("dp_rank", None)
+        line = self.renderer(logger, method_name, event_dict)
+        return line if rank is None else f"[DP{rank}] {line}"
+
+    def __repr__(self) -> str:
+        return f"<rank prefix on {self.renderer!r}>"
+
+
+def announce(event: str, **fields: Any) -> None:
+    """Log `event` at info whatever the configured level (the listen URL); configures defaults first if needed."""
+    if not _ANNOUNCER:
+        configure_logging()
+    _ANNOUNCER[0].info(event, **fields)
 
 
 # structlog method names that are not level names
@@ -71,7 +116,10 @@ def configure_logging(
         raise ValueError(f"unknown log format {fmt!r} -- use console or json")
     out = stream if stream is not None else sys.stderr
     renderer: Any = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    if fmt == "console":
+        renderer = _RankPrefix(renderer)
     shared: list[Any] = [
+        _add_tags,
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -82,9 +130,17 @@ def configure_logging(
         processors=[*head, *shared, structlog.processors.format_exc_info, renderer],
         # a live level filters in the processor chain; the bound logger lets everything through
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if gate is not None else LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        # one write per line: replicas share stderr, and print() would write the newline apart
+        logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    _ANNOUNCER[:] = [
+        structlog.wrap_logger(
+            structlog.WriteLogger(out),
+            processors=[*shared, renderer],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.NOTSET),
+        )
+    ]
     # uvicorn's own records (startup, errors) go through the same renderer.
     handler = logging.StreamHandler(out)
     if gate is not None:
@@ -98,6 +154,18 @@ def configure_logging(
         logger.handlers[:] = [handler]
         logger.setLevel(logging.DEBUG if gate is not None else LEVELS[level])
         logger.propagate = False
+
+
+def configure_from_record(record: Any) -> None:
+    """Configure from a record's `observability` values before it is published.
+
+    A server configures this early so that even the publish event goes to stderr in
+    the chosen format, rather than to structlog's default (stdout).
+    """
+    from sgconf.record import record_to_dict
+
+    values = record_to_dict(record)  # the launch values, before any bag exists
+    configure_logging(level=values["log_level"], fmt=values["log_format"])
 
 
 def configure_from_config(stream: TextIO | None = None) -> None:

@@ -1,7 +1,10 @@
 """pytest plugin (entry point `pytest11`): the `server_args` fixture, the marker, and leak detection.
 
-- `server_args` fixture: a published test config (role "test"), restored after the test;
-  it returns the live `RuntimeContext`.
+- `sgconf_context` fixture: a published test config (role "test"), restored after the
+  test; it yields the live `RuntimeContext` (override, scoped, snapshot, explain).
+- `server_args` fixture: the same config read like the record, one attribute per field
+  (`server_args.page_size`), each read live through the context so overrides show
+  (`runtime.record_view.RecordView`).
 - `@pytest.mark.server_args(page_size=16, ...)`: the same config with those fields, for
   the whole test, with or without the fixture.
 - Every test is checked: if it leaves the runtime context different from how it found
@@ -28,6 +31,7 @@ import pytest
 
 if TYPE_CHECKING:
     from runtime.context import RuntimeContext
+    from runtime.record_view import RecordView
 
 MARKER = "server_args"
 _CONTEXT = "runtime.context"
@@ -152,7 +156,7 @@ def _check(baseline: _Baseline) -> None:
         baseline.restore()
         msg = (
             f"test leaked runtime config state: {'; '.join(leaks)} -- the previous context was restored; use the "
-            "server_args fixture, @pytest.mark.server_args(...), override_server_args(...) or "
+            "sgconf_context fixture, @pytest.mark.server_args(...), override_server_args(...) or "
             "get_context().scoped(...), or call runtime.reset() in teardown"
         )
         pytest.fail(msg, pytrace=False)
@@ -168,11 +172,17 @@ def sgconf_schema() -> Any:
 
 
 @pytest.fixture
-def server_args(request: pytest.FixtureRequest, sgconf_schema: Any) -> Iterator[RuntimeContext]:
-    """The published test config (with the `server_args` marker's fields when present); restored after the test."""
+def sgconf_context(request: pytest.FixtureRequest, sgconf_schema: Any) -> Iterator[RuntimeContext]:
+    """The published test context (with the `server_args` marker's fields when present); restored after the test."""
     _context, _testing = _modules()
     if request.node.get_closest_marker(MARKER) is not None:
         yield _context.get_context()  # the guard installed the marker's config and restores it
         return
     with _testing.override_server_args(schema=sgconf_schema) as ctx:
         yield ctx
+
+
+@pytest.fixture
+def server_args(sgconf_context: RuntimeContext) -> RecordView:
+    """The published test config read like the record: `server_args.page_size`, overrides applied."""
+    return importlib.import_module("runtime.record_view").RecordView(sgconf_context)

@@ -5,7 +5,8 @@ and returns exit status 2. Commands such as `plan` and `serve` live in packages 
 depend on torch and FastAPI, and sgconf names none of them: a package declares
 `[project.entry-points."sgconf.commands"] plan = "pkg.module:main"` (a `main(argv) -> int`
 whose docstring's first line is its help text), and the command is imported only
-when asked for. `Schema.main()` gives another runtime the same `show`/`schema` commands
+when asked for. `sgconf --version` prints the installed version; `python -m sgconf`
+is the same command. `Schema.main()` gives another runtime the same `show`/`schema` commands
 for its own declarations, under its own program name.
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sgconf.dump import nested, plain, redacted, to_toml
 from sgconf.errors import ConfigError
-from sgconf.flags import ConfigArgumentParser, given_fields
+from sgconf.flags import ConfigArgumentParser, given_fields, typed_flags
 from sgconf.flags import config_parser as config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load_layers
@@ -53,7 +54,7 @@ def load_from_args(
     `config_file`, or the schema's config variable) names the file layer. Raises ConfigError.
     """
     path = getattr(ns, "config", None) or config_file
-    return load_layers(given_fields(ns, schema), env=env, config_file=path, schema=schema)
+    return load_layers(given_fields(ns, schema), env=env, config_file=path, schema=schema, typed=typed_flags(ns))
 
 
 def run_cli(fn: Callable[[], int], *, prog: str = PROG) -> int:
@@ -85,6 +86,9 @@ def main(argv: Sequence[str] | None = None, *, schema: Schema | None = None) -> 
     prog = schema.name
     plugins = commands() if schema is serving() else {}
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--version"], ["-V"]):
+        print(f"{prog} {version(schema)}")
+        return 0
     if not args or args[0] in ("-h", "--help"):
         stream = sys.stdout if args else sys.stderr
         print(_usage(prog, plugins), file=stream)
@@ -103,9 +107,29 @@ def main(argv: Sequence[str] | None = None, *, schema: Schema | None = None) -> 
     return 2
 
 
+def version(schema: Schema | None = None) -> str:
+    """The installed version of the distribution that declares `schema` (sgconf's for the serving one).
+
+    A runtime run from a source tree that is not installed has no version to report: "unknown".
+    """
+    schema = schema or serving()
+    distribution = "sgconf" if schema is serving() else _distribution_of(schema)
+    try:
+        return metadata.version(distribution) if distribution else "unknown"
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _distribution_of(schema: Schema) -> str | None:
+    module = next(iter(schema.namespaces().values())).__module__.partition(".")[0]
+    names = metadata.packages_distributions().get(module)
+    return names[0] if names else None
+
+
 def _usage(prog: str, plugins: Mapping[str, metadata.EntryPoint]) -> str:
     lines = [
         f"usage: {prog} COMMAND [options]",
+        f"       {prog} --version",
         "",
         "commands:",
         "  show     print the resolved configuration (--format table|json|toml, --explain FIELD, --diff)",
@@ -202,7 +226,8 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
 
 def _explain_text(name: str, chain: Sequence[Any], schema: Schema) -> str:
     info = schema.field_info(name)
-    lines = [f"{name} ({info.path}, {info.flag}, env {info.env_var}): {info.spec.help}"]
+    aliases = f" (aliases {', '.join(info.spec.aliases)})" if info.spec.aliases else ""
+    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.spec.help}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
         value = json.dumps(plain(origin.shown_value()), default=str)
@@ -214,7 +239,9 @@ def _explain_json(name: str, chain: Sequence[Any], schema: Schema) -> str:
     items = [
         {"layer": o.layer, "detail": o.detail, "value": plain(o.shown_value()), "source": o.describe()} for o in chain
     ]
-    return json.dumps({"field": name, "path": schema.field_info(name).path, "chain": items}, indent=2, default=str)
+    info = schema.field_info(name)
+    head = {"field": name, "path": info.path, "flags": list(info.flags), "env": info.env_var}
+    return json.dumps({**head, "chain": items}, indent=2, default=str)
 
 
 # -- schema -------------------------------------------------------------------------------------

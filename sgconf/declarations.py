@@ -18,6 +18,7 @@ accessors, role sets and override routing all ask the schema of the record at ha
 
 from __future__ import annotations
 
+import re
 import threading
 import types
 import typing
@@ -42,6 +43,9 @@ SCHEMA_ATTR = "__sgconf_schema__"
 PATH_ATTR = "__sgconf_path__"
 
 TEST_ROLE = "test"
+
+_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
+_RESERVED_FLAGS = frozenset({"--config", "--help", "--version"})
 
 
 def _freezing_transformer(hints: Mapping[str, Any]) -> Callable[[type, list[attrs.Attribute]], list[attrs.Attribute]]:
@@ -227,7 +231,24 @@ class Declarations:
             new[a.name] = FieldInfo(
                 a.name, path, bag, a.type, deep_freeze(default), spec, env_prefix=self.env_prefix, accessor_module=self.accessor_module
             )
+        self._check_flags(new)
         self._fields.update(new)
+
+    def _check_flags(self, new: Mapping[str, FieldInfo]) -> None:
+        # every flag and alias names one field: argparse would otherwise fail at parser build
+        owners = {flag: info for info in self._fields.values() for flag in info.flags}
+        for info in new.values():
+            for flag in info.flags:
+                if not _FLAG.fullmatch(flag) or flag in _RESERVED_FLAGS:
+                    msg = (
+                        f"flag {flag!r} of field '{info.name}' must look like '--tp' (two dashes, lowercase letters, "
+                        f"digits and dashes) and not be one of {', '.join(sorted(_RESERVED_FLAGS))}"
+                    )
+                    raise DeclarationError(msg)
+                if flag in owners:
+                    msg = f"flag {flag!r} is declared for both '{owners[flag].name}' and '{info.name}' of schema {self.name!r} -- each flag names one field"
+                    raise DeclarationError(msg)
+                owners[flag] = info
 
     def role(self, name: str, *, namespaces: Iterable[str] | None = None) -> None:
         """Declare (or redeclare) the process role `name` and the top-level namespaces it may read (None: all).

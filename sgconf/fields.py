@@ -3,7 +3,8 @@
 A declaration says, once, everything about a leaf: its default, help text, choices,
 validators, whether it is secret, whether it may change after publish (`hot`) or only
 from named sources (`allow_sources`), how a change after publish takes effect
-(`apply`), its CLI flag and whether it counts towards the context fingerprint.
+(`apply`), its CLI flag and the short aliases users type (`--tp` for `--tp-size`), and
+whether it counts towards the context fingerprint.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class FieldSpec:
     secret: bool = False
     hot: bool = False
     cli: str | None = None
+    aliases: tuple[str, ...] = ()
     allow_sources: tuple[str, ...] = ()
     fingerprint: bool = True
     choices: tuple[Any, ...] | None = None
@@ -60,6 +62,7 @@ def setting(
     secret: bool = False,
     hot: bool = False,
     cli: str | None = None,
+    aliases: Sequence[str] = (),
     allow_sources: Sequence[str] = (),
     fingerprint: bool | None = None,
     checks: Sequence[Callable[[Any], None]] = (),
@@ -69,11 +72,9 @@ def setting(
     """Declare a config leaf; see the module docstring for what each option means.
 
     Secrets never count towards the fingerprint unless asked, so a hash of the
-    config never becomes an oracle for an API key. `apply` defaults to `step` for a
-    hot field and `restart` otherwise; a field changed only by named sources that
-    need an idle engine (the HiCache attach) says `drain`. Raises DeclarationError
-    for a mode that contradicts `hot` (a hot field cannot need a restart; a field
-    nobody may change after publish cannot apply live).
+from named sources (`allow_sources`), how a change after publish takes effect
+(`apply`), its CLI flag and the short aliases users type (`--tp` for `--tp-size`), and
+whether it counts towards the context fingerprint.
     """
     mode: ApplyMode = apply if apply is not None else ("step" if hot else "restart")
     if mode not in APPLY_MODES:
@@ -87,6 +88,7 @@ def setting(
         secret=secret,
         hot=hot,
         cli=cli,
+        aliases=tuple(aliases),
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
         checks=tuple(checks),

@@ -4,13 +4,21 @@ Flags carry raw strings: conversion and checks happen in `sgconf.validation`, li
 every other layer, so `--page-size 12` fails with the same message as
 `SGCONF_PAGE_SIZE=12` (the prefix is the schema's). Field flags default to "not given" (argparse's SUPPRESS), which
 is how loading tells a flag the user typed from a default.
+
+Help reads like the usual serving runtimes' (vLLM's `--help=<group>`): a command's own
+options come first, then the declared settings grouped by namespace; `--help=memory`
+shows one namespace, `--help=tp` every setting whose flag or alias mentions `tp`.
+A field's aliases print next to its flag (`--tp-size, --tp INT`), and a default prints
+once, as the field's help text or the command states it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import sys
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sgconf.convert import _strip_optional
@@ -24,8 +32,85 @@ if TYPE_CHECKING:
 CLI_SOURCE = "from command line"
 
 
+class FieldHelpFormatter(argparse.HelpFormatter):
+    """Prints a flag and its aliases once, with one metavar: `--tp-size, --tp, --tensor-parallel-size INT`."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break a flag named in a help text (`--disable-radix-` / `cache`)
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if not action.option_strings or action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+            return super()._format_action_invocation(action)
+        metavar = self._format_args(action, self._get_default_metavar_for_optional(action))
+        return f"{', '.join(action.option_strings)} {metavar}"
+
+
+class _HelpAction(argparse.Action):
+    """`-h`/`--help` with an optional topic: `--help`, `--help=memory`, `--help=tp`."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs="?", default=argparse.SUPPRESS, metavar="TOPIC", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        text = parser.format_help(values) if isinstance(parser, ConfigArgumentParser) else parser.format_help()
+        parser._print_message(text, sys.stdout)
+        parser.exit()
+
+
 class ConfigArgumentParser(argparse.ArgumentParser):
     """An ArgumentParser that raises UsageError instead of exiting, and suggests flags for typos."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", FieldHelpFormatter)
+        add_help = kwargs.pop("add_help", True)
+        kwargs["add_help"] = False  # ours takes a topic
+        super().__init__(*args, **kwargs)
+        self.field_groups: dict[str, argparse._ArgumentGroup] = {}  # namespace path -> its group
+        if add_help:
+            self.add_argument(
+                "-h", "--help", action=_HelpAction,
+                help="show this help and exit; --help=NAMESPACE shows one namespace, --help=WORD the settings matching WORD",
+            )
+
+    def format_help(self, topic: str | None = None) -> str:  # type: ignore[override]
+        """The command's own options first, then the declared settings by namespace; `topic` narrows the latter."""
+        fields = set(self.field_groups.values())
+        own = [g for g in self._action_groups if g not in fields and (g._group_actions or g.description)]
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        sections: list[tuple[str | None, str | None, list[argparse.Action]]]
+        sections = [(g.title, g.description, g._group_actions) for g in own] if topic is None else []
+        sections += self._topic_sections(topic)
+        for title, description, actions in sections:
+            formatter.start_section(title)
+            formatter.add_text(description)
+            formatter.add_arguments(actions)
+            formatter.end_section()
+        formatter.add_text(self.epilog)
+        return formatter.format_help()
+
+    def _topic_sections(self, topic: str | None) -> list[tuple[str | None, str | None, list[argparse.Action]]]:
+        groups = self.field_groups
+        if topic is None or topic == "all":
+            return [(groups[p].title, groups[p].description, groups[p]._group_actions) for p in groups]
+        chosen = [path for path in groups if path == topic or path.startswith(topic + ".")]
+        if chosen:
+            return [(groups[p].title, groups[p].description, groups[p]._group_actions) for p in chosen]
+        word = topic.lstrip("-").replace("_", "-").lower()
+        matched = [
+            a for g in groups.values() for a in g._group_actions
+            if word and any(word in opt.lstrip("-") for opt in a.option_strings)
+        ]
+        if matched:
+            return [(f"settings matching '{topic}'", None, matched)]
+        hint = did_you_mean(topic, list(groups), normalize=False)
+        msg = f"no help topic '{topic}'{hint} -- use a namespace ({', '.join(groups)}), all, or a word of a flag"
+        raise UsageError([Problem("$", msg, CLI_SOURCE)], header="invalid command line")
 
     def error(self, message: str) -> NoReturn:
         raise UsageError([Problem("$", f"{message} -- see '{self.prog} --help'", CLI_SOURCE)], header="invalid command line")
@@ -55,11 +140,20 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         return problems
 
 
-def config_parser(prog: str, description: str = "", *, schema: Schema | None = None) -> argparse.ArgumentParser:
+def config_parser(
+    prog: str,
+    description: str = "",
+    *,
+    schema: Schema | None = None,
+    shown_defaults: Mapping[str, str] | None = None,
+) -> argparse.ArgumentParser:
     """A parser with `--config FILE` and one flag per field of `schema` (the serving one by default), by namespace.
 
-    Subcommands add their own options to it. Parse errors raise UsageError (a
-    ConfigError): `run_cli` prints them without a traceback and exits 2.
+    Subcommands add their own options to it; `--help` prints those first.
+    `shown_defaults` states, per field, the default this command really applies when
+    it differs from the declared one (`{"enable_hierarchical_cache": "true ..."}`).
+    Parse errors raise UsageError (a ConfigError): `run_cli` prints them without a
+    traceback and exits 2.
     """
     schema = schema or serving()
     example = next(iter(schema.fields().values()))
@@ -79,36 +173,81 @@ def config_parser(prog: str, description: str = "", *, schema: Schema | None = N
         default=None,
         help=f"config file (.toml, .json, .yaml), nested by namespace or flat; default: env {schema.config_env}",
     )
-    add_field_flags(parser, schema)
+    add_field_flags(parser, schema, shown_defaults=shown_defaults)
     return parser
 
 
-def add_field_flags(parser: argparse.ArgumentParser, schema: Schema | None = None) -> None:
-    """Add one argument group per namespace and one flag per field to `parser`."""
+def add_field_flags(
+    parser: argparse.ArgumentParser, schema: Schema | None = None, *, shown_defaults: Mapping[str, str] | None = None
+) -> None:
+    """Add one argument group per namespace and one flag (with its aliases) per field to `parser`."""
     schema = schema or serving()
+    shown = shown_defaults or {}
     for path in schema.leaf_namespaces():
         group = parser.add_argument_group(f"{path} settings")
+        if isinstance(parser, ConfigArgumentParser):
+            parser.field_groups[path] = group
         for info in schema.iter_fields_of(path):
-            _add_flag(group, info)
+            _add_flag(group, info, shown.get(info.name))
 
 
-def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo) -> None:
-    text = _help(info)
+# where the parsed namespace keeps the spelling each field flag was given in (`--tp` for tp_size)
+TYPED_ATTR = "_sgconf_typed_flags"
+
+
+def _note_typed(namespace: Any, dest: str, option_string: str | None) -> None:
+    if option_string is not None:
+        typed = getattr(namespace, TYPED_ATTR, None)
+        if typed is None:
+            typed = {}
+            setattr(namespace, TYPED_ATTR, typed)
+        typed[dest] = option_string
+
+
+class _FieldStore(argparse._StoreAction):
+    """Stores a field's raw string and remembers which of its flags was typed."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _note_typed(namespace, self.dest, option_string)
+
+
+class _FieldSwitch(argparse.BooleanOptionalAction):
+    """`--flag` / `--no-flag` for a boolean field, remembering which was typed."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _note_typed(namespace, self.dest, option_string)
+
+
+def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo, shown_default: str | None) -> None:
+    text = help_text(info, shown_default)
     if _strip_optional(info.type) is bool:
-        group.add_argument(
-            info.flag, dest=info.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text
-        )
+        group.add_argument(*info.flags, dest=info.name, action=_FieldSwitch, default=argparse.SUPPRESS, help=text)
         return
-    group.add_argument(info.flag, dest=info.name, metavar=_metavar(info), default=argparse.SUPPRESS, help=text)
+    group.add_argument(
+        *info.flags, dest=info.name, action=_FieldStore, metavar=_metavar(info), default=argparse.SUPPRESS, help=text
+    )
 
 
-def _help(info: FieldInfo) -> str:
+def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
+    """A field's `--help` line: its help, its default said once, and its marks (secret, hot).
+
+    A field that defaults to None and is decided later says what it becomes in its
+    help text ("default 1", "default by device"); that text is the truth, so no
+    "(default: none)" follows it. `shown_default` is what the command applies instead.
+    """
     marks = [m for m, on in (("secret", info.spec.secret), ("hot", info.spec.hot)) if on]
     if info.spec.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
         marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
-    text = f"{info.spec.help} (default: {_shown_default(info)}){tail}"
-    return text.replace("%", "%%")  # argparse formats help with %-style
+    if shown_default is not None:
+        text = f"{info.spec.help} (default: {shown_default})"
+    elif info.default is None and "default" in info.spec.help:
+        text = info.spec.help
+    else:
+        text = f"{info.spec.help} (default: {_shown_default(info)})"
+    return (text + tail).replace("%", "%%")  # argparse formats help with %-style
 
 
 def _shown_default(info: FieldInfo) -> str:
@@ -135,3 +274,8 @@ def given_fields(ns: argparse.Namespace, schema: Schema | None = None) -> dict[s
     """The field flags actually given on the command line: `{field: raw value}`."""
     given = vars(ns)
     return {name: given[name] for name in (schema or serving()).field_names() if name in given}
+
+
+def typed_flags(ns: argparse.Namespace) -> dict[str, str]:
+    """The spelling each given field flag was typed in, `{field: "--tp"}`, for provenance."""
+    return dict(getattr(ns, TYPED_ATTR, None) or {})

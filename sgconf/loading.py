@@ -18,7 +18,7 @@ import attrs
 
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
-from sgconf.flags import config_parser, given_fields
+from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
 from sgconf.registry import serving
 from sgconf.rules import check_rules
@@ -81,6 +81,7 @@ def load(
     """
     schema = schema or serving()
     given: dict[str, Any] = {}
+    typed: dict[str, str] = {}
     problems: list[Problem] = []
     if argv is not None:
         parser = _argv_parser(schema)
@@ -88,8 +89,9 @@ def load(
         if extra:
             problems.extend(parser._unknown(extra))
         given = given_fields(ns, schema)
+        typed = typed_flags(ns)
         config_file = ns.config or config_file
-    return load_layers(given, env=env, config_file=config_file, problems=problems, schema=schema)
+    return load_layers(given, env=env, config_file=config_file, problems=problems, schema=schema, typed=typed)
 
 
 def _argv_parser(schema: Schema) -> Any:
@@ -108,8 +110,12 @@ def load_layers(
     config_file: str | os.PathLike[str] | None = None,
     problems: Sequence[Problem] = (),
     schema: Schema | None = None,
+    typed: Mapping[str, str] | None = None,
 ) -> Loaded:
-    """Load from already-parsed CLI values (`{field: raw}`); `problems` are carried into the error."""
+    """Load from already-parsed CLI values (`{field: raw}`); `problems` are carried into the error.
+
+    `typed` is the spelling each value was given in (`flags.typed_flags`), for provenance.
+    """
     schema = schema or serving()
     env = os.environ if env is None else env
     path = config_file if config_file is not None else config_path_from_env(env, schema)
@@ -120,7 +126,7 @@ def load_layers(
         file_text = str(config_file_path(path))
         layers.append(layer)
     layers.append(read_env(env, schema))
-    layers.append(cli_layer(cli, schema))
+    layers.append(cli_layer(cli, schema, typed=typed))
 
     found = list(problems)
     converted: list[tuple[LayerInput, dict[str, Any]]] = []

@@ -43,30 +43,43 @@ MEMORY_POOL_SOURCES = ("memory_pool.*",)
 
 @namespace("model")
 class ModelConfig:
-    model_path: str = setting("tiny", help="model directory holding config.json, or 'tiny' for the embedded default model")
-    model_config: str | None = setting(None, help="path to an HF-style config.json (overrides the one in model_path)")
+    model_path: str = setting(
+        "tiny",
+        help="model directory holding config.json, or a shipped model's name (tiny, small-dense, llama-3.1-8b, ...)",
+        aliases=["--model"],
+    )
+    model_config: str | None = setting(
+        None, help="path to an HF-style config.json, or a shipped model name (overrides the one in model_path)"
+    )
     dtype: DType = setting("auto", help="weight and activation dtype; auto: the model's torch_dtype, else bfloat16 on cuda, float32 on cpu")
     kv_cache_dtype: KVCacheDType = setting(
         "auto", help="KV cache dtype; auto follows dtype", allow_sources=("model_runner.*",)
     )
     context_length: int | None = setting(
-        None, help="maximum context length; default: the model's max_position_embeddings", checks=[positive()]
+        None,
+        help="maximum context length; default: the model's max_position_embeddings",
+        checks=[positive()],
+        aliases=["--max-model-len"],
     )
 
 
 @namespace("device")
 class DeviceConfig:
     device: Literal["auto", "cpu", "cuda"] = setting("auto", help="device to run on; auto picks cuda when present")
-    random_seed: int | None = setting(None, help="seed for weights and sampling; default: 0", checks=[at_least(0)])
+    random_seed: int | None = setting(
+        None, help="seed for weights and sampling; default: 0", checks=[at_least(0)], aliases=["--seed"]
+    )
     base_gpu_id: int = setting(0, help="first GPU index this server uses", checks=[at_least(0)])
 
 
 @namespace("parallel")
 class ParallelConfig:
-    tp_size: int = setting(1, help="tensor parallel size", checks=[positive()])
-    pp_size: int = setting(1, help="pipeline parallel size", checks=[positive()])
-    dp_size: int = setting(1, help="data parallel size (engine replicas)", checks=[positive()])
-    ep_size: int = setting(1, help="expert parallel size", checks=[positive()])
+    tp_size: int = setting(1, help="tensor parallel size", checks=[positive()], aliases=["--tp", "--tensor-parallel-size"])
+    pp_size: int = setting(1, help="pipeline parallel size", checks=[positive()], aliases=["--pp", "--pipeline-parallel-size"])
+    dp_size: int = setting(
+        1, help="data parallel size (engine replicas)", checks=[positive()], aliases=["--dp", "--data-parallel-size"]
+    )
+    ep_size: int = setting(1, help="expert parallel size", checks=[positive()], aliases=["--ep", "--expert-parallel-size"])
     enable_dp_attention: bool = setting(False, help="data-parallel attention inside the tensor-parallel group")
     nnodes: int = setting(1, help="number of nodes", checks=[positive()])
     node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)])
@@ -194,7 +207,9 @@ class ScheduleConfig:
 @namespace("spec")
 class SpecConfig:
     speculative_algorithm: SpecAlgorithm | None = setting(None, help="speculative decoding algorithm")
-    speculative_draft_model_path: str | None = setting(None, help="draft model directory (EAGLE, STANDALONE)")
+    speculative_draft_model_path: str | None = setting(
+        None, help="draft model directory (EAGLE, STANDALONE)", aliases=["--speculative-draft-model"]
+    )
     speculative_draft_model_config: str | None = setting(None, help="path to the draft model's HF-style config.json")
     speculative_num_steps: int | None = setting(None, help="draft steps per verify; default 3", checks=[interval(1, 64)], hot=True)
     speculative_eagle_topk: int | None = setting(None, help="draft branches per step; default 1", checks=[interval(1, 64)], hot=True)

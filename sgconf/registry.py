@@ -43,6 +43,11 @@ class FieldInfo:
         return self.spec.cli or "--" + self.name.replace("_", "-")
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        """The flag, then its declared aliases: every spelling the command line accepts."""
+        return (self.flag, *self.spec.aliases)
+
+    @property
     def env_var(self) -> str:
         return self.env_prefix + self.name.upper()
 

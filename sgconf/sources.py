@@ -103,15 +103,19 @@ def config_path_from_env(env: Mapping[str, str], schema: Schema | None = None) -
 # -- CLI --------------------------------------------------------------------------------------
 
 
-def cli_layer(given: Mapping[str, Any], schema: Schema | None = None) -> LayerInput:
+def cli_layer(
+    given: Mapping[str, Any], schema: Schema | None = None, *, typed: Mapping[str, str] | None = None
+) -> LayerInput:
     """The CLI layer from the field flags actually given (`{field: raw value}`).
 
-    An undeclared name is kept, so conversion reports it with a suggestion instead of
-    dropping a caller's typo silently.
+    `typed` names the spelling a value came in (`{"tp_size": "--tp"}`, an alias), so
+    provenance says what the user typed. An undeclared name is kept, so conversion
+    reports it with a suggestion instead of dropping a caller's typo silently.
     """
     infos = (schema or serving()).fields()
+    spelled = typed or {}
     details = {
-        name: _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
+        name: spelled.get(name) or _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
         for name, value in given.items()
     }
     return LayerInput("cli", dict(given), details, (), schema)

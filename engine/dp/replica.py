@@ -155,6 +155,10 @@ def replica_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if workdir is not None:
         os.chdir(workdir)
+    from runtime.logs import configure_from_record, tag_process
+
+    tag_process(dp_rank=rank - 1)  # config-group rank 0 is the controller; replica i is rank i + 1
+    configure_from_record(record)
     import torch.distributed as dist
 
     from engine.engine import Engine
@@ -170,7 +174,7 @@ def replica_main(
     group.start()
     sender = _Sender(conn)
     sender.send(("ready", rank, os.getpid()))
-    log.info("replica.ready", rank=rank, pid=os.getpid())
+    log.info("replica.ready", pid=os.getpid())
     stopped = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True)
     beat.start()
@@ -180,7 +184,7 @@ def replica_main(
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                log.warning("replica.controller_gone", rank=rank)
+                log.warning("replica.controller_gone")
                 break
             if message[0] == "stop":
                 break
@@ -198,7 +202,7 @@ def replica_main(
         pool.shutdown(wait=False, cancel_futures=True)
         if dist.is_initialized():
             dist.destroy_process_group()
-        log.info("replica.stop", rank=rank)
+        log.info("replica.stop")
 
 
 class _Sender:
@@ -245,7 +249,7 @@ def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _S
     except Exception as exc:
         name = type(exc).__name__
         if REQUEST_ERRORS.get(name) is not type(exc):  # a bug: reported, never a hung caller
-            log.error("replica.generate_failed", rank=rank, error=repr(exc))
+            log.error("replica.generate_failed", error=repr(exc))
             sender.send(("error", rid, "ReplicaFailed", f"replica {rank - 1} failed the request -- see its log"))
             return
         sender.send(("error", rid, name, str(exc)))

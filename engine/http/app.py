@@ -57,6 +57,8 @@ from sgconf.registry import field_info, fields
 log = structlog.get_logger(__name__)
 
 OVERRIDE_SOURCE = "http.config_overrides"
+# polled by load balancers and scrapers every few seconds: logged at debug, not to drown the rest
+POLL_PATHS = frozenset({"/health", "/metrics"})
 
 
 def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = True) -> FastAPI:
@@ -88,7 +90,8 @@ def _install_request_log(app: FastAPI) -> None:
         except Exception as exc:  # reported as 500 by the handler; log it once here
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
-        log.info(
+        emit = log.debug if request.url.path in POLL_PATHS else log.info
+        emit(
             "http.request",
             method=request.method,
             path=request.url.path,

@@ -11,7 +11,7 @@ import time
 
 import httpx
 
-from engine.serve import load_serve_record
+from engine.serve import load_serve_record, serve_parser
 
 
 def free_port() -> int:
@@ -25,6 +25,33 @@ def test_serve_enables_hicache_unless_told_otherwise() -> None:
     assert load_serve_record([], env={}).enable_hierarchical_cache is True
     assert load_serve_record(["--no-enable-hierarchical-cache"], env={}).enable_hierarchical_cache is False
     assert load_serve_record(["--disable-radix-cache"], env={}).enable_hierarchical_cache is False
+
+
+def test_serve_default_is_shown_and_credited_truthfully(capsys) -> None:
+    """`serve --help` says HiCache is on for serve, and provenance credits serve's default, not a flag."""
+    from sgconf.cli import load_from_args, main
+
+    assert main(["serve", "--help"]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "enable the HiCache host tier (default: true for sgconf serve, unless --disable-radix-cache)" in flat
+    ns = serve_parser().parse_args([])
+    assert load_from_args(ns, {}).record.enable_hierarchical_cache is False  # the declared default elsewhere
+    from sgconf import explain, resolve_once
+
+    record = load_serve_record([], env={})
+    chain = explain(record, "enable_hierarchical_cache", resolve_once(record))
+    assert chain[-1].describe() == "from sgconf serve's default (on unless --disable-radix-cache)"
+
+
+def test_serve_takes_aliases_and_shipped_model_names() -> None:
+    """`--tp`, `--dp`, `--model` with a shipped example name reach the serve record, and the engine runs it."""
+    from engine import Engine
+
+    record = load_serve_record(["--model", "small-dense", "--tp", "1", "--dp", "1", "--max-total-tokens", "256"], env={})
+    assert (record.model_path, record.tp_size, record.dp_size) == ("small-dense", 1, 1)
+    with Engine(record) as engine:
+        assert engine.shape.num_hidden_layers == 4
+        assert len(engine.generate("hi", max_new_tokens=3, ignore_eos=True).token_ids) == 3
 
 
 def test_real_uvicorn_server_with_json_logs() -> None:

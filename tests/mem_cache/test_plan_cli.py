@@ -34,7 +34,7 @@ def test_table_plan(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["--available-memory", "lots"], "'--available-memory' must be a positive size like 24GiB"),
-        (["--model-config", "smal-dense"], "(did you mean 'small-dense'?)"),
+        (["--model-config", "smal-dense"], "'smal-dense' is neither a file nor a shipped model -- did you mean 'small-dense'?"),
         (["--model-config", "small-dense", "--available-memory", "1KiB"], "not enough memory for the KV cache"),
     ],
 )

@@ -48,12 +48,12 @@ DERIVED = [
 
 
 @pytest.mark.parametrize(("accessor", "cls"), ACCESSORS)
-def test_accessor_returns_typed_bag(server_args, accessor, cls):
+def test_accessor_returns_typed_bag(sgconf_context, accessor, cls):
     """Each accessor returns its namespace's bag, the same object the snapshot holds."""
     bag = accessor()
     assert type(bag) is cls
     name = accessor.__name__.removeprefix("get_")
-    assert getattr(server_args.snapshot(), name) is bag
+    assert getattr(sgconf_context.snapshot(), name) is bag
 
 
 @pytest.mark.parametrize("accessor", [a for a, _ in ACCESSORS] + DERIVED)
@@ -63,7 +63,7 @@ def test_every_accessor_raises_before_publish(accessor):
         accessor()
 
 
-def test_nested_exec_bags(server_args):
+def test_nested_exec_bags(sgconf_context):
     """exec holds kernel, graph and mamba children."""
     assert get_exec().kernel.attention_backend == "torch_native"
     assert get_exec().graph.enable_torch_compile is False
@@ -99,7 +99,7 @@ def test_configured_pp_size():
     assert configured_pp_size() == 4
 
 
-def test_max_draft_tokens_without_spec_is_zero(server_args):
+def test_max_draft_tokens_without_spec_is_zero(sgconf_context):
     """Without speculation the draft-token bound is 0."""
     assert max_speculative_num_draft_tokens() == 0
 
@@ -117,10 +117,10 @@ def test_max_draft_tokens_is_max_of_active_and_capacity():
     ctx.override("adaptive", speculative_num_draft_tokens=7)
 
 
-def test_derived_accessors_read_the_given_snapshot(server_args):
+def test_derived_accessors_read_the_given_snapshot(sgconf_context):
     """Given a snapshot, a derived accessor reads it, not the live context."""
-    snap = server_args.snapshot()
-    with server_args.scoped(attention_backend="x", pp_size=2, mamba_radix_cache_strategy="extra_buffer"):
+    snap = sgconf_context.snapshot()
+    with sgconf_context.scoped(attention_backend="x", pp_size=2, mamba_radix_cache_strategy="extra_buffer"):
         assert attention_backends() == ("x", "x")
         assert attention_backends(snap) == ("torch_native", "torch_native")
         assert configured_pp_size(snap) == 1 and configured_pp_size() == 2
@@ -130,18 +130,18 @@ def test_derived_accessors_read_the_given_snapshot(server_args):
         assert snap.max_speculative_num_draft_tokens() == 0
 
 
-def test_accessor_reads_follow_overrides(server_args):
+def test_accessor_reads_follow_overrides(sgconf_context):
     """An accessor read after an override sees the new value; the held bag does not change."""
     held = get_serving()
-    server_args.override("http", stream_interval=3)
+    sgconf_context.override("http", stream_interval=3)
     assert held.stream_interval == 1
     assert get_serving().stream_interval == 3
-    server_args.override("http", stream_interval=1)
+    sgconf_context.override("http", stream_interval=1)
 
 
-def test_parallel_derived_members(server_args):
+def test_parallel_derived_members(sgconf_context):
     """Derived members of the parallel bag are available through the accessor."""
-    with server_args.scoped(tp_size=4, dp_size=2, enable_dp_attention=True):
+    with sgconf_context.scoped(tp_size=4, dp_size=2, enable_dp_attention=True):
         assert get_parallel().attn_tp_size == 2
         assert get_parallel().attn_dp_size == 2
 

@@ -32,26 +32,26 @@ def _fresh_dynamo():
 
 
 @pytest.mark.parametrize("fn", [scale, spec_width])
-def test_no_graph_breaks(server_args, fn):
+def test_no_graph_breaks(sgconf_context, fn):
     """dynamo traces through accessors and derived accessors without a graph break."""
     explained = torch._dynamo.explain(fn)(torch.ones(3))
     assert explained.graph_break_count == 0
     assert explained.graph_count == 1
 
 
-def test_compiled_function_sees_overrides(server_args):
+def test_compiled_function_sees_overrides(sgconf_context):
     """After an override, a scoped override and its restore, the compiled function returns fresh values."""
     compiled = torch.compile(scale, backend="eager", fullgraph=True)
     x = torch.ones(2)
     assert compiled(x).tolist() == [2.0, 2.0]
-    server_args.override("tuner", schedule_conservativeness=0.5)
+    sgconf_context.override("tuner", schedule_conservativeness=0.5)
     assert compiled(x).tolist() == [1.5, 1.5]
-    with server_args.scoped(page_size=16):
+    with sgconf_context.scoped(page_size=16):
         assert compiled(x).tolist() == [16.5, 16.5]
     assert compiled(x).tolist() == [1.5, 1.5]
     with override_server_args(page_size=4):  # a different published context
         assert compiled(x).tolist() == [5.0, 5.0]
-    assert get_context() is server_args
+    assert get_context() is sgconf_context
     assert compiled(x).tolist() == [1.5, 1.5]
 
 

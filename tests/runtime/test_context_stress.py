@@ -13,7 +13,7 @@ OVERRIDES = 2000
 READERS = 3
 
 
-def test_readers_never_see_half_an_override(server_args):
+def test_readers_never_see_half_an_override(sgconf_context):
     """Two fields in two bags always change together; readers check they match in every snapshot."""
     stop = threading.Event()
     violations: list[tuple[int, float, float]] = []
@@ -33,7 +33,7 @@ def test_readers_never_see_half_an_override(server_args):
             last = snap.generation
             reads[slot] += 1
 
-    server_args.override("setup", speculative_accept_threshold_single=1.0, schedule_conservativeness=1.0)
+    sgconf_context.override("setup", speculative_accept_threshold_single=1.0, schedule_conservativeness=1.0)
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(READERS)]
     for t in threads:
         t.start()
@@ -41,7 +41,7 @@ def test_readers_never_see_half_an_override(server_args):
         with capture_logs() as logs:
             for i in range(OVERRIDES):
                 value = (i % 1000) / 1000
-                server_args.override(
+                sgconf_context.override(
                     "stress", speculative_accept_threshold_single=value, schedule_conservativeness=value
                 )
     finally:
@@ -51,24 +51,24 @@ def test_readers_never_see_half_an_override(server_args):
     assert violations == []
     assert backwards == []
     assert all(n > 0 for n in reads)
-    assert server_args.generation == OVERRIDES + 1
+    assert sgconf_context.generation == OVERRIDES + 1
     # the log keeps its window (observability.overrides_log_limit) and counts the rest
-    limit = server_args.snapshot().observability.overrides_log_limit
-    assert len(server_args.overrides_log()) == min(limit, OVERRIDES + 1)
-    assert server_args.dropped_overrides() == OVERRIDES + 1 - len(server_args.overrides_log())
+    limit = sgconf_context.snapshot().observability.overrides_log_limit
+    assert len(sgconf_context.overrides_log()) == min(limit, OVERRIDES + 1)
+    assert sgconf_context.dropped_overrides() == OVERRIDES + 1 - len(sgconf_context.overrides_log())
     assert len([e for e in logs if e["event"] == "config.override"]) == OVERRIDES
 
 
-def test_concurrent_writers_serialize(server_args):
+def test_concurrent_writers_serialize(sgconf_context):
     """Writers from several threads each commit exactly once per call; generations are gapless."""
     per_thread = 200
 
     seen: list[int] = []
-    server_args.subscribe(lambda event: seen.append(event.generation))
+    sgconf_context.subscribe(lambda event: seen.append(event.generation))
 
     def writer(n: int) -> None:
         for i in range(per_thread):
-            server_args.override(f"w{n}", stream_interval=1 + (i % 7))
+            sgconf_context.override(f"w{n}", stream_interval=1 + (i % 7))
 
     with capture_logs():
         threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
@@ -77,15 +77,15 @@ def test_concurrent_writers_serialize(server_args):
         for t in threads:
             t.join()
     total = 4 * per_thread
-    log = server_args.overrides_log()
-    window = min(total, server_args.snapshot().observability.overrides_log_limit)
+    log = sgconf_context.overrides_log()
+    window = min(total, sgconf_context.snapshot().observability.overrides_log_limit)
     assert [r.generation for r in log] == list(range(total - window + 1, total + 1))
-    assert server_args.dropped_overrides() == total - window
+    assert sgconf_context.dropped_overrides() == total - window
     assert sorted(seen) == list(range(1, total + 1))
-    assert server_args.generation == total
+    assert sgconf_context.generation == total
 
 
-def test_readers_take_no_lock(server_args):
+def test_readers_take_no_lock(sgconf_context):
     """A reader completes while another thread holds the writer lock."""
     seen = []
     with context_module._lock:

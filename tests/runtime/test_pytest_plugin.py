@@ -30,14 +30,14 @@ def test_fixture_and_marker(pytester):
         import pytest
         from runtime import get_schedule, get_serving, get_context, is_published
 
-        def test_fixture(server_args):
-            assert server_args is get_context() and server_args.role == "test"
+        def test_fixture(sgconf_context):
+            assert sgconf_context is get_context() and sgconf_context.role == "test"
             assert get_schedule().page_size == 1
-            server_args.override("http", stream_interval=4)  # owned by the fixture: not a leak
+            sgconf_context.override("http", stream_interval=4)  # owned by the fixture: not a leak
 
         @pytest.mark.server_args(page_size=16)
-        def test_marker_with_fixture(server_args):
-            assert get_schedule().page_size == 16 and server_args is get_context()
+        def test_marker_with_fixture(sgconf_context):
+            assert get_schedule().page_size == 16 and sgconf_context is get_context()
 
         @pytest.mark.server_args(page_size=8, stream_interval="2")
         def test_marker_alone():
@@ -48,6 +48,37 @@ def test_fixture_and_marker(pytester):
         """,
     )
     result.assert_outcomes(passed=4)
+
+
+def test_server_args_reads_like_the_record(pytester):
+    """`server_args` has an attribute per field: resolved, marker values, overrides and scopes applied, read-only."""
+    result = run(
+        pytester,
+        """
+        import pytest
+
+        @pytest.mark.server_args(page_size=16, tp_size=4, dp_size=2, enable_dp_attention=True)
+        def test_view(server_args, sgconf_context):
+            assert server_args.page_size == 16 and server_args.tp_size == 4
+            assert server_args.chunked_prefill_size == sgconf_context.value("chunked_prefill_size") is not None
+            assert server_args.attn_tp_size == 2  # a derived member of the parallel namespace
+            assert server_args.record.page_size == 16 and server_args.context is sgconf_context
+            sgconf_context.override("tuner", schedule_conservativeness=0.5)
+            assert server_args.schedule_conservativeness == 0.5  # live: the override shows
+            with sgconf_context.scoped(stream_interval=3):
+                assert server_args.stream_interval == 3
+            assert server_args.stream_interval == 1
+            assert "page_size" in dir(server_args)
+
+        def test_unknown_and_read_only(server_args):
+            with pytest.raises(AttributeError, match="'page_sise' is not a field of ServerArgs -- did you mean 'page_size'?"):
+                server_args.page_sise
+            with pytest.raises(AttributeError, match=r"server_args is read-only: cannot set 'page_size' -- use @pytest.mark.server_args"):
+                server_args.page_size = 4
+            assert not hasattr(server_args, "nope")
+        """,
+    )
+    result.assert_outcomes(passed=2)
 
 
 def test_leaked_publish_fails_and_is_cleaned(pytester):
@@ -69,7 +100,7 @@ def test_leaked_publish_fails_and_is_cleaned(pytester):
     result.stdout.fnmatch_lines(
         [
             "*test leaked runtime config state: published a new context (role 'scheduler') and left it live "
-            "-- the previous context was restored; use the server_args fixture*",
+            "-- the previous context was restored; use the sgconf_context fixture*",
         ]
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sgconf import Decision, ResolutionError, ServerArgs, load, resolve_once
-from sgconf.models import builtin_model_config
+from sgconf.models import builtin_model_config, builtin_model_names
 
 
 def test_decisions_are_named_steps_with_values() -> None:
@@ -87,7 +87,8 @@ def test_missing_model_config_fails_naming_the_field(tmp_path) -> None:
     with pytest.raises(ResolutionError) as info:
         resolve_once(ServerArgs(model_config=str(missing)))
     assert info.value.lines() == [
-        f"$.model.model_config: no model config at '{missing}' -- pass the path of an HF-style config.json"
+        f"$.model.model_config: no model config at '{missing}' -- pass the path of an HF-style config.json, "
+        f"or a shipped model: {', '.join(builtin_model_names())}"
     ]
 
 
@@ -95,6 +96,26 @@ def test_unreadable_model_path_resolves_without_model_facts(tmp_path) -> None:
     """A model_path with no config here (not downloaded yet) leaves context_length undecided."""
     resolved = resolve_once(ServerArgs(model_path=str(tmp_path / "absent")))
     assert resolved.values.context_length is None and resolved.decision_for("context_length") is None
+
+
+@pytest.mark.parametrize("field", ["model_path", "model_config"])
+def test_shipped_model_names_resolve_from_either_field(field: str) -> None:
+    """A shipped model's name works as model_path and as model_config, so show and serve accept it like plan."""
+    resolved = resolve_once(ServerArgs(**{field: "llama-3.1-8b"}))
+    assert resolved.values.context_length == 131072
+    assert resolved.decision_for("context_length").reason == "model max_position_embeddings"
+
+
+def test_mistyped_shipped_model_name_suggests_the_name() -> None:
+    """A bare name that is neither a file nor a shipped model is refused with a did-you-mean."""
+    from sgconf import ConfigError, load_model_config
+
+    with pytest.raises(ConfigError) as info:
+        load_model_config("tiny", "gemma-3-72b")
+    assert info.value.lines()[0].startswith(
+        "$.model.model_config: 'gemma-3-72b' is neither a file nor a shipped model -- did you mean 'gemma-3-27b'? -- "
+        "pass the path of an HF-style config.json, or a shipped model: gemma-2-9b, gemma-3-27b,"
+    )
 
 
 def test_model_path_errors_name_the_fix(tmp_path) -> None:
@@ -105,7 +126,7 @@ def test_model_path_errors_name_the_fix(tmp_path) -> None:
         load_model_config(str(tmp_path))
     assert info.value.lines() == [
         f"$.model.model_path: no model config at '{tmp_path / 'config.json'}' -- "
-        "pass a directory holding config.json, or an embedded model: 'tiny'"
+        f"pass a directory holding config.json, or a shipped model: {', '.join(builtin_model_names())}"
     ]
     (tmp_path / "config.json").write_text("[1]")
     with pytest.raises(ConfigError, match="must be a JSON object"):

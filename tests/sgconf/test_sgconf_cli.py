@@ -271,3 +271,27 @@ def test_console_script_schema_is_json() -> None:
     assert proc.returncode == 0 and proc.stderr == ""
     assert json.loads(proc.stdout)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`sgconf --version` prints the distribution's version on stdout and exits 0."""
+    from importlib import metadata
+
+    assert run(capsys, "--version") == (0, f"sgconf {metadata.version('sgconf')}\n", "")
+    assert run(capsys, "-V") == (0, f"sgconf {metadata.version('sgconf')}\n", "")
+
+
+def test_python_dash_m_sgconf_is_the_same_command() -> None:
+    """`python -m sgconf` runs the CLI: version, show with an alias, and status 2 for bad input."""
+    from importlib import metadata
+
+    def pym(*argv: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SGCONF_")}
+        return subprocess.run([sys.executable, "-m", "sgconf", *argv], capture_output=True, text=True, env=env, timeout=120)
+
+    version = pym("--version")
+    assert (version.returncode, version.stdout) == (0, f"sgconf {metadata.version('sgconf')}\n")
+    shown = pym("show", "--tp", "2", "--format", "json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["parallel"]["tp_size"] == 2
+    bad = pym("show", "--tp-sise", "2")
+    assert bad.returncode == 2 and "did you mean '--tp-size'?" in bad.stderr and "Traceback" not in bad.stderr

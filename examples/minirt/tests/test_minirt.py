@@ -29,10 +29,10 @@ def test_override_server_args_and_a_hot_override_evict() -> None:
         pool.close()
 
 
-def test_the_fixture_publishes_the_minirt_schema(server_args) -> None:
+def test_the_fixture_publishes_the_minirt_schema(sgconf_context) -> None:
     """The plugin's fixture publishes minirt's defaults (conftest names the schema)."""
-    assert server_args.schema is SCHEMA and get_lora().max_loras == 2
-    assert server_args.resolved_dict()["api"] == {"host": "127.0.0.1", "port": 8100, "token": None}
+    assert sgconf_context.schema is SCHEMA and get_lora().max_loras == 2
+    assert sgconf_context.resolved_dict()["api"] == {"host": "127.0.0.1", "port": 8100, "token": None}
 
 
 @pytest.mark.server_args(max_loras=5, policy="fifo")

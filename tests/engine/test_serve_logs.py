@@ -1,0 +1,81 @@
+"""`sgconf serve` logs: on stderr only, JSON or console, replica lines tagged with their rank,
+health polls at debug, the listen URL whatever the level, and a one-line start-up summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(tmp_path: Path, *args: str) -> tuple[str, str]:
+    """Run `sgconf serve ARGS` until it answers /health, poll it, ask /server_info, stop it; (stdout, stderr)."""
+    port = _free_port()
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGCONF_")}
+    with out_path.open("w") as out, err_path.open("w") as err:
+        # files, not pipes: a full pipe would block the server while the test waits on it
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sgconf", "serve", "--port", str(port), "--max-total-tokens", "512", *args],
+            stdout=out, stderr=err, cwd=tmp_path, env=env,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 240
+            while True:
+                try:
+                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.2)
+            for _ in range(3):
+                assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+            assert httpx.get(f"{base}/server_info", timeout=30).status_code == 200
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out_path.read_text(), err_path.read_text()
+
+
+def test_replica_group_logs_json_on_stderr_tagged_by_rank(tmp_path: Path) -> None:
+    """With --dp 2 and JSON logs, stdout is empty and every stderr line is an event; replicas carry dp_rank."""
+    out, err = _serve(tmp_path, "--dp", "2", "--log-format", "json")
+    assert out == ""
+    events = [json.loads(line) for line in err.splitlines() if line.strip()]
+    starts = [e for e in events if e["event"] == "engine.start"]
+    assert sorted(e["dp_rank"] for e in starts) == [0, 1]
+    for e in starts:  # the one-line summary: model, pools, tokens, backends, storage
+        assert {"model", "pools", "kv_tokens", "attention", "hicache"} <= set(e)
+        assert e["model"] == "tiny" and e["kv_tokens"] == 512 and e["hicache"] == "host tier"
+    listens = [e for e in events if e["event"] == "server.listen"]
+    assert len(listens) == 1 and listens[0]["url"].startswith("http://127.0.0.1:") and "dp_rank" not in listens[0]
+    requests = [e for e in events if e["event"] == "http.request"]
+    assert [e["path"] for e in requests] == ["/server_info"]  # the /health polls are at debug
+
+
+def test_listen_url_is_printed_even_at_warning_level(tmp_path: Path) -> None:
+    """--log-level warning hides info events but still prints the listen URL once, on stderr."""
+    out, err = _serve(tmp_path, "--log-level", "warning")
+    assert out == ""
+    listens = [line for line in err.splitlines() if "server.listen" in line]
+    assert len(listens) == 1 and "url=http://127.0.0.1:" in listens[0]
+    assert "engine.start" not in err and "http.request" not in err
+    assert "[DP" not in err  # one process: no rank tag
