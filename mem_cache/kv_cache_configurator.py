@@ -166,6 +166,12 @@ class KVCacheConfigurator:
         if is_draft_worker and target is None:
             raise ValueError("a draft worker reuses its target's plan and allocator -- pass target=")
         self.snap = snapshot if snapshot is not None else get_context().snapshot()
+        # plans, pools and bytes are per attention rank: each holds its share of the KV heads
+        self.tp_size = int(self.snap.parallel.attn_tp_size)
+        self.model_shape = shape
+        shape = shape.per_rank(self.tp_size)
+        if draft_shape is not None:
+            draft_shape = draft_shape.per_rank(self.tp_size)
         self.shape = shape
         self.inputs = plan_inputs(self.snap, shape)
         self.device = torch.device(device if device is not None else self.snap.device.device)
@@ -176,7 +182,7 @@ class KVCacheConfigurator:
         self.target = target
         self.draft_shape = draft_shape
         if self.draft_shape is None and self.inputs.has_draft_kv:
-            self.draft_shape = draft_shape_from_snapshot(self.snap, shape)
+            self.draft_shape = draft_shape_from_snapshot(self.snap, self.model_shape).per_rank(self.tp_size)
         self.costs = LayerCosts.of(shape, self.draft_shape, self.inputs)
         self.pool_configurator: PoolConfigurator = choose_pool_configurator(shape, self.inputs)(shape, self.costs, self.inputs)
 
@@ -185,7 +191,13 @@ class KVCacheConfigurator:
         """The memory plan (no tensors); a draft worker returns its target's."""
         if self.target is not None and self.is_draft_worker:
             return self.target.plan
-        return self.pool_configurator.plan(self.available_bytes, budget_flag=self.budget_flag)
+        plan = self.pool_configurator.plan(self.available_bytes, budget_flag=self.budget_flag)
+        return attrs.evolve(
+            plan,
+            tp_size=self.tp_size,
+            kv_heads_per_rank=self.shape.num_key_value_heads,
+            kv_heads_total=self.model_shape.num_key_value_heads,
+        )
 
     # ---- build --------------------------------------------------------------------------
     def build(self) -> KVCacheMemory:

@@ -160,7 +160,7 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
         lines.append(f"[{path}]")
         for info in rows:
             shown = json.dumps(plain(redacted(info.name, values[info.name])))
-            lines.append(f"  {info.name:<{width}}  {shown:<24}  {source_of(info.name)}")
+            lines.append(f"  {info.name:<{width}}  {shown:<24}  {info.spec.apply:<7}  {source_of(info.name)}")
         lines.append("")
     if not lines:
         return "(no differences from the defaults)"

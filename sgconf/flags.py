@@ -98,6 +98,8 @@ def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo) -> None:
 
 def _help(info: FieldInfo) -> str:
     marks = [m for m, on in (("secret", info.spec.secret), ("hot", info.spec.hot)) if on]
+    if info.spec.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
+        marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
     text = f"{info.spec.help} (default: {_shown_default(info)}){tail}"
     return text.replace("%", "%%")  # argparse formats help with %-style

@@ -7,7 +7,7 @@ declared once across all namespaces; a duplicate fails at import with both owner
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -155,6 +155,16 @@ def field_info(name: str) -> FieldInfo:
 
         msg = f"unknown field '{name}'{did_you_mean(name, _FIELDS)}"
         raise UnknownFieldError([Problem(f"$.{name}", msg)], header="unknown configuration field") from None
+
+
+def apply_mode(names: Iterable[str]) -> str:
+    """How a change to all of `names` at once applies: the strictest declared mode (restart > drain > step).
+
+    Raises UnknownFieldError for an undeclared name.
+    """
+    order = {"step": 0, "drain": 1, "restart": 2}
+    modes = [field_info(name).spec.apply for name in names]
+    return max(modes, key=order.__getitem__) if modes else "step"
 
 
 def namespace_of(name: str) -> str:

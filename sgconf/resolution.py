@@ -126,8 +126,6 @@ def _step_attention_backend(v: dict[str, Any], env: ResolveInputs) -> dict[str, 
     if backend is None:
         backend = ATTENTION_BACKEND[v["device"]]
         out["attention_backend"] = (backend, f"default for {v['device']}")
-    if v["sampling_backend"] is None:
-        out["sampling_backend"] = ("pytorch", "default sampler")
     return out
 
 

@@ -44,6 +44,7 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
     out["x-env"] = info.env_var
     if info.spec.hot:
         out["x-hot"] = True
+    out["x-apply"] = info.spec.apply  # step | drain | restart: how a change after publish applies
     return out
 
 

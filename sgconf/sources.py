@@ -33,7 +33,7 @@ CONFIG_ENV = "SGCONF_CONFIG"
 
 # Control variables that share the prefix but are not fields. Other packages add their own
 # (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`) so loading does not reject them as typos.
-RESERVED_ENV: set[str] = {"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV}
+RESERVED_ENV: set[str] = {"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV, "SGCONF_HICACHE_FILE_DIR"}
 
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 

@@ -18,6 +18,11 @@ Admin routes need `Authorization: Bearer <admin_api_key>` (compared in constant 
 no admin key at all. Bad bodies get 400 (not JSON) or 422 with one `$.namespace.field:
 reason` line per problem; nothing changes then. Every other failure is answered by the
 type of its exception (`engine.http.problems`); no traceback ever reaches a client.
+
+Config changes are applied by the backend as each field declares (`step`, `drain`,
+`restart`); `/server_info` lists every field's mode under `apply_modes`. Every request
+is logged as `http.request` (and `/generate` as `generate.done`) at info when
+`log_requests` is on and at debug otherwise, read per request, so both follow overrides.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from engine.http.bodies import (
 )
 from engine.http.problems import HTTPProblem, install_error_handlers
 from runtime.context import get_context
-from sgconf.registry import field_info
+from sgconf.registry import field_info, fields
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +74,7 @@ def _install_request_log(app: FastAPI) -> None:
         except Exception as exc:  # reported as 500 by the handler; log it once here
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
-        log.info(
+        _request_log()(
             "http.request",
             method=request.method,
             path=request.url.path,
@@ -77,6 +82,18 @@ def _install_request_log(app: FastAPI) -> None:
             duration_ms=round((time.perf_counter() - start) * 1000, 2),
         )
         return response
+
+
+def _request_log() -> Any:
+    """The log method for per-request events: info with `log_requests`, else debug."""
+    from runtime.accessors import get_observability
+    from runtime.errors import NotPublishedError
+
+    try:
+        on = get_observability().log_requests
+    except NotPublishedError:  # the engine stopped and took its config: still log what is answered
+        on = True
+    return log.info if on else log.debug
 
 
 def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
@@ -97,7 +114,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
         args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
         body = await backend.generate(args)
         meta = body["meta_info"]
-        log.info("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
+        _request_log()("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
                  cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
         return body
 
@@ -174,6 +191,7 @@ def config_report() -> dict[str, Any]:
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],
         "provenance": provenance,
         "startup_values": startup,
+        "apply_modes": {name: info.spec.apply for name, info in fields().items()},
     }
 
 

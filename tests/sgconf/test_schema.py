@@ -30,11 +30,13 @@ def test_field_entries_carry_types_enums_defaults_and_bounds() -> None:
         "default": None,
         "x-flag": "--page-size",
         "x-env": "SGCONF_PAGE_SIZE",
+        "x-apply": "restart",
     }
     policy = props["schedule"]["properties"]["schedule_policy"]
     assert policy["enum"] == ["fcfs", "lpm", "random", "dfs-weight"] and policy["default"] == "fcfs"
-    assert policy["x-hot"] is True
+    assert policy["x-hot"] is True and policy["x-apply"] == "step"
     backend = props["memory"]["properties"]["hicache_storage_backend"]
+    assert backend["x-apply"] == "drain" and "x-hot" not in backend
     assert backend["enum"] == ["file", "memory", None]
     mem = props["schedule"]["properties"]["mem_fraction_static"]
     assert (mem["exclusiveMinimum"], mem["exclusiveMaximum"]) == (0, 1)

@@ -52,7 +52,7 @@ def test_show_toml_parses_and_loads_back_to_the_same_resolution(
     assert code == 0
     data = tomllib.loads(out)
     assert data["schedule"]["page_size"] == 4
-    assert data["exec"]["kernel"]["sampling_backend"] == "pytorch"
+    assert data["exec"]["kernel"]["attention_backend"] == "torch_native"
     assert "# unset (None) values are omitted: model.model_config, " in out
     assert "model_config" not in data["model"]
     cfg = tmp_path / "again.toml"
@@ -69,10 +69,11 @@ def test_show_table_groups_by_namespace_with_sources(capsys: pytest.CaptureFixtu
     headers = [line for line in out.splitlines() if line.startswith("[")]
     assert headers[:3] == ["[model]", "[device]", "[parallel]"]
     assert headers[-3:] == ["[exec.kernel]", "[exec.graph]", "[exec.mamba]"]
-    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines() if line.startswith("  ")}
-    assert rows["page_size"] == ["8", "from --page-size"]
-    assert rows["port"] == ["30000", "from defaults"]
-    assert rows["chunked_prefill_size"] == ["2048", "from resolution:schedule_defaults (default for cpu)"]
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in out.splitlines() if line.startswith("  ")}
+    assert rows["page_size"] == ["8", "restart", "from --page-size"]
+    assert rows["port"] == ["30000", "restart", "from defaults"]
+    assert rows["chunked_prefill_size"] == ["2048", "step", "from resolution:schedule_defaults (default for cpu)"]
+    assert rows["hicache_storage_backend"][1] == "drain"
 
 
 def test_show_diff_lists_only_changes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
