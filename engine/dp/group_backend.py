@@ -9,6 +9,7 @@ and the group answers like one engine would: `DrainTimeout` (409 with Retry-Afte
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
@@ -41,6 +42,12 @@ class ReplicaGroupBackend:
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.controller.generate(args)
+
+    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        # replicas answer whole requests over their pipe: the text arrives as one piece
+        body = await self.controller.generate(args)
+        yield {"text": body["text"], "token_ids": list(body["output_ids"])}
+        yield body
 
     def describe(self) -> dict[str, Any]:
         return {

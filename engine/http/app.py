@@ -44,6 +44,7 @@ from engine.http.bodies import (
     generate_args,
     json_object,
 )
+from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers
 from runtime.context import get_context
 from sgconf.registry import field_info, fields
@@ -51,18 +52,27 @@ from sgconf.registry import field_info, fields
 log = structlog.get_logger(__name__)
 
 OVERRIDE_SOURCE = "http.config_overrides"
+GENERATION_HEADER = "x-sgconf-config-generation"
 
 
 def create_app(backend: ServingBackend) -> FastAPI:
     """The FastAPI app serving `backend`; see the module docstring for the routes."""
-    app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="sgconf runtime", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.backend = backend
     install_error_handlers(app)
     _install_request_log(app)
     _add_public_routes(app, backend)
     _add_storage_routes(app, backend)
     _add_config_routes(app, backend)
+    install_openai_routes(app, backend, model_name=served_model_name)
     return app
+
+
+def served_model_name() -> str:
+    """The model name clients send and see: `served_model_name`, else `model_path`."""
+    from runtime.accessors import get_model, get_serving
+
+    return get_serving().served_model_name or get_model().model_path
 
 
 def _install_request_log(app: FastAPI) -> None:
@@ -74,6 +84,7 @@ def _install_request_log(app: FastAPI) -> None:
         except Exception as exc:  # reported as 500 by the handler; log it once here
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
+        _tag_generation(response)
         _request_log()(
             "http.request",
             method=request.method,
@@ -82,6 +93,16 @@ def _install_request_log(app: FastAPI) -> None:
             duration_ms=round((time.perf_counter() - start) * 1000, 2),
         )
         return response
+
+
+def _tag_generation(response: Any) -> None:
+    """Say which config generation served the answer, so an output can be tied to the overrides in force."""
+    from runtime.errors import NotPublishedError
+
+    try:
+        response.headers[GENERATION_HEADER] = str(get_context().generation)
+    except NotPublishedError:
+        pass
 
 
 def _request_log() -> Any:
@@ -114,6 +135,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
         args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
         body = await backend.generate(args)
         meta = body["meta_info"]
+        meta["config_generation"] = get_context().generation
         _request_log()("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
                  cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
         return body
@@ -205,4 +227,4 @@ def local_rank_row(role: str, *fields: str) -> dict[str, Any]:
     return row
 
 
-__all__ = ["OVERRIDE_SOURCE", "config_report", "create_app", "local_rank_row"]
+__all__ = ["GENERATION_HEADER", "OVERRIDE_SOURCE", "config_report", "create_app", "local_rank_row"]

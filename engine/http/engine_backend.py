@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -31,6 +32,16 @@ class EngineBackend:
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await run_in_threadpool(lambda: self.engine.generate(**args))
         return generate_body(result)
+
+    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        tokens = await run_in_threadpool(lambda: self.engine.stream(**args))
+        while True:
+            # each chunk blocks until the scheduler fills it, so wait for it off the event loop
+            chunk = await run_in_threadpool(next, tokens, None)
+            if chunk is None:
+                break
+            yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
+        yield generate_body(tokens.result())
 
     def describe(self) -> dict[str, Any]:
         return {
