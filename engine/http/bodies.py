@@ -32,6 +32,7 @@ GENERATE_FIELDS = (
     "seed",
     "ignore_eos",
     "sampling_params",
+    "stream",
 )
 
 
@@ -69,6 +70,7 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
             "spec_verify_steps": stats.spec_verify_steps,
             "spec_accept_length": stats.spec_accept_length,
             "latency_s": round(stats.latency_s, 6),
+            "time_to_first_token_s": None if stats.time_to_first_token_s is None else round(stats.time_to_first_token_s, 6),
             **meta,
         },
     }

@@ -235,9 +235,15 @@ def _sse(obj: Any) -> str:
 
 
 def install_openai_routes(
-    app: FastAPI, backend: ServingBackend, *, model_name: Callable[[], str], chat_template: str | None = None
+    app: FastAPI,
+    backend: ServingBackend,
+    *,
+    model_name: Callable[[], str],
+    observe: Callable[[dict[str, Any]], None],
+    chat_template: str | None = None,
 ) -> None:
-    """Add the `/v1` routes; `model_name()` is the name clients must send (read per request)."""
+    """Add the `/v1` routes; `model_name()` is the name clients must send (read per request),
+    `observe(meta)` counts each finished engine request for `/metrics`."""
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
@@ -255,7 +261,7 @@ def install_openai_routes(
             body = await _body(request)
             s = parse_sampling(body, COMPLETION_FIELDS, model_name())
             prompts = parse_prompts(body)
-            return await _serve(backend, prompts, s, chat=False, model=model_name())
+            return await _serve(backend, prompts, s, chat=False, model=model_name(), observe=observe)
         except Exception as exc:
             return _as_openai(exc).response()
 
@@ -266,7 +272,7 @@ def install_openai_routes(
             body = await _body(request)
             s = parse_sampling(body, CHAT_FIELDS, model_name())
             prompt = render_chat(body.get("messages"), chat_template)
-            return await _serve(backend, [prompt], s, chat=True, model=model_name())
+            return await _serve(backend, [prompt], s, chat=True, model=model_name(), observe=observe)
         except Exception as exc:
             return _as_openai(exc).response()
 
@@ -290,11 +296,14 @@ def _as_openai(exc: Exception) -> OpenAIError:
     return OpenAIError(status, message)
 
 
-async def _serve(backend: ServingBackend, prompts: list[str | list[int]], s: Sampling, *, chat: bool, model: str) -> Any:
+async def _serve(
+    backend: ServingBackend, prompts: list[str | list[int]], s: Sampling, *, chat: bool, model: str,
+    observe: Callable[[dict[str, Any]], None],
+) -> Any:
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     if s.stream:
-        return StreamingResponse(_stream(backend, prompts[0], s, chat=chat, rid=rid, created=created, model=model),
+        return StreamingResponse(_stream(backend, prompts[0], s, chat=chat, rid=rid, created=created, model=model, observe=observe),
                                  media_type="text/event-stream")
     import asyncio
 
@@ -306,6 +315,7 @@ async def _serve(backend: ServingBackend, prompts: list[str | list[int]], s: Sam
         cutter = StopCutter(s.stop)
         text = cutter.feed(result["text"]) + cutter.flush()
         meta = result["meta_info"]
+        observe(meta)
         if index % s.n == 0:
             prompt_tokens += meta["prompt_tokens"]
         completion_tokens += meta["completion_tokens"]
@@ -322,7 +332,8 @@ async def _serve(backend: ServingBackend, prompts: list[str | list[int]], s: Sam
 
 
 async def _stream(
-    backend: ServingBackend, prompt: str | list[int], s: Sampling, *, chat: bool, rid: str, created: int, model: str
+    backend: ServingBackend, prompt: str | list[int], s: Sampling, *, chat: bool, rid: str, created: int, model: str,
+    observe: Callable[[dict[str, Any]], None],
 ) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -346,6 +357,7 @@ async def _stream(
         async for piece in backend.stream(_args(prompt, s, 0)):
             if "meta_info" in piece:
                 final = piece
+                observe(piece["meta_info"])
                 continue
             text = cutter.feed(piece["text"])
             if text:
