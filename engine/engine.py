@@ -39,11 +39,12 @@ from engine.model_runner import ModelRunner
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
+from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
+from runtime.accessors import max_speculative_num_draft_tokens
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
-from runtime.snapshot import Snapshot
 from sgconf.loading import load
 from sgconf.models import load_model_config
 
@@ -90,13 +91,13 @@ class Engine:
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
             configure_from_config()
-        snap = self.context.snapshot()  # one consistent config for every building step below
+        snap: Any = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
-        self.device = snap.device.device
+        self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations
         self._wake = threading.Condition(self._lock)
@@ -107,10 +108,7 @@ class Engine:
         self._build_model(snap)
         self._build_caches(snap)
         self.scheduler = self._build_scheduler(snap)
-        self.capacity = self._build_capacity(snap)
-        self.boundary = StepBoundary(self._wake, self.scheduler)
-        self._apply_lock = threading.Lock()
-        self._stepping = False
+        self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
         log.info(
@@ -130,7 +128,7 @@ class Engine:
 
     # -- building ------------------------------------------------------------------------
 
-    def _build_model(self, snap: Snapshot) -> None:
+    def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
@@ -138,7 +136,7 @@ class Engine:
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
 
-    def _build_caches(self, snap: Snapshot) -> None:
+    def _build_caches(self, snap: Any) -> None:
         """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
         self.prefix_cache: PrefixCache | None = None
         self.hicache: HiCacheBridge | None = None
@@ -152,7 +150,7 @@ class Engine:
         if snap.memory.enable_hierarchical_cache:
             self.hicache = HiCacheBridge.create(self, snap)
 
-    def _build_scheduler(self, snap: Snapshot) -> Scheduler:
+    def _build_scheduler(self, snap: Any) -> Scheduler:
         # resolution always decides the chunk size, so a None here is a bug, not user input
         assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
         limits = SchedulerLimits(
@@ -174,19 +172,19 @@ class Engine:
             seed=self.seed,
         )
 
-    def _build_capacity(self, snap: Snapshot) -> PlannedCapacity:
-        """What the pools were planned for, so hot overrides never exceed it."""
-        from runtime.accessors import max_speculative_num_draft_tokens
-
-        spec = snap.spec
-        limits = self.scheduler.limits
-        return PlannedCapacity(
-            max_running_requests=limits.max_running_requests,
-            chunked_prefill_size=limits.chunked_prefill_size,
+    def _build_live_config(self, snap: Any) -> None:
+        """What applies config changes while the engine runs: the planned capacity and the step boundary."""
+        spec = self.speculative is not None
+        self.capacity = PlannedCapacity(
+            max_running_requests=self.scheduler.limits.max_running_requests,
+            chunked_prefill_size=self.scheduler.limits.chunked_prefill_size,
             speculative_num_steps=self.speculative.max_steps if self.speculative is not None else None,
-            speculative_num_draft_tokens=max_speculative_num_draft_tokens(snap) if self.speculative is not None else None,
-            speculative_eagle_topk=int(spec.speculative_eagle_topk or 1) if self.speculative is not None else None,
+            speculative_num_draft_tokens=max_speculative_num_draft_tokens(snap) if spec else None,
+            speculative_eagle_topk=int(snap.spec.speculative_eagle_topk or 1) if spec else None,
         )
+        self.boundary = StepBoundary(self._wake, self.scheduler)
+        self._apply_lock = threading.Lock()
+        self._stepping = False
 
     def _make_runner(self, model: TinyTransformer, pool: KVPool | None, *, is_draft: bool) -> ModelRunner:
         return ModelRunner(
@@ -201,7 +199,7 @@ class Engine:
             compile_backend=self._compile_backend,
         )
 
-    def _make_speculative(self, snap: Snapshot, dtype: torch.dtype) -> SpeculativeWorker | None:
+    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> SpeculativeWorker | None:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"

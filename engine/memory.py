@@ -82,7 +82,7 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     """
     from mem_cache.errors import InsufficientMemoryError
     from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
-    tp = int(snap.parallel.attn_tp_size)
+    tp = int(snap.parallel.tp_size)  # ranks of any kind: this engine is one process, one rank
     if tp > 1:
         from sgconf.errors import ConfigError, Problem
 

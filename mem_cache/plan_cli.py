@@ -140,7 +140,10 @@ def render_table(name: str, plan: MemoryPoolConfig) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `sgconf plan`; returns the exit status (2 on bad input, message on stderr)."""
+    """Print the KV memory plan for a model and config; returns the exit status (2 on bad input, message on stderr).
+
+    Registered as the `plan` command of the `sgconf` CLI (entry-point group `sgconf.commands`).
+    """
     import sys
 
     return run_cli(lambda: _plan(sys.argv[1:] if argv is None else argv))

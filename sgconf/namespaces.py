@@ -8,8 +8,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, positive, power_of_two, setting
-from sgconf.registry import group, namespace
+from sgconf.registry import set_serving
+from sgconf.rules import RULES
+from sgconf.schema import Schema
+from sgconf.sources import SERVING_RESERVED_ENV
+from sgconf.steps import STEPS
+
+# The built-in serving schema: what `sgconf show`, `sgconf.load`, `override_server_args` and the
+# engine use. Its rules and steps are the module lists, so an embedding that appends to
+# `sgconf.RULES` or `sgconf.resolution.STEPS` changes this schema.
+SERVING = Schema(
+    "sgconf",
+    env_prefix="SGCONF_",
+    record_name="ServerArgs",
+    description="Every sgconf setting, nested by namespace (exec nests exec.kernel, exec.graph, exec.mamba).",
+    rules=RULES,
+    steps=STEPS,
+)
+SERVING.reserved_env |= SERVING_RESERVED_ENV
+set_serving(SERVING)
+namespace = SERVING.namespace
 
 DType = Literal["auto", "float16", "bfloat16", "float32"]
 KVCacheDType = Literal["auto", "float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"]
@@ -192,6 +212,12 @@ class ObservabilityConfig:
     )
     log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
     log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
+    overrides_log_limit: int = setting(
+        256,
+        help="post-publish overrides kept in the overrides log and undoable one by one; older ones are counted",
+        checks=[positive()],
+        fingerprint=False,
+    )
 
 
 @namespace("exec.kernel")
@@ -220,7 +246,7 @@ class MambaConfig:
     )
 
 
-@group("exec", {"kernel": "exec.kernel", "graph": "exec.graph", "mamba": "exec.mamba"})
+@SERVING.group("exec", {"kernel": "exec.kernel", "graph": "exec.graph", "mamba": "exec.mamba"})
 class ExecConfig:
     """Execution settings, nested: `get_exec().kernel.attention_backend`."""
 
@@ -229,7 +255,21 @@ class ExecConfig:
     mamba: MambaConfig = MambaConfig()
 
 
+# Role namespace sets: which top-level namespaces each process role reads ("test" reads all).
+SERVING.role("scheduler")  # owns the model, the pools and the kernels: reads everything
+SERVING.role("engine")  # scheduler, pools and model in one process (the embedded engine)
+SERVING.role("tokenizer", namespaces=["model", "serving", "observability", "spec", "disagg"])
+SERVING.role("detokenizer", namespaces=["model", "serving", "observability"])
+SERVING.role("dp_controller", namespaces=["model", "parallel", "serving", "observability", "disagg"])
+
+for _name, _fn in derived.SERVING_DERIVED.items():
+    SERVING.derived(_name)(_fn)
+
+SERVING.freeze()
+
+
 __all__ = [
+    "SERVING",
     "DeviceConfig",
     "DisaggConfig",
     "ExecConfig",

@@ -17,6 +17,7 @@ from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout
 from engine.http.backend import Applied
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
+from runtime.overrides import shown
 
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
 STORAGE_STATUS_FIELDS = (*STORAGE_FIELDS, "hicache_storage_prefetch_policy", "hicache_write_policy")
@@ -79,9 +80,11 @@ class ReplicaGroupBackend:
             row = state.to_dict()
             row["role"] = ROLE if state.rank == 0 else "scheduler"
             ranks.append(row)
-        # the controller (rank 0) committed the same override: its log has the old values
-        last = get_context().overrides_log()[-1]
-        changes = {c.name: c.redacted() for c in last.changes} if last.generation == result.generation else {}
+        # the controller (rank 0) committed the same override: its log has the old values of
+        # the fields its role may read; the others are shown with their new value only
+        log = [rec for rec in get_context().overrides_log() if rec.generation == result.generation]
+        changes: dict[str, Any] = {name: {"new": shown(name, value)} for name, value in fields.items()}
+        changes.update({c.name: c.redacted() for rec in log for c in rec.changes})
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:

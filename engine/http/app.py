@@ -21,8 +21,10 @@ type of its exception (`engine.http.problems`); no traceback ever reaches a clie
 
 Config changes are applied by the backend as each field declares (`step`, `drain`,
 `restart`); `/server_info` lists every field's mode under `apply_modes`. Every request
-is logged as `http.request` (and `/generate` as `generate.done`) at info when
-`log_requests` is on and at debug otherwise, read per request, so both follow overrides.
+is logged as `http.request` (method, path, status, duration); with `log_requests` on,
+each `/generate` also logs what was asked (`generate.request`: prompt size and sampling
+parameters) and what it cost (`generate.done`) at info, else at debug. The setting is
+read per request, so an override applies to the next one.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def _install_request_log(app: FastAPI) -> None:
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
         _tag_generation(response)
-        _request_log()(
+        log.info(
             "http.request",
             method=request.method,
             path=request.url.path,
@@ -113,7 +115,7 @@ def _tag_generation(response: Any) -> None:
 
 
 def _request_log() -> Any:
-    """The log method for per-request events: info with `log_requests`, else debug."""
+    """The log method for the details of a request: info with `log_requests`, else debug."""
     from runtime.accessors import get_observability
     from runtime.errors import NotPublishedError
 
@@ -186,7 +188,15 @@ def _split_batch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     return None
 
 
+def _asked(args: dict[str, Any]) -> None:
+    prompt = args["prompt_or_ids"]
+    _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+                   prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
+                   temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
+
+
 async def _generate_one(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> dict[str, Any]:
+    _asked(args)
     body = await backend.generate(args)
     _finished(metrics, body)
     return body
@@ -203,6 +213,7 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
 async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
+    _asked(args)
     try:
         async for piece in backend.stream(args):
             if "meta_info" in piece:
@@ -298,7 +309,7 @@ def local_rank_row(role: str, *fields: str) -> dict[str, Any]:
     ctx = get_context()
     row: dict[str, Any] = {"rank": 0, "alive": True, "generation": ctx.generation, "fingerprint": ctx.fingerprint()}
     if fields:
-        row["values"] = {name: ctx.value(name) for name in fields}
+        row["values"] = ctx.group_values(fields)
     row["role"] = role
     return row
 

@@ -79,11 +79,15 @@ def check_log_requests(make_engine: Callable[..., Engine], log_stream: io.String
     engine = make_engine()
     configure_from_config(stream=log_stream)
     client = TestClient(create_app(EngineBackend(engine)))
-    client.get("/health")
-    assert "http.request" not in log_stream.getvalue()  # at debug while log_requests is off
+    body = {"text": "hi", "max_new_tokens": 2}
+    assert client.post("/generate", json=body).status_code == 200
+    text = log_stream.getvalue()
+    assert "http.request" in text and "generate.request" not in text  # details at debug while log_requests is off
     engine.override_config("test", log_requests=True)
-    client.get("/health")
-    assert log_stream.getvalue().count("http.request") == 1
+    assert client.post("/generate", json=body).status_code == 200
+    text = log_stream.getvalue()
+    assert text.count("generate.request") == 1 and text.count("generate.done") == 1
+    assert "max_new_tokens=2" in text
 
 
 def check_stream_interval(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:

@@ -30,7 +30,7 @@ def test_serve_enables_hicache_unless_told_otherwise() -> None:
 def test_real_uvicorn_server_with_json_logs() -> None:
     """The console script serves /health and /generate over loopback and logs one JSON object per line."""
     port = free_port()
-    args = ["serve", "--port", str(port), "--log-format", "json", "--log-requests", "--max-total-tokens", "512"]
+    args = ["serve", "--port", str(port), "--log-format", "json", "--max-total-tokens", "512"]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from sgconf.cli import main; sys.exit(main(sys.argv[1:]))", *args],

@@ -85,3 +85,14 @@ def test_per_rank_shape_keeps_one_head_at_least() -> None:
     assert shape.per_rank(1) is shape
     with pytest.raises(PlanError, match="'num_key_value_heads' 2 does not split over tp_size 3"):
         shape.per_rank(3)
+
+
+@pytest.mark.parametrize(("device", "base", "expected"), [("cpu", 0, "cpu"), ("cuda", 0, "cuda:0"), ("cuda", 3, "cuda:3")])
+def test_device_of_honours_base_gpu_id(device: str, base: int, expected: str) -> None:
+    """Pools go on cuda:<base_gpu_id>; base_gpu_id means nothing on cpu."""
+    import types
+
+    from mem_cache.kv_cache_configurator import device_of
+
+    snap = types.SimpleNamespace(device=types.SimpleNamespace(device=device, base_gpu_id=base))
+    assert device_of(snap) == expected

@@ -8,6 +8,7 @@ import pytest
 
 from sgconf.convert import ConversionError, structure
 from sgconf.fields import FieldSpec
+from sgconf.frozen import FrozenDict
 from sgconf.registry import FieldInfo, field_info
 
 
@@ -31,11 +32,12 @@ GOOD = [
     (int | None, None, None),
     (int | None, "3", 3),
     (Literal["file", "memory"] | None, "null", None),
-    (list[int], "[1, 2]", [1, 2]),
-    (list[int], "1, 2,3", [1, 2, 3]),
-    (list[str], ["a", "b"], ["a", "b"]),
-    (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', {"dir": "/d", "n": [1, {"k": None}]}),
-    (dict[str, Any] | None, {"a": 1.5}, {"a": 1.5}),
+    # lists and dicts come back deep-frozen: tuples and read-only FrozenDicts
+    (list[int], "[1, 2]", (1, 2)),
+    (list[int], "1, 2,3", (1, 2, 3)),
+    (list[str], ["a", "b"], ("a", "b")),
+    (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', FrozenDict({"dir": "/d", "n": (1, {"k": None})})),
+    (dict[str, Any] | None, {"a": 1.5}, FrozenDict({"a": 1.5})),
 ]
 
 
@@ -53,6 +55,7 @@ BAD = [
     (int, None, "expected an integer"),
     (float, "nan", "expected a finite number"),
     (float, False, "expected a number, not a boolean"),
+    (float, 10**400, "expected a finite number (too large for a float)"),
     (bool, "maybe", "expected a boolean (true/false, 1/0, yes/no, on/off)"),
     (bool, 2, "expected a boolean (true/false, 1/0, yes/no, on/off)"),
     (str, 5, "expected a string"),
@@ -81,3 +84,14 @@ def test_declared_fields_use_the_same_converter() -> None:
     assert structure("none", field_info("page_size")) is None
     assert structure("32", field_info("page_size")) == 32
     assert structure("eagle", field_info("speculative_algorithm")) == "EAGLE"
+
+
+def test_a_huge_integer_for_a_float_field_is_a_collected_config_error() -> None:
+    """An integer beyond the float range becomes one ConfigError line, never an OverflowError."""
+    from sgconf import ConfigError
+    from sgconf.validation import build_record
+
+    with pytest.raises(ConfigError) as info:
+        build_record({"schedule_conservativeness": 10**400, "page_size": 3}, {"schedule_conservativeness": "from --x"})
+    assert [p.path for p in info.value.problems] == ["$.schedule.schedule_conservativeness", "$.schedule.page_size"]
+    assert "expected a finite number (too large for a float)" in str(info.value)

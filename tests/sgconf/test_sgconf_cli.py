@@ -176,11 +176,11 @@ def test_delegated_command_missing_is_one_line(capsys: pytest.CaptureFixture[str
     monkeypatch.setitem(sys.modules, "mem_cache.plan_cli", None)
     code, out, err = run(capsys, "plan", "--model-config", "x.json")
     assert (code, out) == (2, "")
-    assert len(err.splitlines()) == 1 and err.startswith("sgconf: the 'plan' command is unavailable (mem_cache.plan_cli: ")
+    assert len(err.splitlines()) == 1 and err.startswith("sgconf: the 'plan' command is unavailable (mem_cache.plan_cli:main: ")
 
 
 def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """`sgconf serve ...` calls engine.serve.main with the arguments after the command name."""
+    """`sgconf serve ...` calls the registered command's main with the arguments after the command name."""
     import types
 
     seen: list[list[str]] = []
@@ -189,6 +189,30 @@ def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[s
     monkeypatch.setitem(sys.modules, "engine.serve", fake)
     assert run(capsys, "serve", "--port", "9")[0] == 7
     assert seen == [["--port", "9"]]
+
+
+def test_commands_come_from_the_entry_point_group(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package registers a command in `sgconf.commands`; sgconf offers it without naming the package."""
+    import importlib.metadata as md
+    import types
+
+    from sgconf import cli
+
+    fake = types.ModuleType("fake_cmds")
+
+    def hello(argv: list[str]) -> int:
+        """Say hello to the arguments; returns 0."""
+        print("hello", *argv)
+        return 0
+
+    fake.hello = hello  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_cmds", fake)
+    ep = md.EntryPoint("hello", "fake_cmds:hello", cli.COMMAND_GROUP)
+    monkeypatch.setattr(cli, "commands", lambda: {"hello": ep})
+    assert run(capsys, "hello", "a", "b")[:2] == (0, "hello a b\n")
+    assert "  hello    say hello to the arguments" in run(capsys, "--help")[1]
+    source = open(cli.__file__).read()
+    assert "mem_cache" not in source and "runtime." not in source
 
 
 def test_config_parser_and_load_from_args_count_only_given_flags(tmp_path: Path) -> None:
