@@ -36,6 +36,7 @@ from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
+from engine.sampling import SamplingParams
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
@@ -303,8 +304,12 @@ class Engine:
         seed: int | None = None,
         ignore_eos: bool = False,
         stream: bool = False,
+        **sampling: Any,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
+
+        `sampling` takes the other fields of `SamplingParams` (top_p, top_k, min_p, the
+        three penalties, stop_token_ids); each out of range is a RequestRejected naming it.
 
         With the loop paused (`pause()`), queued requests run only when `step()` is
         called, which lets a caller fix the exact interleaving of a batch.
@@ -327,6 +332,7 @@ class Engine:
             temperature=temperature,
             seed=self.seed if seed is None else seed,
             ignore_eos=ignore_eos,
+            params=_sampling_params(sampling),
         )
         if stream:
             import queue
@@ -526,6 +532,16 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _sampling_params(sampling: dict[str, Any]) -> SamplingParams:
+    known = [f.name for f in attrs.fields(SamplingParams) if f.name != "temperature"]
+    for name in sampling:
+        if name not in known:
+            raise TypeError(f"unknown sampling parameter {name!r} -- use one of {', '.join(known)}")
+    if "stop_token_ids" in sampling:
+        sampling = {**sampling, "stop_token_ids": tuple(int(t) for t in sampling["stop_token_ids"] or ())}
+    return SamplingParams(**sampling)
 
 
 __all__ = [

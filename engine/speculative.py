@@ -41,7 +41,8 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from engine.scheduler import Req, sample
+from engine.sampling import sample
+from engine.scheduler import Req
 
 
 class SpeculativeWorker:
@@ -163,7 +164,7 @@ class SpeculativeWorker:
             emitted = 0
             for j in range(k + 1):
                 token = sample(rows[j], req)
-                if j < k and token != draft[j] and req.temperature > 0 and threshold < 1.0:
+                if j < k and token != draft[j] and not req.params.greedy and threshold < 1.0:
                     prob = torch.softmax(rows[j].float() / req.temperature, dim=-1)[draft[j]]
                     if float(prob) >= threshold:
                         token = draft[j]

@@ -1,8 +1,8 @@
 """OpenAI-compatible routes: `/v1/models`, `/v1/completions`, `/v1/chat/completions`.
 
 Existing OpenAI clients work unchanged: bodies are checked against the parameters the
-engine can honour, and anything it cannot (`logprobs`, `top_p` below 1, penalties) is
-refused with 400 in OpenAI's error body rather than silently ignored. Each prompt and
+engine can honour (`top_p` and the penalties are the engine's own sampling parameters),
+and anything it cannot (`logprobs`) is refused with 400 in OpenAI's error body rather than silently ignored. Each prompt and
 each of `n` choices is one engine request, run through the same `ServingBackend` as
 `/generate`, so both serving modes answer alike. `stop` strings cut the text at the
 first match; in a stream, text that could still start a stop string is held back until
@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.problems import HTTPProblem, problem_of
+from engine.sampling import SamplingParams
 from sgconf.suggest import did_you_mean
 
 DEFAULT_CHAT_TEMPLATE = (
@@ -43,6 +44,7 @@ COMMON_FIELDS = (
 COMPLETION_FIELDS = (*COMMON_FIELDS, "prompt")
 CHAT_FIELDS = (*COMMON_FIELDS, "messages", "max_completion_tokens", "top_logprobs")
 MAX_STOP = 4
+DEFAULTS = {f.name: f.default for f in attrs.fields(SamplingParams)}
 
 
 class OpenAIError(Exception):
@@ -71,6 +73,9 @@ class Sampling:
 
     max_tokens: int
     temperature: float
+    top_p: float
+    presence_penalty: float
+    frequency_penalty: float
     n: int
     stop: tuple[str, ...]
     seed: int | None
@@ -104,13 +109,16 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
     if not _is_num(temperature) or not 0 <= temperature <= 2:
         raise _bad("temperature", f"'temperature' must be a number from 0 to 2 (got {temperature!r})")
     top_p = body.get("top_p", 1.0)
-    if top_p is not None and (not _is_num(top_p) or top_p != 1):
-        raise _bad("top_p", f"'top_p' {top_p!r} is not supported: the engine samples the full distribution -- "
-                            "leave top_p at 1 and lower temperature instead")
+    top_p = 1.0 if top_p is None else top_p
+    if not _is_num(top_p) or not 0 < top_p <= 1:
+        raise _bad("top_p", f"'top_p' must be a number in (0, 1] (got {top_p!r})")
+    penalties = {}
     for name in ("presence_penalty", "frequency_penalty"):
         v = body.get(name)
-        if v is not None and (not _is_num(v) or v != 0):
-            raise _bad(name, f"'{name}' {v!r} is not supported by this engine -- leave it at 0")
+        v = 0.0 if v is None else v
+        if not _is_num(v) or not -2 <= v <= 2:
+            raise _bad(name, f"'{name}' must be a number from -2 to 2 (got {v!r})")
+        penalties[name] = float(v)
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
         raise _bad("logprobs", "'logprobs' is not supported: the engine does not return token log-probabilities "
                                "-- leave it unset")
@@ -147,7 +155,8 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
         include_usage = bool(options.get("include_usage", False))
     if stream and n > 1:
         raise _bad("n", "'n' > 1 cannot be streamed here -- send n=1 streams, or stream=false")
-    return Sampling(int(max_tokens), float(temperature), int(n), stops, seed, stream, include_usage)
+    return Sampling(int(max_tokens), float(temperature), float(top_p), penalties["presence_penalty"],
+                    penalties["frequency_penalty"], int(n), stops, seed, stream, include_usage)
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
@@ -226,8 +235,12 @@ def _finish(reason: str, stopped: bool) -> str:
 
 def _args(prompt: str | list[int], s: Sampling, index: int) -> dict[str, Any]:
     seed = s.seed + index if s.seed is not None else (secrets.randbelow(2**31) if s.n > 1 else None)
-    return {"prompt_or_ids": prompt, "max_new_tokens": s.max_tokens, "temperature": s.temperature, "seed": seed,
-            "ignore_eos": False}
+    args: dict[str, Any] = {"prompt_or_ids": prompt, "max_new_tokens": s.max_tokens, "temperature": s.temperature,
+                            "seed": seed, "ignore_eos": False}
+    for name in ("top_p", "presence_penalty", "frequency_penalty"):
+        if getattr(s, name) != DEFAULTS[name]:  # only what was asked, so defaults stay the engine's
+            args[name] = getattr(s, name)
+    return args
 
 
 def _sse(obj: Any) -> str:

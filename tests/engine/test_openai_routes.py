@@ -107,6 +107,15 @@ def test_seed_makes_sampling_repeatable(client: openai.OpenAI) -> None:
     assert a.choices[0].text == b.choices[0].text
 
 
+def test_top_p_and_penalties_are_honoured(client: openai.OpenAI) -> None:
+    """A tiny top_p keeps only the most likely token, so it samples the greedy text; a penalty changes it."""
+    greedy = client.completions.create(model="tiny", prompt="p", max_tokens=10, temperature=0).choices[0].text
+    nucleus = client.completions.create(model="tiny", prompt="p", max_tokens=10, temperature=1, top_p=1e-6, seed=3)
+    assert nucleus.choices[0].text == greedy
+    penalised = client.completions.create(model="tiny", prompt="p", max_tokens=10, temperature=0, frequency_penalty=2)
+    assert penalised.choices[0].text != greedy
+
+
 def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
     """A stop string taken from the greedy text cuts it there, with finish_reason stop, streamed or not."""
     full = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0).choices[0].text
@@ -121,9 +130,9 @@ def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"top_p": 0.5}, "top_p"),
+        ({"top_p": 0}, "top_p"),
         ({"logprobs": 2}, "logprobs"),
-        ({"presence_penalty": 1.0}, "presence_penalty"),
+        ({"presence_penalty": 3.0}, "presence_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": 3}, "temperature"),
         ({"extra_body": None, "n": 0}, "n"),
