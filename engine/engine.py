@@ -405,6 +405,23 @@ class Engine:
             out["hicache"] = self.hicache.stats()
         return out
 
+    def flush_cache(self) -> int:
+        """Drop every cached prefix page and return how many tokens were freed; idle only.
+
+        Raises EngineBusy while requests are queued or running: their pages are locked in
+        the cache, and a flush that kept them would not be the empty cache it promises.
+        """
+        with self._lock:
+            queued, running = self.busy_counts()
+            if queued or running:
+                msg = f"cannot flush the cache while requests run ({queued} queued, {running} running) -- retry when idle"
+                raise EngineBusy(msg, queued=queued, running=running)
+            if self.prefix_cache is None:
+                return 0
+            before = self.prefix_cache.stats().cached_tokens
+            self.prefix_cache.reset()
+            return before - self.prefix_cache.stats().cached_tokens
+
     def pause(self) -> None:
         """Stop stepping (requests queue up but do not run) until `resume()`; for draining and tests."""
         with self._wake:

@@ -93,14 +93,15 @@ class Replica:
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
         self._reader.start()
 
-    def submit(self, rid: int, args: dict[str, Any]) -> Future[dict[str, Any]]:
+    def submit(self, rid: int, args: dict[str, Any], *, kind: str = "generate") -> Future[dict[str, Any]]:
+        """Send one request (`generate`, or `flush_cache` with no args) and return the future of its answer."""
         future: Future[dict[str, Any]] = Future()
         with self._lock:
             if self.gone:
                 raise ReplicaFailed(self._exit_text())
             self.pending[rid] = future
             try:
-                self.conn.send(("generate", rid, args))
+                self.conn.send((kind, rid, args))
             except (BrokenPipeError, OSError):
                 del self.pending[rid]
                 raise ReplicaFailed(self._exit_text()) from None
@@ -240,6 +241,11 @@ class DPController:
         replica = self.pick()
         future = replica.submit(next(self._rids), args)
         return await asyncio.wrap_future(future)
+
+    async def flush_cache(self) -> list[dict[str, Any]]:
+        """Flush every replica's prefix cache; each refuses (EngineBusy) while it runs requests."""
+        futures = [r.submit(next(self._rids), {}, kind="flush_cache") for r in self.replicas]
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
-from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout
+from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineBusy
 from engine.http.backend import Applied
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
@@ -49,6 +49,14 @@ class ReplicaGroupBackend:
         body = await self.controller.generate(args)
         yield {"text": body["text"], "token_ids": list(body["output_ids"])}
         yield body
+
+    async def flush_cache(self) -> dict[str, Any]:
+        _, inflight = self.controller.busy()
+        if inflight:
+            msg = f"cannot flush the cache while requests run ({inflight} in flight) -- retry when idle"
+            raise EngineBusy(msg, queued=0, running=inflight)
+        rows = await self.controller.flush_cache()
+        return {"status": "flushed", "flushed_tokens": sum(r["flushed_tokens"] for r in rows), "replicas": rows}
 
     def describe(self) -> dict[str, Any]:
         return {

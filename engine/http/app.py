@@ -170,6 +170,11 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
                                        "ignore_eos": True})
         return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
 
+    @app.post("/flush_cache")
+    async def flush_cache(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        return await backend.flush_cache()
+
     @app.get("/metrics")
     async def metrics_route() -> Response:
         return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)

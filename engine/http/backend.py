@@ -54,6 +54,10 @@ class ServingBackend(Protocol):
         """Run one request as a stream: `{"text", "token_ids"}` pieces, then the `/generate` answer."""
         ...
 
+    async def flush_cache(self) -> dict[str, Any]:
+        """Empty the prefix cache(s); raises EngineBusy while requests run."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """The backend's part of `/server_info`: `ranks` always, then what it has (pools, replicas)."""
         ...

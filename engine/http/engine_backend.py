@@ -43,6 +43,10 @@ class EngineBackend:
             yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
         yield generate_body(tokens.result())
 
+    async def flush_cache(self) -> dict[str, Any]:
+        freed = await run_in_threadpool(self.engine.flush_cache)
+        return {"status": "flushed", "flushed_tokens": freed}
+
     def describe(self) -> dict[str, Any]:
         return {
             "ranks": [local_rank_row(ROLE, *STORAGE_FIELDS)],

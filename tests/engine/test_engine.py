@@ -222,3 +222,20 @@ def test_speculative_greedy_with_penalties_equals_the_dense_oracle(make_engine) 
                              repetition_penalty=1.5, frequency_penalty=0.5)
     assert list(result.token_ids) == out
     assert result.stats.spec_verify_steps >= 1
+
+
+def test_flush_cache_is_refused_while_requests_wait(make_engine) -> None:
+    """A flush with a request queued raises EngineBusy and keeps the cache; once idle it frees the pages."""
+    from engine.errors import EngineBusy
+
+    engine = make_engine()
+    engine.generate(PROMPT, max_new_tokens=2)
+    cached = engine.prefix_cache.stats().cached_tokens
+    engine.pause()
+    req = engine.submit(PROMPT, max_new_tokens=2)
+    with pytest.raises(EngineBusy, match="cannot flush the cache while requests run"):
+        engine.flush_cache()
+    assert engine.prefix_cache.stats().cached_tokens == cached
+    engine.resume()
+    engine.wait(req, timeout=60)
+    assert engine.flush_cache() > 0 and engine.prefix_cache.stats().cached_tokens == 0

@@ -107,3 +107,12 @@ def test_bad_stream_flag_and_streamed_batch_are_refused(http: TestClient) -> Non
     assert r.status_code == 422 and "$.generate.stream" in r.json()["errors"][0]
     r = http.post("/generate", json={"text": ["x", "y"], "stream": True})
     assert r.status_code == 422 and "$.generate.stream" in r.json()["errors"][0]
+
+
+def test_flush_cache_empties_the_prefix_cache(http: TestClient) -> None:
+    """After a request leaves its prefix cached, /flush_cache frees it; a second flush frees nothing."""
+    http.post("/generate", json={"text": "cache me please", "max_new_tokens": 2})
+    first = http.post("/flush_cache")
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "flushed" and first.json()["flushed_tokens"] > 0
+    assert http.post("/flush_cache").json()["flushed_tokens"] == 0
