@@ -405,6 +405,15 @@ class Engine:
             out["hicache"] = self.hicache.stats()
         return out
 
+    def usage(self) -> dict[str, float]:
+        """Share of KV slots in use, and of looked-up prompt tokens the prefix cache served, for `/metrics`."""
+        total = max(1, int(self.memory.allocator.size))
+        out = {"token_usage": 1.0 - int(self.memory.allocator.available_size()) / total}
+        if self.prefix_cache is not None:
+            s = self.prefix_cache.stats()
+            out["cache_hit_rate"] = s.hit_tokens / s.lookup_tokens if s.lookup_tokens else 0.0
+        return out
+
     def flush_cache(self) -> int:
         """Drop every cached prefix page and return how many tokens were freed; idle only.
 

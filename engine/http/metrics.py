@@ -40,6 +40,12 @@ class _Live:
         queued.add_metric([], float(health.get("queued", 0)))
         yield running
         yield queued
+        for name, doc in (("token_usage", "share of KV pool slots in use"),
+                          ("cache_hit_rate", "share of looked-up prompt tokens served from the prefix cache")):
+            if name in health:
+                gauge = GaugeMetricFamily(PREFIX + name, doc)
+                gauge.add_metric([], float(health[name]))
+                yield gauge
         try:
             ctx = get_context()
         except NotPublishedError:  # the engine stopped and took its config
