@@ -50,6 +50,9 @@ class ReplicaGroupBackend:
         yield {"text": body["text"], "token_ids": list(body["output_ids"])}
         yield body
 
+    def usage(self) -> dict[str, float]:
+        return {}  # the pools live in the replica processes; their use is not sent over the pipe yet
+
     async def flush_cache(self) -> dict[str, Any]:
         _, inflight = self.controller.busy()
         if inflight:

@@ -54,6 +54,10 @@ class ServingBackend(Protocol):
         """Run one request as a stream: `{"text", "token_ids"}` pieces, then the `/generate` answer."""
         ...
 
+    def usage(self) -> dict[str, float]:
+        """Gauges for `/metrics` the backend can read cheaply (`token_usage`, `cache_hit_rate`); may be empty."""
+        ...
+
     async def flush_cache(self) -> dict[str, Any]:
         """Empty the prefix cache(s); raises EngineBusy while requests run."""
         ...

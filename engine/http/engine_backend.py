@@ -27,7 +27,10 @@ class EngineBackend:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         queued, running = self.engine.busy_counts()
-        return True, {"status": "ok", "queued": queued, "running": running, **self.engine.usage()}
+        return True, {"status": "ok", "queued": queued, "running": running}
+
+    def usage(self) -> dict[str, float]:
+        return self.engine.usage()
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await run_in_threadpool(lambda: self.engine.generate(**args))

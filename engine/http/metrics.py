@@ -40,11 +40,12 @@ class _Live:
         queued.add_metric([], float(health.get("queued", 0)))
         yield running
         yield queued
+        usage = self.backend.usage()
         for name, doc in (("token_usage", "share of KV pool slots in use"),
                           ("cache_hit_rate", "share of looked-up prompt tokens served from the prefix cache")):
-            if name in health:
+            if name in usage:
                 gauge = GaugeMetricFamily(PREFIX + name, doc)
-                gauge.add_metric([], float(health[name]))
+                gauge.add_metric([], float(usage[name]))
                 yield gauge
         try:
             ctx = get_context()
