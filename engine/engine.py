@@ -44,6 +44,7 @@ from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
+from engine.sampling import SamplingParams
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
@@ -312,17 +313,7 @@ class Engine:
         """
         return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
-    def stream(
-        self,
-        prompt_or_ids: str | Sequence[int],
-        *,
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-        timeout: float | None = None,
-        timeout_s: float | None = None,
-    ) -> TokenStream:
+    def stream(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> TokenStream:
         """Like `generate`, but returns at once with an iterator of token chunks.
 
         Each chunk holds `stream_interval` tokens (read when the chunk fills, so an
@@ -330,10 +321,7 @@ class Engine:
         iteration `result()` gives the full result. Raises like `generate`: a refused
         request before anything is returned, a failure inside the engine from the iterator.
         """
-        req = self.submit(
-            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
-            stream=True, timeout_s=timeout_s,
-        )
+        req = self.submit(prompt_or_ids, stream=True, **params)
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 
     def submit(
@@ -346,11 +334,14 @@ class Engine:
         ignore_eos: bool = False,
         stream: bool = False,
         timeout_s: float | None = None,
+        **sampling: Any,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
 
         The request's deadline is `timeout_s` (at most `request_timeout_s`), by default
-        `request_timeout_s`, from now on the engine's clock.
+        `request_timeout_s`, from now on the engine's clock. `sampling` takes the other
+        fields of `SamplingParams` (top_p, top_k, min_p, the three penalties,
+        stop_token_ids); each out of range is a RequestRejected naming it.
 
         With the loop paused (`pause()`), queued requests run only when `step()` is
         called, which lets a caller fix the exact interleaving of a batch.
@@ -377,6 +368,7 @@ class Engine:
             seed=self.seed if seed is None else seed,
             ignore_eos=ignore_eos,
             timeout_s=limit if timeout_s is None else timeout_s,
+            params=_sampling_params(sampling),
         )
         if stream:
             import queue
@@ -471,6 +463,32 @@ class Engine:
             queued, running = self.scheduler.counts()
             self.scheduler.abort_all(reason)
         return queued + running
+
+    def usage(self) -> dict[str, float]:
+        """Share of KV slots in use, and of looked-up prompt tokens the prefix cache served, for `/metrics`."""
+        total = max(1, int(self.memory.allocator.size))
+        out = {"token_usage": 1.0 - int(self.memory.allocator.available_size()) / total}
+        if self.prefix_cache is not None:
+            s = self.prefix_cache.stats()
+            out["cache_hit_rate"] = s.hit_tokens / s.lookup_tokens if s.lookup_tokens else 0.0
+        return out
+
+    def flush_cache(self) -> int:
+        """Drop every cached prefix page and return how many tokens were freed; idle only.
+
+        Raises EngineBusy while requests are queued or running: their pages are locked in
+        the cache, and a flush that kept them would not be the empty cache it promises.
+        """
+        with self._lock:
+            queued, running = self.busy_counts()
+            if queued or running:
+                msg = f"cannot flush the cache while requests run ({queued} queued, {running} running) -- retry when idle"
+                raise EngineBusy(msg, queued=queued, running=running)
+            if self.prefix_cache is None:
+                return 0
+            before = self.prefix_cache.stats().cached_tokens
+            self.prefix_cache.reset()
+            return before - self.prefix_cache.stats().cached_tokens
 
     def pause(self) -> None:
         """Stop stepping (requests queue up but do not run) until `resume()`; for draining and tests."""
@@ -611,6 +629,16 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _sampling_params(sampling: dict[str, Any]) -> SamplingParams:
+    known = [f.name for f in attrs.fields(SamplingParams) if f.name != "temperature"]
+    for name in sampling:
+        if name not in known:
+            raise TypeError(f"unknown sampling parameter {name!r} -- use one of {', '.join(known)}")
+    if "stop_token_ids" in sampling:
+        sampling = {**sampling, "stop_token_ids": tuple(int(t) for t in sampling["stop_token_ids"] or ())}
+    return SamplingParams(**sampling)
 
 
 __all__ = [

@@ -52,6 +52,7 @@ from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
 from engine.policy import order_waiting
 from engine.protocols import DraftWorker, HostCache, Runner
+from engine.sampling import SamplingParams, sample
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
@@ -90,6 +91,7 @@ class Req:
     ignore_eos: bool = False
     deadline: float | None = None  # on the scheduler's clock; past it the request fails alone
     timeout_s: float | None = None
+    params: SamplingParams = SamplingParams()
     output: list[int] = attrs.Factory(list)
     row: int | None = None
     kv_len: int = 0
@@ -170,16 +172,6 @@ def swa_window(runner: Runner, speculative: DraftWorker | None = None) -> int | 
     return max(known) if known else None
 
 
-def sample(logits: torch.Tensor, req: Req) -> int:
-    """Greedy at temperature 0, else one draw from the softmax with the request's own generator."""
-    if req.temperature <= 0.0:
-        return int(torch.argmax(logits))
-    # shift first: at a tiny temperature the division would overflow to inf and softmax to NaN
-    shifted = logits.float() - logits.float().max()
-    probs = torch.softmax(shifted / req.temperature, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=req.generator))
-
-
 class Scheduler:
     """Owns the waiting queue, the running set and the KV bookkeeping of one model runner.
 
@@ -230,6 +222,7 @@ class Scheduler:
         seed: int,
         ignore_eos: bool = False,
         timeout_s: float | None = None,
+        params: SamplingParams | None = None,
     ) -> Req:
         """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
 
@@ -257,12 +250,14 @@ class Scheduler:
                 f"{self.allocator.size} holds -- shorten the prompt or raise --max-total-tokens"
             )
             raise RequestRejected(msg)
+        params = attrs.evolve(params or SamplingParams(), temperature=float(temperature)).check()
         gen = None
-        if temperature > 0.0:
+        if not params.greedy:
             gen = torch.Generator().manual_seed(int(seed))
         deadline = None if timeout_s is None else self.clock() + timeout_s
         return Req(
-            next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos, deadline, timeout_s
+            next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos,
+            deadline=deadline, timeout_s=timeout_s, params=params,
         )
 
     def submit(self, req: Req) -> None:
@@ -673,7 +668,7 @@ class Scheduler:
         if req.first_token_at is None:
             req.first_token_at = time.perf_counter()
         req.output.append(token)
-        if not req.ignore_eos and token == self.limits.eos_token_id:
+        if (not req.ignore_eos and token == self.limits.eos_token_id) or token in req.params.stop_token_ids:
             req.finish_reason = "stop"
         elif len(req.output) >= req.max_new_tokens:
             req.finish_reason = "length"

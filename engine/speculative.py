@@ -165,7 +165,7 @@ class SpeculativeWorker:
                 token = sched.sample_or_fail(req, rows[j])
                 if token is None:  # sampling failed: this request alone ends here
                     break
-                if j < k and token != draft[j] and req.temperature > 0 and threshold < 1.0:
+                if j < k and token != draft[j] and not req.params.greedy and threshold < 1.0:
                     prob = torch.softmax(rows[j].float() / req.temperature, dim=-1)[draft[j]]
                     if float(prob) >= threshold:
                         token = draft[j]

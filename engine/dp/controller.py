@@ -153,7 +153,8 @@ class Replica:
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
         self._reader.start()
 
-    def submit(self, rid: int, args: dict[str, Any]) -> Future[dict[str, Any]]:
+    def submit(self, rid: int, args: dict[str, Any], *, kind: str = "generate") -> Future[dict[str, Any]]:
+        """Send one request (`generate`, or `flush_cache` with no args) and return the future of its answer."""
         future: Future[dict[str, Any]] = Future()
         with self._lock:
             if self.gone:
@@ -162,7 +163,7 @@ class Replica:
                 raise ReplicaUnresponsive(f"replica {self.index} is not responding -- the request was not served")
             self.pending[rid] = future
             try:
-                self.conn.send(("generate", rid, args))
+                self.conn.send((kind, rid, args))
             except (BrokenPipeError, OSError):
                 del self.pending[rid]
                 raise ReplicaFailed(self._exit_text()) from None
@@ -389,6 +390,11 @@ class DPController:
     def abort_pending(self, reason: str) -> int:
         """Answer every request in flight on any replica with EngineStopped(`reason`); returns how many."""
         return sum(r.abort_pending(reason) for r in self.replicas)
+
+    async def flush_cache(self) -> list[dict[str, Any]]:
+        """Flush every replica's prefix cache; each refuses (EngineBusy) while it runs requests."""
+        futures = [r.submit(next(self._rids), {}, kind="flush_cache") for r in self.replicas]
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""

@@ -9,10 +9,11 @@ and the group answers like one engine would: `DrainTimeout` (409 with Retry-Afte
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
-from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout
+from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineBusy
 from engine.http.backend import Applied
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
@@ -61,6 +62,23 @@ class ReplicaGroupBackend:
 
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)
+
+    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        # replicas answer whole requests over their pipe: the text arrives as one piece
+        body = await self.controller.generate(args)
+        yield {"text": body["text"], "token_ids": list(body["output_ids"])}
+        yield body
+
+    def usage(self) -> dict[str, float]:
+        return {}  # the pools live in the replica processes; their use is not sent over the pipe yet
+
+    async def flush_cache(self) -> dict[str, Any]:
+        _, inflight = self.controller.busy()
+        if inflight:
+            msg = f"cannot flush the cache while requests run ({inflight} in flight) -- retry when idle"
+            raise EngineBusy(msg, queued=0, running=inflight)
+        rows = await self.controller.flush_cache()
+        return {"status": "flushed", "flushed_tokens": sum(r["flushed_tokens"] for r in rows), "replicas": rows}
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -191,6 +191,9 @@ def replica_main(
             if message[0] == "generate":
                 _, rid, args = message
                 pool.submit(_generate, engine, rank, rid, args, sender)
+            if message[0] == "flush_cache":
+                _, rid, _args = message
+                pool.submit(_flush_cache, engine, rank, rid, sender)
     finally:
         # a replica must never outlive its controller: if cleanup hangs, leave anyway
         watchdog = threading.Timer(CLEANUP_TIMEOUT_S, os._exit, args=(3,))
@@ -238,6 +241,17 @@ def _heartbeat(engine: Any, sender: _Sender, stopped: threading.Event) -> None:
         seq += 1
         if stopped.wait(interval):
             return
+
+
+def _flush_cache(engine: Any, rank: int, rid: int, sender: _Sender) -> None:
+    from engine.errors import EngineBusy
+
+    try:
+        freed = engine.flush_cache()
+    except EngineBusy as exc:
+        sender.send(("error", rid, type(exc).__name__, str(exc)))
+        return
+    sender.send(("result", rid, {"dp_rank": rank - 1, "flushed_tokens": freed}))
 
 
 def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:

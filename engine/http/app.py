@@ -33,13 +33,16 @@ read per request, so an override applies to the next one.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
@@ -50,13 +53,17 @@ from engine.http.bodies import (
     generate_args,
     json_object,
 )
-from engine.http.problems import HTTPProblem, install_error_handlers
+from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from engine.http.metrics import Metrics
+from engine.http.openai_routes import install_openai_routes
+from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
 from runtime.context import get_context
 from sgconf.registry import field_info, fields
 
 log = structlog.get_logger(__name__)
 
 OVERRIDE_SOURCE = "http.config_overrides"
+GENERATION_HEADER = "x-sgconf-config-generation"
 # polled by load balancers and scrapers every few seconds: logged at debug, not to drown the rest
 POLL_PATHS = frozenset({"/health", "/metrics"})
 
@@ -68,17 +75,27 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
     `admin=False` (the admin routes do not exist there: 404) and one with `public=False`
     (the admin routes and `/health`).
     """
-    app = FastAPI(title="sgconf runtime", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="sgconf runtime", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.backend = backend
     install_error_handlers(app)
     _install_request_log(app)
     _add_health_route(app, backend)
     if public:
-        _add_public_routes(app, backend)
+        metrics = Metrics(backend)
+        app.state.metrics = metrics
+        _add_public_routes(app, backend, metrics)
+        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe)
     if admin:
         _add_storage_routes(app, backend)
         _add_config_routes(app, backend)
     return app
+
+
+def served_model_name() -> str:
+    """The model name clients send and see: `served_model_name`, else `model_path`."""
+    from runtime.accessors import get_model, get_serving
+
+    return get_serving().served_model_name or get_model().model_path
 
 
 def _install_request_log(app: FastAPI) -> None:
@@ -90,6 +107,7 @@ def _install_request_log(app: FastAPI) -> None:
         except Exception as exc:  # reported as 500 by the handler; log it once here
             log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
             raise
+        _tag_generation(response)
         emit = log.debug if request.url.path in POLL_PATHS else log.info
         emit(
             "http.request",
@@ -99,6 +117,16 @@ def _install_request_log(app: FastAPI) -> None:
             duration_ms=round((time.perf_counter() - start) * 1000, 2),
         )
         return response
+
+
+def _tag_generation(response: Any) -> None:
+    """Say which config generation served the answer, so an output can be tied to the overrides in force."""
+    from runtime.errors import NotPublishedError
+
+    try:
+        response.headers[GENERATION_HEADER] = str(get_context().generation)
+    except NotPublishedError:
+        pass
 
 
 def _request_log() -> Any:
@@ -120,7 +148,7 @@ def _add_health_route(app: FastAPI, backend: ServingBackend) -> None:
         return JSONResponse(body, status_code=200 if ok else 503)
 
 
-def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
+def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) -> None:
     @app.get("/server_info")
     async def server_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
@@ -128,19 +156,98 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
         return {**config_report(), "dp_size": backend.dp_size, **described}
 
     @app.post("/generate")
-    async def generate(request: Request) -> dict[str, Any]:
+    async def generate(request: Request) -> Any:
         require_api_key(request)
-        args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
-        detail = _request_log()
-        prompt = args["prompt_or_ids"]
-        detail("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
-               prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
-               temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
-        body = await backend.generate(args)
-        meta = body["meta_info"]
-        detail("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
-                 cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
-        return body
+        body = await json_object(request, GENERATE_FIELDS, "generate")
+        stream = body.pop("stream", False)
+        if not isinstance(stream, bool):
+            raise HTTPProblem(422, "invalid generate request", errors=[f"$.generate.stream: expected a boolean, got {stream!r}"])
+        batch = _split_batch(body)
+        if stream:
+            if batch is not None:
+                raise HTTPProblem(422, "invalid generate request",
+                                  errors=["$.generate.stream: a batch cannot be streamed -- send one text per request"])
+            return StreamingResponse(_generate_events(backend, metrics, generate_args(body)), media_type="text/event-stream")
+        if batch is not None:
+            argss = [generate_args(b) for b in batch]  # every item is checked before any runs
+            return list(await asyncio.gather(*(_generate_one(backend, metrics, a) for a in argss)))
+        return await _generate_one(backend, metrics, generate_args(body))
+
+    @app.get("/get_model_info")
+    async def model_info(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        from runtime.accessors import get_model
+
+        return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
+                "is_generation": True, "context_length": get_model().context_length}
+
+    @app.get("/health_generate")
+    async def health_generate() -> JSONResponse:
+        body = await backend.generate({"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None,
+                                       "ignore_eos": True})
+        return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
+
+    @app.post("/flush_cache")
+    async def flush_cache(request: Request) -> dict[str, Any]:
+        require_api_key(request)
+        return await backend.flush_cache()
+
+    @app.get("/metrics")
+    async def metrics_route() -> Response:
+        return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)
+
+
+def _split_batch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """One body per item when `text` is a list of strings or `input_ids` a list of id lists, else None."""
+    text = body.get("text", body.get("prompt"))
+    ids = body.get("input_ids")
+    if isinstance(text, list):
+        rest = {k: v for k, v in body.items() if k not in ("text", "prompt")}
+        return [{**rest, "text": t} for t in text]
+    if isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
+        rest = {k: v for k, v in body.items() if k != "input_ids"}
+        return [{**rest, "input_ids": i} for i in ids]
+    return None
+
+
+def _asked(args: dict[str, Any]) -> None:
+    prompt = args["prompt_or_ids"]
+    _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+                   prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
+                   temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
+
+
+async def _generate_one(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> dict[str, Any]:
+    _asked(args)
+    body = await backend.generate(args)
+    _finished(metrics, body)
+    return body
+
+
+def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
+    meta = body["meta_info"]
+    meta["config_generation"] = get_context().generation
+    metrics.observe(meta)
+    _request_log()("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
+                   cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
+
+
+async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> AsyncIterator[str]:
+    """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
+    text = ""
+    _asked(args)
+    try:
+        async for piece in backend.stream(args):
+            if "meta_info" in piece:
+                _finished(metrics, piece)
+                yield f"data: {json.dumps(piece)}\n\n"
+                continue
+            text += piece["text"]
+            yield f"data: {json.dumps({'text': text, 'delta': piece['text'], 'output_ids': piece['token_ids']})}\n\n"
+    except Exception as exc:  # the status line is sent: report the failure in the stream
+        problem = problem_of(exc)
+        yield f"data: {json.dumps({'error': problem.body(), 'status': problem.status})}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
@@ -229,4 +336,4 @@ def local_rank_row(role: str, *fields: str) -> dict[str, Any]:
     return row
 
 
-__all__ = ["OVERRIDE_SOURCE", "config_report", "create_app", "local_rank_row"]
+__all__ = ["GENERATION_HEADER", "OVERRIDE_SOURCE", "config_report", "create_app", "local_rank_row"]

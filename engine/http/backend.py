@@ -9,6 +9,7 @@ client cannot tell which one it talks to except by `dp_size`.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import attrs
@@ -47,6 +48,18 @@ class ServingBackend(Protocol):
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         """Run one `/generate` request (arguments from `bodies.generate_args`) and return its answer."""
+        ...
+
+    def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Run one request as a stream: `{"text", "token_ids"}` pieces, then the `/generate` answer."""
+        ...
+
+    def usage(self) -> dict[str, float]:
+        """Gauges for `/metrics` the backend can read cheaply (`token_usage`, `cache_hit_rate`); may be empty."""
+        ...
+
+    async def flush_cache(self) -> dict[str, Any]:
+        """Empty the prefix cache(s); raises EngineBusy while requests run."""
         ...
 
     def describe(self) -> dict[str, Any]:

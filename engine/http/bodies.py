@@ -13,8 +13,10 @@ from typing import Any
 
 from fastapi import Request
 
+from engine.errors import RequestRejected
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
+from engine.sampling import SamplingParams
 from runtime.accessors import get_serving
 from sgconf.suggest import did_you_mean
 
@@ -36,9 +38,26 @@ GENERATE_FIELDS = (
     "ignore_eos",
     "sampling_params",
     "timeout_s",
+    "stream",
 )
 MAX_TEMPERATURE = 100.0
 MAX_SEED = 2**64 - 1  # what a torch generator takes
+# what `sampling_params` may hold; a top-level key of the same name wins
+SAMPLING_KEYS = (
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "seed",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
+FLOAT_PARAMS = ("top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty")
 
 
 async def json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
@@ -76,6 +95,7 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
             "spec_verify_steps": stats.spec_verify_steps,
             "spec_accept_length": stats.spec_accept_length,
             "latency_s": round(stats.latency_s, 6),
+            "time_to_first_token_s": None if stats.time_to_first_token_s is None else round(stats.time_to_first_token_s, 6),
             **meta,
         },
     }
@@ -86,6 +106,11 @@ def generate_args(body: dict[str, Any]) -> dict[str, Any]:
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise HTTPProblem(422, "invalid generate request", errors=["$.generate.sampling_params: expected an object"])
+    unknown = [k for k in params if k not in SAMPLING_KEYS]
+    if unknown:
+        lines = [f"$.generate.sampling_params.{k}: unknown sampling parameter '{k}'{did_you_mean(k, SAMPLING_KEYS)}"
+                 for k in unknown]
+        raise HTTPProblem(400, f"unknown sampling parameter '{unknown[0]}'", errors=lines)
     merged = {**params, **{k: v for k, v in body.items() if k != "sampling_params"}}
     errors: list[str] = []
     text = merged.get("text", merged.get("prompt"))
@@ -119,8 +144,40 @@ def generate_args(body: dict[str, Any]) -> dict[str, Any]:
     ignore_eos = merged.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         errors.append(f"$.generate.ignore_eos: expected a boolean, got {ignore_eos!r}")
+    sampling: dict[str, Any] = {}
+    for name in FLOAT_PARAMS:
+        if name in merged and merged[name] is not None:
+            v = merged[name]
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                errors.append(f"$.generate.{name}: expected a number, got {v!r}")
+            else:
+                sampling[name] = float(v)
+    top_k = merged.get("top_k")
+    if top_k is not None:
+        if not isinstance(top_k, int) or isinstance(top_k, bool):
+            errors.append(f"$.generate.top_k: expected an integer, got {top_k!r}")
+        else:
+            sampling["top_k"] = top_k
+    stop_ids = merged.get("stop_token_ids") or []
+    stop = merged.get("stop")
+    if stop is not None and stop != []:
+        stops = stop if isinstance(stop, list) else [stop]
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in stops):
+            stop_ids = [*stop_ids, *stops]
+        else:
+            raise HTTPProblem(400, "stop strings are not cut by /generate", errors=[
+                f"$.generate.stop: got {stop!r}; /generate stops on token ids -- send 'stop_token_ids' (or ids in "
+                "'stop'), or use /v1/completions, whose 'stop' cuts the text at a string"])
+    if not (isinstance(stop_ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids)):
+        errors.append(f"$.generate.stop_token_ids: expected a list of integers, got {stop_ids!r}")
+    elif stop_ids:
+        sampling["stop_token_ids"] = tuple(stop_ids)
     if errors:
         raise HTTPProblem(422, "invalid generate request", errors=errors)
+    try:
+        SamplingParams(temperature=float(temperature), **sampling).check()
+    except RequestRejected as exc:
+        raise HTTPProblem(400, str(exc)) from None
     return {
         "prompt_or_ids": text if text is not None else ids,
         "max_new_tokens": max_new,
@@ -128,6 +185,7 @@ def generate_args(body: dict[str, Any]) -> dict[str, Any]:
         "seed": seed,
         "ignore_eos": ignore_eos,
         "timeout_s": None if timeout_s is None else float(timeout_s),
+        **sampling,
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -35,9 +36,26 @@ class EngineBackend:
                 body["detail"] = storage_degraded_text(storage)
         return True, body
 
+    def usage(self) -> dict[str, float]:
+        return self.engine.usage()
+
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await run_in_threadpool(lambda: self.engine.generate(**args))
         return generate_body(result)
+
+    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        tokens = await run_in_threadpool(lambda: self.engine.stream(**args))
+        while True:
+            # each chunk blocks until the scheduler fills it, so wait for it off the event loop
+            chunk = await run_in_threadpool(next, tokens, None)
+            if chunk is None:
+                break
+            yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
+        yield generate_body(tokens.result())
+
+    async def flush_cache(self) -> dict[str, Any]:
+        freed = await run_in_threadpool(self.engine.flush_cache)
+        return {"status": "flushed", "flushed_tokens": freed}
 
     def describe(self) -> dict[str, Any]:
         return {

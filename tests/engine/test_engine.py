@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.engine import Engine
 from engine.errors import RequestRejected
@@ -201,3 +202,40 @@ def test_an_attach_the_controller_cannot_finish_rolls_the_config_back(make_engin
     monkeypatch.undo()
     bridge.attach("file", extra_config={"dir": str(tmp_path / "kv")})
     assert get_memory().hicache_storage_backend == "file" and bridge.controller.storage_backend is not None
+
+
+def test_speculative_greedy_with_penalties_equals_the_dense_oracle(make_engine) -> None:
+    """With penalties and top_k=1, draft-and-verify emits exactly the penalised greedy tokens of a dense forward."""
+    from engine.model import DenseAttention
+    from engine.sampling import SamplingParams, penalised
+
+    engine = make_engine("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3")
+    params = SamplingParams(temperature=0.7, top_k=1, repetition_penalty=1.5, frequency_penalty=0.5)
+    prompt = engine.tokenizer.encode(PROMPT)
+    ids, out = list(prompt), []
+    attn = DenseAttention(engine.model.shape)
+    for _ in range(20):
+        logits = engine.model(torch.tensor(ids, dtype=torch.long), torch.arange(len(ids)), attn)[-1]
+        out.append(int(penalised(logits, params, prompt, out).argmax()))
+        ids.append(out[-1])
+    result = engine.generate(PROMPT, max_new_tokens=20, ignore_eos=True, temperature=0.7, top_k=1,
+                             repetition_penalty=1.5, frequency_penalty=0.5)
+    assert list(result.token_ids) == out
+    assert result.stats.spec_verify_steps >= 1
+
+
+def test_flush_cache_is_refused_while_requests_wait(make_engine) -> None:
+    """A flush with a request queued raises EngineBusy and keeps the cache; once idle it frees the pages."""
+    from engine.errors import EngineBusy
+
+    engine = make_engine()
+    engine.generate(PROMPT, max_new_tokens=2)
+    cached = engine.prefix_cache.stats().cached_tokens
+    engine.pause()
+    req = engine.submit(PROMPT, max_new_tokens=2)
+    with pytest.raises(EngineBusy, match="cannot flush the cache while requests run"):
+        engine.flush_cache()
+    assert engine.prefix_cache.stats().cached_tokens == cached
+    engine.resume()
+    engine.wait(req, timeout=60)
+    assert engine.flush_cache() > 0 and engine.prefix_cache.stats().cached_tokens == 0

@@ -1,0 +1,128 @@
+"""`sample()` and the native sampling parameters, from the function up to /generate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from engine.errors import RequestRejected
+from engine.sampling import SamplingParams, penalised, sample
+
+pytestmark = pytest.mark.server_args_shared
+
+
+@attrs.define
+class FakeReq:
+    params: SamplingParams
+    prompt: list[int] = attrs.Factory(list)
+    output: list[int] = attrs.Factory(list)
+    generator: torch.Generator = attrs.Factory(lambda: torch.Generator().manual_seed(0))
+
+
+LOGITS = torch.tensor([3.0, 2.9, 2.8, -1.0, 0.5])
+
+
+def draws(params: SamplingParams, n: int = 200) -> set[int]:
+    req = FakeReq(params)
+    return {sample(LOGITS, req) for _ in range(n)}
+
+
+def test_greedy_is_argmax_at_temperature_zero_and_top_k_one() -> None:
+    """temperature 0 and top_k=1 both pick the argmax, at any temperature."""
+    assert draws(SamplingParams(temperature=0.0)) == {0}
+    assert draws(SamplingParams(temperature=5.0, top_k=1)) == {0}
+
+
+@pytest.mark.parametrize(
+    ("params", "allowed"),
+    [
+        (SamplingParams(temperature=1.0, top_k=2), {0, 1}),
+        (SamplingParams(temperature=1.0, top_p=0.5), {0, 1}),
+        (SamplingParams(temperature=1.0, min_p=0.8), {0, 1, 2}),
+        (SamplingParams(temperature=1.0), {0, 1, 2, 3, 4}),
+    ],
+)
+def test_filters_keep_only_their_tokens(params: SamplingParams, allowed: set[int]) -> None:
+    """top_k, top_p and min_p draw only from the tokens they keep; no filter can draw any token."""
+    got = draws(params, 2000)
+    assert got <= allowed and (len(got) > 1 or len(allowed) == 1)
+
+
+def test_penalties_change_the_logits_of_seen_tokens() -> None:
+    """repetition divides a positive logit, frequency subtracts per use, presence once per token."""
+    rep = penalised(LOGITS, SamplingParams(repetition_penalty=2.0), [0], [3])
+    assert rep[0] == pytest.approx(1.5) and rep[3] == pytest.approx(-2.0) and rep[1] == pytest.approx(2.9)
+    freq = penalised(LOGITS, SamplingParams(frequency_penalty=1.0), [], [1, 1])
+    assert freq[1] == pytest.approx(0.9)
+    pres = penalised(LOGITS, SamplingParams(presence_penalty=1.0), [], [1, 1])
+    assert pres[1] == pytest.approx(1.9)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("top_p", 0.0), ("top_k", 0), ("min_p", 1.5), ("repetition_penalty", 0.0), ("frequency_penalty", 3.0),
+     ("temperature", -1.0)],
+)
+def test_out_of_range_is_refused_naming_the_field(field: str, value: float) -> None:
+    """Each parameter out of range is a RequestRejected naming it and the value."""
+    with pytest.raises(RequestRejected, match=f"'{field}' must be .*got {value!r}"):
+        SamplingParams(**{field: value}).check()
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[TestClient]:
+    from engine.engine import Engine
+    from engine.http.app import create_app
+    from engine.http.engine_backend import EngineBackend
+    from runtime.testing import override_server_args
+
+    with override_server_args(max_total_tokens=1024) as ctx:
+        engine = Engine(ctx.record)
+        try:
+            yield TestClient(create_app(EngineBackend(engine)))
+        finally:
+            engine.shutdown(unpublish=False)
+
+
+def gen(http: TestClient, **params: object) -> dict:
+    r = http.post("/generate", json={"text": "sampling", "sampling_params": {"max_new_tokens": 12, **params}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_generate_greedy_top_k_equals_temperature_zero(http: TestClient) -> None:
+    """top_k=1 at temperature 1 gives the temperature-0 tokens."""
+    assert gen(http, temperature=1.0, top_k=1, seed=5)["output_ids"] == gen(http, temperature=0)["output_ids"]
+
+
+def test_generate_seed_and_filters(http: TestClient) -> None:
+    """The same seed repeats; a tiny top_p is greedy; a penalty changes the greedy tokens."""
+    greedy = gen(http, temperature=0, ignore_eos=True)["output_ids"]
+    assert gen(http, temperature=1.0, seed=9)["output_ids"] == gen(http, temperature=1.0, seed=9)["output_ids"]
+    assert gen(http, temperature=1.0, top_p=1e-6, seed=1, ignore_eos=True)["output_ids"] == greedy
+    assert gen(http, temperature=1.0, min_p=1.0, seed=1, ignore_eos=True)["output_ids"] == greedy
+    assert gen(http, temperature=0, repetition_penalty=5.0, ignore_eos=True)["output_ids"] != greedy
+    assert gen(http, temperature=0, presence_penalty=2.0, ignore_eos=True)["output_ids"] != greedy
+
+
+def test_generate_stop_token_ids_and_ignore_eos(http: TestClient) -> None:
+    """A stop token id (in stop or stop_token_ids) ends the output on it with finish_reason stop."""
+    greedy = gen(http, temperature=0, ignore_eos=True)["output_ids"]
+    for key in ("stop", "stop_token_ids"):
+        out = gen(http, temperature=0, ignore_eos=True, **{key: [greedy[3]]})
+        assert out["output_ids"] == greedy[: greedy.index(greedy[3]) + 1]
+        assert out["meta_info"]["finish_reason"] == "stop"
+
+
+def test_generate_unknown_key_and_stop_strings_are_400(http: TestClient) -> None:
+    """An unknown sampling key names the nearest known one; stop strings are refused with the alternative."""
+    r = http.post("/generate", json={"text": "x", "sampling_params": {"top_kk": 3}})
+    assert r.status_code == 400 and "'top_kk'" in r.json()["errors"][0] and "top_k" in r.json()["errors"][0]
+    r = http.post("/generate", json={"text": "x", "sampling_params": {"stop": ["\n"]}})
+    assert r.status_code == 400 and "stop_token_ids" in r.json()["errors"][0]
+    r = http.post("/generate", json={"text": "x", "sampling_params": {"top_p": 2}})
+    assert r.status_code == 400 and "'top_p'" in r.json()["detail"]
