@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import attrs
 import pytest
 
 from engine.engine import Engine
@@ -51,7 +52,10 @@ def test_a_request_whose_sampling_fails_fails_alone(engine) -> None:
     free_before = eng.memory.allocator.available_size()
 
     good = [eng.submit("steady", max_new_tokens=6, ignore_eos=True) for _ in range(2)]
-    bad = eng.scheduler.new_request(eng.tokenizer.encode("poison"), max_new_tokens=6, temperature=math.nan, seed=1)
+    bad = eng.scheduler.new_request(eng.tokenizer.encode("poison"), max_new_tokens=6, temperature=0.5, seed=1)
+    # new_request refuses NaN itself; poison the request after the checks, as a bug inside would
+    bad.temperature = math.nan
+    bad.params = attrs.evolve(bad.params, temperature=math.nan)
     eng.scheduler.submit(bad)
     run_until_done(eng, [*good, bad])
     assert [eng.wait(r).token_ids for r in good] == [expected, expected]
