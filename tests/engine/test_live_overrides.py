@@ -283,7 +283,7 @@ def _refused_after(field: str, value: int, body: dict[str, Any], make_engine: Ca
 
 
 def check_max_json_depth(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
-    _refused_after("max_json_depth", 2, {"max_new_tokens": 1, "sampling_params": {"input_ids": [72]}}, make_engine)
+    _refused_after("max_json_depth", 2, {"text": "a", "sampling_params": {"max_new_tokens": 1, "stop_token_ids": [72]}}, make_engine)
 
 
 def check_max_json_integer_digits(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
