@@ -20,6 +20,7 @@ lint: install
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check
+	$(BIN)/sgconf-ratchet unread
 
 test: lint ratchet
 	$(BIN)/python -m pytest -q

@@ -49,6 +49,7 @@ def main() -> int:
 
     from engine.engine import Engine
     from engine.http.app import create_app
+    from engine.http.engine_backend import EngineBackend
     from runtime.logs import configure_logging
 
     configure_logging(level="warning")
@@ -59,7 +60,7 @@ def main() -> int:
         ["--port", str(port), "--admin-api-key", KEY, "--enable-hierarchical-cache", "--page-size", "4",
          "--max-total-tokens", "4096"]
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(engine), host="127.0.0.1", port=port, log_config=None,
+    server = uvicorn.Server(uvicorn.Config(create_app(EngineBackend(engine)), host="127.0.0.1", port=port, log_config=None,
                                            access_log=False, lifespan="off"))
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, daemon=True)

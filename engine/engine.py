@@ -23,28 +23,23 @@ import attrs
 import structlog
 import torch
 
-from engine.model import ByteTokenizer, ModelShape, TinyTransformer, torch_dtype
-from engine.scheduler import Req, RequestRejected, Scheduler, SchedulerLimits, swa_window
+from attention import create_attention_backend
+from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.hicache_bridge import HiCacheBridge
+from engine.memory import build_memory
+from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model_runner import ModelRunner
+from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
+from engine.speculative import SpeculativeWorker
+from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
+from runtime.context import get_context, is_published, publish, reset
+from runtime.logs import configure_from_config
+from runtime.snapshot import Snapshot
+from sgconf.loading import load
+from sgconf.models import load_model_config
 
 log = structlog.get_logger(__name__)
-
-
-class EngineBusy(RuntimeError):
-    """Raised when an operation that needs an idle engine finds requests queued or running."""
-
-    def __init__(self, message: str, *, queued: int, running: int) -> None:
-        super().__init__(message)
-        self.queued = queued
-        self.running = running
-
-
-class EngineStopped(RuntimeError):
-    """Raised when a request reaches an engine that was shut down."""
-
-
-class GenerationError(RuntimeError):
-    """Raised when a request fails inside the engine (it did not fit the KV pool)."""
 
 
 @attrs.frozen(slots=True)
@@ -74,20 +69,14 @@ class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
     def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None, configure_logs: bool = False) -> None:
-        from runtime.context import publish
-
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
-            from runtime.logs import configure_from_config
-
             configure_from_config()
-        snap = self.context.snapshot()
+        snap = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
-            from sgconf.models import load_model_config
-
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
-        self.shape = ModelShape.from_config(self.model_config)
+        self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
         self.device = snap.device.device
         self.seed = int(snap.device.random_seed or 0)
@@ -97,25 +86,51 @@ class Engine:
         self._paused = False
         self._started = time.time()
 
-        from engine.memory import build_memory
+        self._build_model(snap)
+        self._build_caches(snap)
+        self.scheduler = self._build_scheduler(snap)
+        self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
+        self._thread.start()
+        log.info(
+            "engine.start",
+            model=snap.model.model_path,
+            layers=self.shape.num_hidden_layers,
+            kv_tokens=self.memory.max_total_tokens,
+            page_size=self.memory.page_size,
+            speculative=snap.spec.speculative_algorithm,
+            hierarchical_cache=self.hicache is not None,
+        )
 
+    @classmethod
+    def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
+        """Load a record from CLI-style flags (plus env and `--config`) and build an engine on it."""
+        return cls(load(list(argv), env=env if env is not None else {}).record)
+
+    # -- building ------------------------------------------------------------------------
+
+    def _build_model(self, snap: Snapshot) -> None:
+        """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
         self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
-        self.prefix_cache: PrefixCache | None = None
-        if not snap.memory.disable_radix_cache:
-            window = swa_window(self.runner, self.speculative)
-            allocator = self.memory.allocator
-            self.prefix_cache = PrefixCache(
-                self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
-            )
-        self.hicache = None
-        if snap.memory.enable_hierarchical_cache and self.prefix_cache is not None:
-            from engine.hicache_bridge import HiCacheBridge
 
+    def _build_caches(self, snap: Snapshot) -> None:
+        """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
+        self.prefix_cache: PrefixCache | None = None
+        self.hicache: HiCacheBridge | None = None
+        if snap.memory.disable_radix_cache:
+            return
+        window = swa_window(self.runner, self.speculative)
+        allocator = self.memory.allocator
+        self.prefix_cache = PrefixCache(
+            self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
+        )
+        if snap.memory.enable_hierarchical_cache:
             self.hicache = HiCacheBridge.create(self, snap)
+
+    def _build_scheduler(self, snap: Snapshot) -> Scheduler:
         # resolution always decides the chunk size, so a None here is a bug, not user input
         assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
         limits = SchedulerLimits(
@@ -127,34 +142,11 @@ class Engine:
             eos_token_id=self.shape.eos_token_id,
             context_length=snap.model.context_length,
         )
-        self.scheduler = Scheduler(
+        return Scheduler(
             self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
         )
-        self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
-        self._thread.start()
-        log.info(
-            "engine.start",
-            model=snap.model.model_path,
-            layers=self.shape.num_layers,
-            kv_tokens=self.memory.max_total_tokens,
-            page_size=self.memory.page_size,
-            speculative=snap.spec.speculative_algorithm,
-            hierarchical_cache=self.hicache is not None,
-        )
 
-    @classmethod
-    def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
-        """Load a record from CLI-style flags (plus env and `--config`) and build an engine on it."""
-        from sgconf.loading import load
-
-        return cls(load(list(argv), env=env if env is not None else {}).record)
-
-    # -- building ------------------------------------------------------------------------
-
-    def _make_runner(self, model: TinyTransformer, pool: Any, *, is_draft: bool) -> Any:
-        from attention import create_attention_backend
-        from engine.model_runner import ModelRunner
-
+    def _make_runner(self, model: TinyTransformer, pool: KVPool | None, *, is_draft: bool) -> ModelRunner:
         return ModelRunner(
             model,
             token_to_kv_pool=pool,
@@ -166,21 +158,21 @@ class Engine:
             device=self.device,
         )
 
-    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> Any:
+    def _make_speculative(self, snap: Snapshot, dtype: torch.dtype) -> SpeculativeWorker | None:
         if snap.spec.speculative_algorithm is None:
             return None
-        from engine.speculative import SpeculativeWorker
-
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
         draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
         draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
         topk = snap.spec.speculative_eagle_topk
         if topk is not None and topk > 1:
             log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)
+        steps = snap.spec.speculative_num_steps
+        assert steps is not None, "speculative_num_steps was not resolved"  # resolution decides it with the algorithm
         return SpeculativeWorker(
             self.runner,
             draft_runner,
-            num_steps=int(snap.spec.speculative_num_steps),
+            num_steps=int(steps),
             algorithm=snap.spec.speculative_algorithm,
         )
 
@@ -201,7 +193,18 @@ class Engine:
 
     # -- public API ----------------------------------------------------------------------
 
-    def generate(
+    def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
+        """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
+
+        `params` are `submit`'s (max_new_tokens, temperature, seed, ignore_eos). Greedy at
+        temperature 0; sampling draws from a generator seeded with `seed` (default
+        `random_seed`), so the same prompt and seed give the same tokens. Raises
+        RequestRejected for a request that can never fit, EngineStopped after shutdown,
+        GenerationError when the request failed inside the engine.
+        """
+        return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
+
+    def submit(
         self,
         prompt_or_ids: str | Sequence[int],
         *,
@@ -209,22 +212,20 @@ class Engine:
         temperature: float = 0.0,
         seed: int | None = None,
         ignore_eos: bool = False,
-        timeout: float | None = None,
-    ) -> GenerateResult:
-        """Generate up to `max_new_tokens` tokens; thread-safe, batched with concurrent calls.
+    ) -> Req:
+        """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
 
-        Greedy at temperature 0; sampling draws from a generator seeded with `seed`
-        (default `random_seed`), so the same prompt and seed give the same tokens.
-        Raises RequestRejected for a request that can never fit, EngineStopped after
-        shutdown, GenerationError when the request failed inside the engine.
+        With the loop paused (`pause()`), queued requests run only when `step()` is
+        called, which lets a caller fix the exact interleaving of a batch.
         """
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids)
         else:
             ids = [int(t) for t in prompt_or_ids]
-            bad = [t for t in ids if not 0 <= t < self.shape.vocab_size]
+            vocab = run_sizes(self.shape)[2]
+            bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
-                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{self.shape.vocab_size - 1}")
+                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{vocab - 1}")
         if max_new_tokens < 1:
             raise RequestRejected(f"'max_new_tokens' must be >= 1 (got {max_new_tokens})")
         if temperature < 0:
@@ -241,6 +242,10 @@ class Engine:
                 raise EngineStopped("the engine is shut down -- start a new one")
             self.scheduler.submit(req)
             self._wake.notify()
+        return req
+
+    def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
+        """Wait for a submitted request and return its result; raises like `generate`."""
         if not req.done.wait(timeout):
             raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
         if req.error is not None:
@@ -248,6 +253,17 @@ class Engine:
                 raise EngineStopped(req.error)
             raise GenerationError(req.error)
         return self._result(req)
+
+    def step(self) -> bool:
+        """Run one scheduler step on a paused engine; returns whether anything ran.
+
+        The loop thread never steps while paused, so a test (or a tool) that calls this
+        decides alone which requests share each step.
+        """
+        with self._wake:
+            if not self._paused:
+                raise RuntimeError("step() drives a paused engine -- call pause() first")
+            return self.scheduler.step()
 
     def _result(self, req: Req) -> GenerateResult:
         end = req.finished_at or time.perf_counter()
@@ -387,8 +403,6 @@ class Engine:
                 self.hicache.close()
         log.info("engine.stop")
         if unpublish:
-            from runtime.context import get_context, is_published, reset
-
             if is_published() and get_context() is self.context:
                 reset()
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import structlog
 
+from engine.errors import StorageRefused
+
 log = structlog.get_logger(__name__)
 
 ATTACH_SOURCE = "hicache.attach"
@@ -56,7 +58,7 @@ class HiCacheBridge:
                 controller.attach_storage_backend(mem.hicache_storage_backend, mem.hicache_storage_backend_extra_config)
             except OSError as exc:
                 controller.close()
-                raise _as_config_error(exc) from None
+                raise storage_refused(exc) from None
         return cls(engine, controller)
 
     # -- scheduler hooks -------------------------------------------------------------------
@@ -155,7 +157,7 @@ class HiCacheBridge:
                 backend, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
             )
         except OSError as exc:
-            raise _as_config_error(exc) from None
+            raise storage_refused(exc) from None
         try:
             receipt = ctx.commit(proposal)
         except BaseException:
@@ -190,11 +192,11 @@ class HiCacheBridge:
         self.controller.close()
 
 
-def _as_config_error(exc: OSError) -> Exception:
-    """A storage error as a ConfigError with the `$.memory.<field>` path it names."""
-    from sgconf.errors import ConfigError, Problem
+def storage_refused(exc: OSError) -> StorageRefused:
+    """A storage error as a StorageRefused with the `$.memory.<field>` path it names."""
+    from sgconf.errors import Problem
 
     field = getattr(exc, "field", None) or "hicache_storage_backend"
     top = field.split(".")[0]
     path = f"$.memory.{field}" if top.startswith("hicache_") else f"$.{field}"
-    return ConfigError([Problem(path, str(exc))], header="storage backend refused")
+    return StorageRefused([Problem(path, str(exc))], header="storage backend refused")

@@ -10,7 +10,11 @@ from typing import Any
 
 import attrs
 
-from engine.model import ModelShape
+from engine.model import runnable_shape
+from mem_cache.allocator import PagedKVAllocator
+from mem_cache.model_shape import ModelShape
+from mem_cache.pool_configurator import MemoryPoolConfig
+from mem_cache.pools import KVPool, ReqToTokenPool
 
 CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64
@@ -24,13 +28,13 @@ class EngineMemory:
     max_total_tokens: int
     max_running_requests: int
     max_context_len: int
-    req_to_token_pool: Any
-    kv_pool: Any
-    allocator: Any
+    req_to_token_pool: ReqToTokenPool
+    kv_pool: KVPool
+    allocator: PagedKVAllocator
     spec_algorithm: str | None = None
     draft_shape: ModelShape | None = None
-    draft_kv_pool: Any = None
-    plan: Any = None
+    draft_kv_pool: KVPool | None = None
+    plan: MemoryPoolConfig | None = None
 
     def describe(self) -> dict[str, Any]:
         """Pool sizes for `/server_info` and stats."""
@@ -78,15 +82,13 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     """
     from mem_cache.errors import InsufficientMemoryError
     from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
-    from mem_cache.model_shape import model_shape_from_config
-
-    target_shape = model_shape_from_config(model_config, name="target")
+    target_shape = shape
     device_budget = default_available_bytes(snap)
     budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget
     spec = snap.spec
     algorithm = spec.speculative_algorithm
     draft_cfg = draft_config_for(model_config, spec) if algorithm else None
-    draft_mshape = model_shape_from_config(draft_cfg, name="draft") if draft_cfg is not None else None
+    draft_mshape = runnable_shape(draft_cfg, name="draft") if draft_cfg is not None else None
     try:
         target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
     except InsufficientMemoryError:
@@ -114,6 +116,6 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
         draft = KVCacheConfigurator(
             target_shape, budget, is_draft_worker=True, target=target, draft_shape=draft_mshape, snapshot=snap
         ).build()
-        memory.draft_shape = ModelShape.from_config(draft_cfg)
+        memory.draft_shape = draft_mshape
         memory.draft_kv_pool = draft.kv_pool
     return memory

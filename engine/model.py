@@ -18,105 +18,41 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import attrs
 import torch
 from torch import nn
 
-from sgconf.errors import ConfigError, Problem
-
-SLIDING = "sliding_attention"
-FULL = "full_attention"
-
-
-@attrs.frozen(slots=True)
-class ModelShape:
-    """The sizes of a decoder-only transformer, read from an HF-style config."""
-
-    num_layers: int
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    max_position_embeddings: int
-    sliding_window: int | None
-    layer_types: tuple[str, ...]
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    eos_token_id: int | None = None
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> ModelShape:
-        """Read the sizes; raises ConfigError naming every missing or bad key."""
-        problems: list[Problem] = []
-
-        def need(key: str) -> int:
-            value = config.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                problems.append(Problem(f"$.model_config.{key}", f"must be a positive integer, got {value!r}"))
-                return 1
-            return value
-
-        layers = need("num_hidden_layers")
-        hidden = need("hidden_size")
-        heads = need("num_attention_heads")
-        kv_heads = config.get("num_key_value_heads", heads)
-        head_dim = config.get("head_dim") or (hidden // heads if heads else 0)
-        window = config.get("sliding_window")
-        layer_types = _layer_types(config, layers, window)
-        shape = cls(
-            num_layers=layers,
-            hidden_size=hidden,
-            intermediate_size=need("intermediate_size"),
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            vocab_size=need("vocab_size"),
-            max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
-            sliding_window=window if any(t == SLIDING for t in layer_types) else None,
-            layer_types=layer_types,
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(config.get("rope_theta", 10000.0)),
-            eos_token_id=_first_int(config.get("eos_token_id")),
-        )
-        if not problems and heads % max(kv_heads, 1):
-            problems.append(
-                Problem("$.model_config.num_key_value_heads", f"must divide num_attention_heads {heads}, got {kv_heads}")
-            )
-        if problems:
-            raise ConfigError(problems, header="invalid model config")
-        return shape
-
-    def window_of(self, layer_id: int) -> int | None:
-        """The sliding window of a layer, None for a full-attention layer."""
-        return self.sliding_window if self.layer_types[layer_id] == SLIDING else None
-
-    @property
-    def swa_layer_ids(self) -> tuple[int, ...]:
-        return tuple(i for i, t in enumerate(self.layer_types) if t == SLIDING)
-
-    @property
-    def full_layer_ids(self) -> tuple[int, ...]:
-        return tuple(i for i, t in enumerate(self.layer_types) if t != SLIDING)
+from mem_cache.errors import ModelShapeError
+from mem_cache.model_shape import ModelShape, model_shape_from_config
+from sgconf.errors import Problem
 
 
-def _layer_types(config: Mapping[str, Any], layers: int, window: Any) -> tuple[str, ...]:
-    types = config.get("layer_types")
-    if isinstance(types, list) and len(types) == layers:
-        return tuple(SLIDING if t == SLIDING else FULL for t in types)
-    swa_ids = config.get("swa_attention_layer_ids")
-    if isinstance(swa_ids, list):
-        return tuple(SLIDING if i in swa_ids else FULL for i in range(layers))
-    if isinstance(window, int) and window > 0:
-        return (SLIDING,) * layers
-    return (FULL,) * layers
+def runnable_shape(config: Mapping[str, Any], *, name: str | None = None) -> ModelShape:
+    """The shape of a model this engine can run, parsed by the planner's own parser.
+
+    Raises ModelShapeError (a ConfigError) listing every bad key: the parser's, plus the
+    sizes a plan does not need but a forward pass does.
+    """
+    shape = model_shape_from_config(config, name=name)
+    problems = [
+        Problem(f"$.{key}", "is required to run the model")
+        for key in ("hidden_size", "intermediate_size", "vocab_size")
+        if getattr(shape, key) is None
+    ]
+    if shape.v_head_dim != shape.head_dim:
+        problems.append(Problem("$.v_head_dim", f"must equal head_dim {shape.head_dim} here (got {shape.v_head_dim})"))
+    if shape.swa_head_dim or shape.swa_num_key_value_heads or shape.swa_v_head_dim:
+        problems.append(Problem("$.swa_head_dim", "the embedded model runs one head geometry for every layer"))
+    if problems:
+        raise ModelShapeError(problems, header=f"model config{f' {name!r}' if name else ''} cannot be run")
+    return shape
 
 
-def _first_int(value: Any) -> int | None:
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return value if isinstance(value, int) else None
+def run_sizes(shape: ModelShape) -> tuple[int, int, int]:
+    """`(hidden_size, intermediate_size, vocab_size)` of a shape that `runnable_shape` accepted."""
+    hidden, mlp, vocab = shape.hidden_size, shape.intermediate_size, shape.vocab_size
+    if hidden is None or mlp is None or vocab is None:
+        raise ValueError("the shape lacks sizes the model needs -- build it with runnable_shape(config)")
+    return hidden, mlp, vocab
 
 
 class ByteTokenizer:
@@ -166,24 +102,25 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.layer_id = layer_id
         self.shape = shape
-        h, d = shape.hidden_size, shape.head_dim
+        h, mlp, _vocab = run_sizes(shape)
+        d = shape.head_dim
         self.input_norm = RMSNorm(h, shape.rms_norm_eps)
-        self.q_proj = nn.Linear(h, shape.num_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, shape.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, shape.num_kv_heads * d, bias=False)
-        self.o_proj = nn.Linear(shape.num_heads * d, h, bias=False)
+        self.q_proj = nn.Linear(h, shape.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=False)
+        self.o_proj = nn.Linear(shape.num_attention_heads * d, h, bias=False)
         self.post_norm = RMSNorm(h, shape.rms_norm_eps)
-        self.gate_proj = nn.Linear(h, shape.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, shape.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(shape.intermediate_size, h, bias=False)
+        self.gate_proj = nn.Linear(h, mlp, bias=False)
+        self.up_proj = nn.Linear(h, mlp, bias=False)
+        self.down_proj = nn.Linear(mlp, h, bias=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: LayerAttention) -> torch.Tensor:
         s = self.shape
         n = x.shape[0]
         y = self.input_norm(x)
-        q = self.q_proj(y).view(n, s.num_heads, s.head_dim)
-        k = self.k_proj(y).view(n, s.num_kv_heads, s.head_dim)
-        v = self.v_proj(y).view(n, s.num_kv_heads, s.head_dim)
+        q = self.q_proj(y).view(n, s.num_attention_heads, s.head_dim)
+        k = self.k_proj(y).view(n, s.num_key_value_heads, s.head_dim)
+        v = self.v_proj(y).view(n, s.num_key_value_heads, s.head_dim)
         q = rotary(q, positions, s.rope_theta)
         k = rotary(k, positions, s.rope_theta)
         x = x + self.o_proj(attn(self.layer_id, q, k, v))
@@ -202,10 +139,11 @@ class TinyTransformer(nn.Module):
     def __init__(self, shape: ModelShape, *, seed: int, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.shape = shape
-        self.embed = nn.Embedding(shape.vocab_size, shape.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(shape, i) for i in range(shape.num_layers))
-        self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False)
+        hidden, _mlp, vocab = run_sizes(shape)
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(DecoderLayer(shape, i) for i in range(shape.num_hidden_layers))
+        self.norm = RMSNorm(hidden, shape.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
         self._init_weights(seed)
         self.to(dtype)
         self.requires_grad_(False)

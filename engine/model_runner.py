@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
-from engine.model import ModelShape, TinyTransformer
+from engine.model import TinyTransformer
+from mem_cache.model_shape import ModelShape
 
 
 class ModelRunner:

@@ -42,13 +42,11 @@ import structlog
 import torch
 
 from attention.forward_batch import ForwardBatch
+from engine.errors import RequestRejected
+from engine.protocols import DraftWorker, HostCache, Runner
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-class RequestRejected(ValueError):
-    """Raised when a request can never run here (too long for the context or the KV pool)."""
 
 
 @attrs.frozen(slots=True)
@@ -109,16 +107,16 @@ class Req:
         return len(self.prompt) + len(self.output) - 1
 
 
-def swa_window(runner: Any, speculative: Any = None) -> int | None:
+def swa_window(runner: Runner, speculative: DraftWorker | None = None) -> int | None:
     """The window to keep SWA K/V for, or None when the allocator never releases SWA slots.
 
     A draft worker shares the slot map, so the wider of the two models' windows counts.
     """
     if not hasattr(runner.token_to_kv_pool_allocator, "free_swa"):
         return None
-    windows = [runner.model_shape.sliding_window]
+    windows = [runner.model_shape.swa_window]
     if speculative is not None:
-        windows.append(speculative.draft.model_shape.sliding_window)
+        windows.append(speculative.draft.model_shape.swa_window)
     known = [w for w in windows if w]
     return max(known) if known else None
 
@@ -139,12 +137,12 @@ class Scheduler:
 
     def __init__(
         self,
-        runner: Any,
+        runner: Runner,
         limits: SchedulerLimits,
         *,
         prefix_cache: PrefixCache | None,
-        speculative: Any = None,
-        hicache: Any = None,
+        speculative: DraftWorker | None = None,
+        hicache: HostCache | None = None,
     ) -> None:
         self.runner = runner
         self.limits = limits
@@ -278,7 +276,7 @@ class Scheduler:
         self.cache.lock(match.node)
         req.node = match.node
         if match.length:
-            self.req_pool.write(req.row, 0, torch.tensor(match.slots, dtype=torch.int64))
+            self.req_pool.write(req.slot_row, 0, torch.tensor(match.slots, dtype=torch.int64))
         req.kv_len = req.draft_kv_len = req.matched_len = match.length
         req.cached_tokens = max(req.cached_tokens, match.length)
         self.counters["cached_tokens"] += match.length
@@ -345,7 +343,7 @@ class Scheduler:
             if self.hicache is not None:
                 # the host copy must be taken while the page's SWA K/V is still there
                 self.hicache.backup_pages(req.all_ids[:e], slots, s)
-            self.allocator.free_swa(slots)
+            self.allocator.free_swa(slots)  # type: ignore[attr-defined]  # swa_window() is set only when it exists
         if todo:
             req.swa_gap = (min(a, todo[0][0]), max(b, todo[-1][1]))
         return bool(todo)
@@ -414,7 +412,7 @@ class Scheduler:
                 if not chunk and not self.decoding and self.prefilling[0] is req:
                     self._fail(req, "the prompt does not fit the KV pool -- shorten it or raise max_total_tokens")
                 break
-            self.req_pool.write(req.row, start, slots)
+            self.req_pool.write(req.slot_row, start, slots)
             chunk.append((req, take, slots))
             budget -= take
             if capped:

@@ -48,6 +48,22 @@ class KVAllocator(Protocol):
     def get_kvcache(self) -> KVPool | None: ...
 
 
+class PagedKVAllocator(KVAllocator, Protocol):
+    """What a continuous-batching scheduler needs: page-aware extend and decode on top of `KVAllocator`."""
+
+    size: int
+
+    def alloc_extend(
+        self,
+        prefix_lens: IntsLike,
+        seq_lens: IntsLike,
+        last_loc: IntsLike,
+        extend_num_tokens: int | None = None,
+    ) -> torch.Tensor | None: ...
+
+    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None: ...
+
+
 def _decode_slots(last: torch.Tensor, starts: torch.Tensor, pages: torch.Tensor, page: int) -> torch.Tensor:
     """Each request's new slot: right after `last`, or the first slot of its new page."""
     out = last + 1
@@ -519,6 +535,7 @@ class SWATokenToKVPoolAllocator:
 
 __all__ = [
     "KVAllocator",
+    "PagedKVAllocator",
     "PagedTokenToKVPoolAllocator",
     "SWATokenToKVPoolAllocator",
     "TokenToKVPoolAllocator",

@@ -296,21 +296,9 @@ class KVCacheConfigurator:
         )
 
 
-def configure_kv_cache(
-    shape: ModelShape,
-    available_bytes: int | None = None,
-    *,
-    is_draft_worker: bool = False,
-    draft_model_idx: int | None = None,
-    draft_shape: ModelShape | None = None,
-    target: KVCacheMemory | None = None,
-    device: str | torch.device | None = None,
-) -> KVCacheMemory:
-    """Plan and build in one call from the live context's snapshot (see KVCacheConfigurator)."""
-    return KVCacheConfigurator(
-        shape, available_bytes, is_draft_worker=is_draft_worker, draft_model_idx=draft_model_idx,
-        draft_shape=draft_shape, target=target, device=device,
-    ).build()
+def configure_kv_cache(shape: ModelShape, available_bytes: int | None = None, **options: Any) -> KVCacheMemory:
+    """Plan and build in one call from the live context's snapshot; `options` are KVCacheConfigurator's."""
+    return KVCacheConfigurator(shape, available_bytes, **options).build()
 
 
 __all__ = [

@@ -1,8 +1,12 @@
-"""The KV-cache shape of a model, read from an HF-style `config.json` dict.
+"""The shape of a model, read from an HF-style `config.json` dict: the one parser of it.
 
-Only what memory planning needs: layer count, KV heads and head sizes (full and
-sliding-window geometry), which layers use a sliding window, and the draft layers of
-speculative decoding. Layer types come from, in order: `layer_types`;
+Memory planning and the engine's model both read a model through `model_shape_from_config`,
+so the layers a plan sizes as sliding-window are exactly the layers the model runs with
+a window. Planning needs the layer count, KV heads and head sizes (full and
+sliding-window geometry), which layers slide, and the draft layers of speculative
+decoding; the model also needs the hidden, MLP and vocabulary sizes, norms, rotary base
+and end-of-sequence id, which are parsed here too (optional for a plan, checked by the
+engine before it builds a model). Layer types come from, in order: `layer_types`;
 `swa_attention_layer_ids` / `full_attention_layer_ids`; `sliding_window_pattern` (layer
 i is full when `(i + 1) % pattern == 0`); otherwise every layer slides when a window is
 set (and `use_sliding_window` is not false), else none does.
@@ -44,6 +48,13 @@ class ModelShape:
     torch_dtype: str = "bfloat16"
     max_position_embeddings: int | None = None
     name: str | None = None
+    # what running the model needs beyond its KV cache (None where the config does not say)
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    eos_token_id: int | None = None
 
     # ---- layer kinds -------------------------------------------------------------------
     @property
@@ -68,6 +79,23 @@ class ModelShape:
 
     def is_swa_layer(self, layer_id: int) -> bool:
         return layer_id in self.swa_attention_layer_ids
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        """`sliding_attention` / `full_attention` for every layer, in order."""
+        swa = set(self.swa_attention_layer_ids)
+        return tuple(SLIDING if i in swa else FULL for i in range(self.num_hidden_layers))
+
+    @property
+    def swa_window(self) -> int | None:
+        """The sliding window when some layer slides, else None (a config may set a window no layer uses)."""
+        return self.sliding_window if self.swa_attention_layer_ids else None
+
+    def window_of(self, layer_id: int) -> int | None:
+        """The sliding window of a layer, None for a full-attention layer."""
+        if not 0 <= layer_id < self.num_hidden_layers:
+            raise IndexError(f"layer {layer_id} is not in 0..{self.num_hidden_layers - 1}")
+        return self.sliding_window if layer_id in self.swa_attention_layer_ids else None
 
     def local_layer_ids(self, start: int, end: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """`(swa, full)` global layer ids inside a pipeline stage's `[start, end)` range."""
@@ -120,6 +148,21 @@ def _int(cfg: Mapping[str, Any], key: str, problems: list[Problem], *, required:
         problems.append(_problem(key, f"must be an integer >= {minimum} (got {value!r})"))
         return None
     return value
+
+
+def _float(cfg: Mapping[str, Any], key: str, default: float, problems: list[Problem]) -> float:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or value == float("inf"):
+        problems.append(_problem(key, f"must be a positive number (got {value!r})"))
+        return default
+    return float(value)
+
+
+def _first_int(value: Any) -> int | None:
+    """`eos_token_id` may be one id or a list of them; the first one ends a sequence here."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _ids(cfg: Mapping[str, Any], key: str, n: int, problems: list[Problem]) -> tuple[int, ...] | None:
@@ -183,10 +226,14 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     heads = _int(cfg, "num_attention_heads", problems, required=True)
     kv_heads = _int(cfg, "num_key_value_heads", problems) or heads
     head_dim = _int(cfg, "head_dim", problems)
+    if heads and kv_heads and heads % kv_heads:
+        problems.append(_problem("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}"))
     if head_dim is None and heads:
-        hidden = _int(cfg, "hidden_size", problems)
+        hidden = cfg.get("hidden_size")
         if hidden is None:
             problems.append(_problem("head_dim", "is required when hidden_size is not given"))
+        elif not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+            pass  # reported once, below, with the other sizes
         elif hidden % heads:
             problems.append(_problem("hidden_size", f"{hidden} is not divisible by num_attention_heads {heads} -- give head_dim"))
         else:
@@ -203,6 +250,11 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     swa_kv = _int(cfg, "swa_num_key_value_heads", problems)
     swa_dim = _int(cfg, "swa_head_dim", problems)
     swa_v_dim = _int(cfg, "swa_v_head_dim", problems)
+    hidden_size = _int(cfg, "hidden_size", problems)
+    intermediate = _int(cfg, "intermediate_size", problems)
+    vocab = _int(cfg, "vocab_size", problems)
+    norm_eps = _float(cfg, "rms_norm_eps", 1e-6, problems)
+    rope_theta = _float(cfg, "rope_theta", 10000.0, problems)
     swa: tuple[int, ...] = ()
     full: tuple[int, ...] = ()
     mtp_local = None
@@ -234,6 +286,12 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
         torch_dtype=str(dtype),
         max_position_embeddings=max_pos,
         name=name,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        rms_norm_eps=norm_eps,
+        rope_theta=rope_theta,
+        eos_token_id=_first_int(cfg.get("eos_token_id")),
     )
 
 

@@ -24,6 +24,7 @@ from runtime.context import RuntimeContext
 from sgconf.errors import ConfigError
 
 MARKER = "server_args"
+SHARED_MARKER = "server_args_shared"
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -79,6 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(**fields): publish a test config with these fields for the test (see runtime.testing)",
     )
+    config.addinivalue_line(
+        "markers",
+        f"{SHARED_MARKER}: the test changes a context that a module- or session-scoped fixture published and "
+        "restores; the per-test leak check is left to that fixture",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +107,8 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if install is not None and _testing._stack[-1:] == [install]:
         install.restore()
+    if request.node.get_closest_marker(SHARED_MARKER) is not None:
+        return
     leaks = baseline.leaks()
     if leaks:
         baseline.restore()

@@ -1,10 +1,13 @@
-"""`sgconf serve --dp-size N`: N engine replicas behind one HTTP controller.
+"""`sgconf serve --dp-size N`: the controller of N engine replica processes.
 
 The controller runs in the HTTP process with role `dp_controller` (it reads only the
 namespaces of that role: model, parallel, serving, observability, disagg). It starts
 N replica processes with torch.multiprocessing (spawn; each builds its own engine and
 pools, see `engine.dp.replica`), and forms one gloo group with them: the controller is
 rank 0 and coordinator of the config group, replica i is rank i + 1.
+
+The HTTP app is the same one a single engine gets; the controller plugs in behind it
+through `engine.dp.group_backend.ReplicaGroupBackend`.
 
 - `/generate` goes to one replica, round robin or to the shortest queue
   (`load_balance_method`, a hot field read per request).
@@ -30,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-import os
-import signal
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -39,27 +40,19 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
-from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+
+from engine.errors import (
+    REQUEST_ERRORS,
+    NoSuchReplica,
+    ReplicaExited,
+    ReplicaFailed,
+    ReplicaRunning,
+)
 
 log = structlog.get_logger(__name__)
 
 ROLE = "dp_controller"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STATUS_TIMEOUT_S = 2.0  # /server_info waits this long for a rank; a dead rank shows as not alive
-
-
-class ReplicaFailed(RuntimeError):
-    """Raised when a request cannot be served because its replica exited or none is alive."""
-
-
-class ReplicaRunning(RuntimeError):
-    """Raised when asked to restart a replica whose process is still running."""
-
-
-class ReplicaExited(RuntimeError):
-    """Raised when asked to resync a replica whose process has exited."""
 
 
 class Replica:
@@ -128,8 +121,8 @@ class Replica:
             if kind == "result":
                 future.set_result(rest[0])
             else:
-                status, detail = rest
-                future.set_exception(_ReplicaError(status, detail))
+                error_name, detail = rest
+                future.set_exception(REQUEST_ERRORS.get(error_name, ReplicaFailed)(detail))
         with self._lock:
             self.gone = True
             pending, self.pending = self.pending, {}
@@ -170,13 +163,6 @@ class Replica:
             "exitcode": self.process.exitcode,
             "inflight": self.inflight,
         }
-
-
-class _ReplicaError(Exception):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
 
 
 class DPController:
@@ -282,12 +268,12 @@ class DPController:
         """Start a new process for an exited replica and bring it to the group's config; returns its row.
 
         The new replica joins the config group's board, replays every committed round
-        (`ConfigGroup.resync`), and only then takes requests. Raises IndexError (no such
+        (`ConfigGroup.resync`), and only then takes requests. Raises NoSuchReplica (no such
         replica), ReplicaRunning (it has not exited), ReplicaFailed (it did not start)
         or ResyncFailed (it could not catch up; it is stopped again).
         """
         if not 0 <= index < self.dp_size:
-            raise IndexError(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
+            raise NoSuchReplica(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
         with self._restart_lock:
             old = self.replicas[index]
             if old.alive():
@@ -312,11 +298,11 @@ class DPController:
     def resync(self, index: int) -> dict[str, Any]:
         """Bring a running replica to the group's generation and fingerprint (`ConfigGroup.resync`); returns its row.
 
-        Raises IndexError (no such replica), ReplicaExited (restart it instead) or
+        Raises NoSuchReplica (no such replica), ReplicaExited (restart it instead) or
         ResyncFailed (it could not catch up; it keeps running at its own generation).
         """
         if not 0 <= index < self.dp_size:
-            raise IndexError(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
+            raise NoSuchReplica(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
         with self._restart_lock:
             replica = self.replicas[index]
             if not replica.alive():
@@ -389,207 +375,4 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def create_dp_app(controller: DPController) -> Any:
-    """The FastAPI app in front of the replicas; same routes and error shapes as `engine.http.app`."""
-    from engine.http.app import (
-        ATTACH_FIELDS,
-        GENERATE_FIELDS,
-        OVERRIDE_SOURCE,
-        HTTPProblem,
-        attach_args,
-        generate_args,
-        install_error_handlers,
-        json_object,
-        require_admin,
-        require_api_key,
-    )
-    from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
-
-    app = FastAPI(title="sgconf data-parallel controller", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.controller = controller
-    install_error_handlers(app)
-
-    def require_idle(what: str) -> None:
-        replicas, requests = controller.busy()
-        if requests:
-            msg = f"cannot {what} while requests run ({requests} in flight on {replicas} replicas) -- retry when idle"
-            raise HTTPProblem(409, msg, extra={"queued": 0, "running": requests})
-
-    async def propagate(source: str, fields: dict[str, Any]) -> Any:
-        try:
-            return await run_in_threadpool(lambda: controller.propagate(source, **fields))
-        except ReplicaFailed as exc:
-            raise HTTPProblem(503, str(exc)) from None
-        except RanksSilent as exc:
-            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
-        except PropagationFailed as exc:
-            # refused by the controller itself: the input is bad (422); by a replica: that rank failed (400)
-            status = 422 if list(exc.refusals) == [0] else 400
-            raise HTTPProblem(status, exc.header, errors=exc.lines()) from None
-
-    def receipt(result: Any) -> dict[str, Any]:
-        return {
-            "generation": result.generation,
-            "consistent": result.consistent,
-            "ranks": [s.to_dict() for s in result.ranks],
-        }
-
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        ok, rows = controller.health()
-        body = {"status": "ok" if ok else "unhealthy", "replicas": rows}
-        if not ok:
-            dead = [row["replica"] for row in rows if not row["alive"]]
-            body["detail"] = (
-                f"replica(s) {', '.join(map(str, dead))} exited -- restart them with POST /replicas/<index>/restart"
-            )
-        return JSONResponse(body, status_code=200 if ok else 503)
-
-    @app.get("/server_info")
-    async def server_info(request: Request) -> dict[str, Any]:
-        require_api_key(request)
-        from runtime.context import get_context
-
-        ctx = get_context()
-        ranks = await run_in_threadpool(lambda: controller.ranks("hicache_storage_backend"))
-        return {
-            "config": ctx.resolved_dict(redact=True),
-            "generation": ctx.generation,
-            "fingerprint": ctx.fingerprint(),
-            "overrides": [rec.as_dict(redact=True) for rec in ctx.overrides_log()],
-            "dp_size": controller.dp_size,
-            "ranks": ranks,
-            "config_group": controller.group.status(),
-            "replicas": controller.health()[1],
-        }
-
-    @app.post("/generate")
-    async def generate(request: Request) -> dict[str, Any]:
-        require_api_key(request)
-        args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
-        try:
-            return await controller.generate(args)
-        except ReplicaFailed as exc:
-            raise HTTPProblem(503, str(exc)) from None
-        except _ReplicaError as exc:
-            raise HTTPProblem(exc.status, exc.detail) from None
-
-    @app.get("/hicache/storage-backend")
-    async def storage_status(request: Request) -> dict[str, Any]:
-        require_admin(request)
-        fields = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
-        return {"ranks": await run_in_threadpool(lambda: controller.ranks(*fields))}
-
-    @app.put("/hicache/storage-backend")
-    async def attach(request: Request) -> dict[str, Any]:
-        require_admin(request)
-        args = attach_args(await json_object(request, ATTACH_FIELDS, "memory"))
-        fields = {
-            "hicache_storage_backend": args["backend"],
-            "hicache_storage_backend_extra_config": args["extra_config"],
-        }
-        if args["prefetch_policy"] is not None:
-            fields["hicache_storage_prefetch_policy"] = args["prefetch_policy"]
-        if args["write_policy"] is not None:
-            fields["hicache_write_policy"] = args["write_policy"]
-        require_idle("attach a storage backend")
-        result = await propagate("hicache.attach", fields)
-        return {"status": "attached", **receipt(result)}
-
-    @app.delete("/hicache/storage-backend")
-    async def detach(request: Request) -> dict[str, Any]:
-        require_admin(request)
-        require_idle("detach the storage backend")
-        fields = {"hicache_storage_backend": None, "hicache_storage_backend_extra_config": None}
-        result = await propagate("hicache.detach", fields)
-        return {"status": "detached", **receipt(result)}
-
-    @app.post("/config/overrides")
-    async def overrides(request: Request) -> dict[str, Any]:
-        require_admin(request)
-        body = await json_object(request, None)
-        if not body:
-            raise HTTPProblem(422, "no fields to override", errors=["$: give at least one hot field"])
-        require_idle("override config")
-        result = await propagate(OVERRIDE_SOURCE, body)
-        return {"status": "applied", **receipt(result)}
-
-    @app.post("/replicas/{index}/restart")
-    async def restart(request: Request, index: int) -> dict[str, Any]:
-        require_admin(request)
-        try:
-            row = await run_in_threadpool(lambda: controller.restart(index))
-        except IndexError as exc:
-            raise HTTPProblem(404, str(exc)) from None
-        except ReplicaRunning as exc:
-            raise HTTPProblem(409, str(exc)) from None
-        except ReplicaFailed as exc:
-            raise HTTPProblem(503, str(exc)) from None
-        except ResyncFailed as exc:
-            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
-        return {"status": "restarted", **row}
-
-    @app.post("/replicas/{index}/resync")
-    async def resync(request: Request, index: int) -> dict[str, Any]:
-        require_admin(request)
-        try:
-            row = await run_in_threadpool(lambda: controller.resync(index))
-        except IndexError as exc:
-            raise HTTPProblem(404, str(exc)) from None
-        except ReplicaExited as exc:
-            raise HTTPProblem(409, str(exc)) from None
-        except ResyncFailed as exc:
-            raise HTTPProblem(503, exc.header, errors=exc.lines()) from None
-        return {"status": "resynced", **row}
-
-    return app
-
-
-def serve_dp(record: Any) -> int | None:
-    """Serve `record` with data-parallel replicas when its dp_size is above 1; None (nothing done) otherwise.
-
-    Publishes the record with role `dp_controller`, starts the replicas, runs uvicorn
-    until SIGTERM/SIGINT, then stops every replica. Returns the exit status.
-    """
-    from runtime.accessors import get_serving
-    from runtime.context import publish, reset
-    from sgconf.record import to_bags
-
-    if to_bags(record)["parallel"].dp_size <= 1:  # the launch value; nothing is published yet
-        return None
-    publish(record, role=ROLE)
-    import uvicorn
-
-    from runtime.logs import configure_from_config
-
-    configure_from_config()
-    controller = DPController()
-    try:
-        serving = get_serving()
-        config = uvicorn.Config(
-            create_dp_app(controller),
-            host=serving.host,
-            port=serving.port,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-        )
-        server = uvicorn.Server(config)
-        log.info("server.listen", url=f"http://{serving.host}:{serving.port}", dp_size=controller.dp_size, pid=os.getpid())
-        # uvicorn re-raises the stop signal once it has shut down, which would kill this process
-        # before it stops the replicas; these handlers take that second delivery instead
-        received: list[int] = []
-        previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in STOP_SIGNALS}
-        try:
-            server.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        log.info("dp.stopping", signals=[signal.Signals(s).name for s in received])
-        return 0 if server.started else 1
-    finally:
-        controller.shutdown()
-        reset()
-
-
-__all__ = ["DPController", "ReplicaExited", "ReplicaFailed", "ReplicaRunning", "choose", "create_dp_app", "serve_dp"]
+__all__ = ["DPController", "Replica", "choose"]

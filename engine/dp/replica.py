@@ -61,9 +61,9 @@ class StorageEffect:
                 write_policy=values.get("hicache_write_policy"),
             )
         except OSError as exc:  # the backend cannot open here: reported with the field path, as on one engine
-            from engine.hicache_bridge import _as_config_error
+            from engine.hicache_bridge import storage_refused
 
-            raise _as_config_error(exc) from None
+            raise storage_refused(exc) from None
         return _Attach(controller, prepared)
 
 
@@ -166,20 +166,17 @@ class _Sender:
 
 
 def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:
-    from engine.engine import EngineStopped, GenerationError
-    from engine.http.app import generate_body
-    from engine.scheduler import RequestRejected
+    from engine.errors import REQUEST_ERRORS
+    from engine.http.bodies import generate_body
 
     try:
         result = engine.generate(**args)
-    except RequestRejected as exc:
-        sender.send(("error", rid, 400, str(exc)))
-        return
-    except (GenerationError, EngineStopped) as exc:
-        sender.send(("error", rid, 503, str(exc)))
-        return
-    except Exception as exc:  # reported, never a hung caller
-        log.error("replica.generate_failed", rank=rank, error=repr(exc))
-        sender.send(("error", rid, 500, "internal error -- see the replica log"))
+    except Exception as exc:
+        name = type(exc).__name__
+        if REQUEST_ERRORS.get(name) is not type(exc):  # a bug: reported, never a hung caller
+            log.error("replica.generate_failed", rank=rank, error=repr(exc))
+            sender.send(("error", rid, "ReplicaFailed", f"replica {rank - 1} failed the request -- see its log"))
+            return
+        sender.send(("error", rid, name, str(exc)))
         return
     sender.send(("result", rid, generate_body(result, dp_rank=rank - 1)))

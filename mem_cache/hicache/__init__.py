@@ -7,6 +7,7 @@ values, never reads configuration itself. Storage backends register by name
 
 from __future__ import annotations
 
+from mem_cache.hicache.backends import create_storage_backend, register_storage_backend
 from mem_cache.hicache.controller import (
     PREFETCH_POLICIES,
     WRITE_POLICIES,
@@ -28,13 +29,7 @@ from mem_cache.hicache.host_pool import HostKVPool
 from mem_cache.hicache.layout import KVLayout, LayerGeometry, host_pool_pages, layout_of
 from mem_cache.hicache.memory_storage import MemoryStorage
 from mem_cache.hicache.prefix_keys import page_keys
-from mem_cache.hicache.storage import (
-    StorageBackend,
-    StorageBase,
-    StorageStats,
-    create_storage_backend,
-    register_storage_backend,
-)
+from mem_cache.hicache.storage import StorageBackend, StorageBase, StorageStats
 
 __all__ = [
     "PREFETCH_POLICIES",

@@ -30,6 +30,10 @@ Attach is two-phase, so several ranks can make it all-or-nothing:
 `prepare_attach` opens and validates the backend without touching the controller,
 then `commit_attach` (cannot fail on a valid handle) or `abort_attach` (releases it
 and removes a directory that opening created). `attach_storage_backend` does both.
+
+The module is long because the three tiers, the write policies and the two-phase
+attach share one lock and one set of counters; split apart, every piece would need the
+others' internals.
 """
 
 from __future__ import annotations
@@ -44,11 +48,12 @@ import attrs
 import structlog
 import torch
 
+from mem_cache.hicache.backends import create_storage_backend
 from mem_cache.hicache.errors import AttachStateError, LayoutMismatchError, StorageAttachError
 from mem_cache.hicache.host_pool import EvictedPage, HostKVPool
 from mem_cache.hicache.layout import KVLayout, host_pool_pages, layout_of
 from mem_cache.hicache.prefix_keys import page_keys
-from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase, create_storage_backend
+from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase
 
 log = structlog.get_logger("mem_cache.hicache")
 

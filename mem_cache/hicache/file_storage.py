@@ -34,7 +34,6 @@ from mem_cache.hicache.storage import (
     EXTRA_CONFIG_FIELD,
     StorageBase,
     check_options,
-    register_storage_backend,
 )
 
 log = structlog.get_logger("mem_cache.hicache.file_storage")
@@ -240,7 +239,5 @@ def _fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
 
-
-register_storage_backend("file", open_file_storage)
 
 __all__ = ["FileStorage", "open_file_storage"]

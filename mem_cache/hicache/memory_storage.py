@@ -16,7 +16,6 @@ from mem_cache.hicache.storage import (
     EXTRA_CONFIG_FIELD,
     StorageBase,
     check_options,
-    register_storage_backend,
 )
 
 OPTIONS = ("store",)
@@ -66,7 +65,5 @@ def clear_shared_stores() -> None:
     with _SHARED_LOCK:
         _SHARED.clear()
 
-
-register_storage_backend("memory", open_memory_storage)
 
 __all__ = ["MemoryStorage", "clear_shared_stores", "open_memory_storage"]

@@ -1,4 +1,4 @@
-"""The storage tier protocol, its counters, and the registry of backends by name.
+"""The storage tier protocol, its counters and the base class every backend builds on.
 
 A backend stores opaque page payloads under string keys. Public methods live on
 `StorageBase` and do the framing (page_codec), the accounting and the logging once;
@@ -10,7 +10,7 @@ missing: a damaged storage tier costs a recompute, never a crash.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -176,45 +176,6 @@ class StorageBase:
             self._counts[counter] = self._counts.get(counter, 0) + n
 
 
-BackendFactory = Callable[[Mapping[str, Any]], StorageBase]
-
-# name -> factory(extra_config); the names users may choose are the field's Literal
-STORAGE_BACKENDS: dict[str, BackendFactory] = {}
-
-
-def register_storage_backend(name: str, factory: BackendFactory) -> None:
-    """Make `factory(extra_config)` available as backend `name` (last registration wins)."""
-    STORAGE_BACKENDS[name] = factory
-
-
-def create_storage_backend(name: str, extra_config: Mapping[str, Any] | None = None) -> StorageBase:
-    """Open the backend called `name` with its options; raises StorageAttachError.
-
-    The error names the config field at fault, the value given and what to do, and
-    nothing is left behind (no directory created for an unknown backend).
-    """
-    _ensure_builtins()
-    if not isinstance(name, str) or name not in STORAGE_BACKENDS:
-        known = sorted(STORAGE_BACKENDS)
-        hint = did_you_mean(str(name), known) if isinstance(name, str) else ""
-        msg = (
-            f"unknown storage backend {name!r} for '{BACKEND_FIELD}'"
-            f" -- use one of {', '.join(known)}{hint.replace(' -- ', '; ')}"
-        )
-        raise StorageAttachError(msg, field=BACKEND_FIELD, value=name)
-    if extra_config is None:
-        extra_config = {}
-    if not isinstance(extra_config, Mapping):
-        msg = (
-            f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {type(extra_config).__name__}"
-            f" {extra_config!r}) -- pass e.g. {{\"dir\": \"/var/cache/sgconf\"}}"
-        )
-        raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
-    backend = STORAGE_BACKENDS[name](extra_config)
-    log.info("hicache.storage.open", backend=name, options=sorted(extra_config))
-    return backend
-
-
 def check_options(backend: str, extra_config: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     """Refuse option keys a backend does not know, with a did-you-mean hint."""
     for key in extra_config:
@@ -227,17 +188,9 @@ def check_options(backend: str, extra_config: Mapping[str, Any], allowed: tuple[
             raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.{key}", value=extra_config[key])
 
 
-def _ensure_builtins() -> None:
-    # imported here: the backend modules import this one for StorageBase
-    from mem_cache.hicache import file_storage, memory_storage  # noqa: F401
-
-
 __all__ = [
-    "STORAGE_BACKENDS",
     "StorageBackend",
     "StorageBase",
     "StorageStats",
     "check_options",
-    "create_storage_backend",
-    "register_storage_backend",
 ]

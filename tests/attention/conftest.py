@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from attention import ForwardBatch, SimpleRunner, TorchNativeBackend
-from engine.model import ModelShape
 from mem_cache.allocator import PagedTokenToKVPoolAllocator, SWATokenToKVPoolAllocator
+from mem_cache.model_shape import ModelShape, model_shape_from_config
 from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool, SWAKVPool
 
 WINDOW = 8
@@ -39,7 +39,7 @@ def shape_of(layer_types: Sequence[str], window: int | None = WINDOW) -> ModelSh
     }
     if window is not None:
         config["sliding_window"] = window
-    return ModelShape.from_config(config)
+    return model_shape_from_config(config)
 
 
 def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None) -> torch.Tensor:
@@ -94,7 +94,7 @@ class World:
             shape = shape_of([SLIDING, FULL, SLIDING, FULL])
             pool: Any = SWAKVPool(
                 FULL_SIZE, SWA_SIZE, page_size, torch.float32, KV_HEADS, HEAD_DIM,
-                swa_attention_layer_ids=shape.swa_layer_ids, full_attention_layer_ids=shape.full_layer_ids,
+                swa_attention_layer_ids=shape.swa_attention_layer_ids, full_attention_layer_ids=shape.full_attention_layer_ids,
             )
             self.allocator: Any = SWATokenToKVPoolAllocator(FULL_SIZE, SWA_SIZE, page_size, kvcache=pool)
         else:
@@ -116,7 +116,7 @@ class World:
     def add_draft(self, shape: ModelShape, *, algorithm: str = "EAGLE") -> Attached:
         """A draft worker with its own full-capacity, full-only pool over the target's allocator."""
         pool = MHATokenToKVPool(
-            FULL_SIZE, self.page_size, torch.float32, KV_HEADS, HEAD_DIM, layer_ids=range(shape.num_layers)
+            FULL_SIZE, self.page_size, torch.float32, KV_HEADS, HEAD_DIM, layer_ids=range(shape.num_hidden_layers)
         )
         draft = self.attach("draft", pool, shape, algorithm=algorithm)
         self.runners.append(draft)
@@ -160,7 +160,7 @@ class World:
             offset += s - p
         for att in self.runners:
             att.backend.init_forward_metadata(batch)
-            for layer_id in range(att.runner.model_shape.num_layers):
+            for layer_id in range(att.runner.model_shape.num_hidden_layers):
                 self.run_layer(att, reqs, batch, layer_id)
         self.evict_swa()
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from attention import AttentionLayer, layer_window
-from engine.model import ModelShape
 from mem_cache.model_shape import model_shape_from_config
 from sgconf.models import builtin_model_config
 
 
 def test_runtime_model_shape():
     """The engine's shape answers through window_of: tiny alternates sliding and full layers."""
-    shape = ModelShape.from_config(builtin_model_config("tiny"))
+    shape = model_shape_from_config(builtin_model_config("tiny"))
     assert [layer_window(shape, i) for i in range(4)] == [32, None, 32, None]
 
 

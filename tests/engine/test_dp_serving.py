@@ -33,7 +33,9 @@ def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     """A 2-replica controller with enforced role namespaces; replica i works in tmp/replica<i>."""
     from fastapi.testclient import TestClient
 
-    from engine.dp.controller import DPController, create_dp_app
+    from engine.dp.controller import DPController
+    from engine.dp.group_backend import ReplicaGroupBackend
+    from engine.http.app import create_app
     from runtime.testing import override_server_args
 
     monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
@@ -44,7 +46,7 @@ def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     ):
         controller = DPController(workdirs=lambda i: str(tmp_path / f"replica{i}"))
         try:
-            with TestClient(create_dp_app(controller)) as client:
+            with TestClient(create_app(ReplicaGroupBackend(controller))) as client:
                 yield controller, client, tmp_path
         finally:
             controller.shutdown()
@@ -227,7 +229,8 @@ def test_choose_routes_among_live_replicas(method: str, turns: list[int], picked
 
 def test_choose_with_no_live_replica_says_how_to_recover() -> None:
     """With every replica down the request fails with the restart route named."""
-    from engine.dp.controller import ReplicaFailed, choose
+    from engine.dp.controller import choose
+    from engine.errors import ReplicaFailed
 
     with pytest.raises(ReplicaFailed, match=r"^no replica is alive -- restart them with POST /replicas/<index>/restart$"):
         choose([FakeReplica(0, 0, alive=False)], "round_robin", 0)  # type: ignore[list-item]

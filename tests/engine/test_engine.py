@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from engine.engine import Engine
+from engine.errors import RequestRejected
 from engine.model import reference_generate
-from engine.scheduler import RequestRejected
 from sgconf.models import builtin_model_config
 
 PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."
@@ -64,13 +63,11 @@ def test_concurrent_requests_are_batched(make_engine) -> None:
     """Concurrent callers share decode batches and each gets its own reference output."""
     engine = make_engine("--chunked-prefill-size", "256")
     prompts = [PROMPT[: 10 + 3 * i] for i in range(6)]
-    engine.pause()
-    with ThreadPoolExecutor(6) as pool:
-        futures = [pool.submit(engine.generate, p, max_new_tokens=12) for p in prompts]
-        while engine.busy_counts() != (6, 0):
-            pass
-        engine.resume()
-        results = [f.result(timeout=60) for f in futures]
+    engine.pause()  # all six are queued before the first step, so they are admitted together
+    reqs = [engine.submit(p, max_new_tokens=12) for p in prompts]
+    assert engine.busy_counts() == (6, 0)
+    engine.resume()
+    results = [engine.wait(r, timeout=120) for r in reqs]
     for p, r in zip(prompts, results, strict=True):
         assert r.token_ids == tuple(reference_generate(engine.model, engine.tokenizer.encode(p), 12))
     counters = engine.stats()["counters"]
@@ -82,8 +79,16 @@ def test_memory_pressure_retracts_and_keeps_output(make_engine) -> None:
     """With a tiny KV pool, requests are retracted and recomputed, and outputs stay exact."""
     engine = make_engine("--max-total-tokens", "160", "--disable-radix-cache", "--chunked-prefill-size", "64")
     prompts = [PROMPT[:40] + str(i) for i in range(4)]
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda p: engine.generate(p, max_new_tokens=30, ignore_eos=True), prompts))
+    # the loop is paused and this test steps it: all four requests are admitted together, every
+    # run, so the pool of 160 tokens is short by the same amount on every machine
+    engine.pause()
+    reqs = [engine.submit(p, max_new_tokens=30, ignore_eos=True) for p in prompts]
+    steps = 0
+    while engine.busy_counts() != (0, 0):
+        engine.step()
+        steps += 1
+        assert steps < 10_000, "the scheduler made no progress"
+    results = [engine.wait(r, timeout=0) for r in reqs]
     for p, r in zip(prompts, results, strict=True):
         assert len(r.token_ids) == 30
         dense = reference_generate(engine.model, engine.tokenizer.encode(p), 30)

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from engine.engine import Engine
 from engine.http.app import create_app
+from engine.http.engine_backend import EngineBackend
 from runtime.accessors import get_memory
 
 KEY = "admin-secret"
@@ -28,7 +29,7 @@ def serve() -> Iterator:
             ["--max-total-tokens", "1024", "--page-size", "4", "--enable-hierarchical-cache", "--admin-api-key", KEY, *argv]
         )
         engines.append(engine)
-        return engine, TestClient(create_app(engine))
+        return engine, TestClient(create_app(EngineBackend(engine)))
 
     yield start
     for engine in engines:
@@ -101,7 +102,7 @@ def test_admin_routes_refused_without_admin_key() -> None:
     """A server started without admin_api_key refuses admin routes, even with a bearer."""
     engine = Engine.from_args(["--max-total-tokens", "256", "--enable-hierarchical-cache"])
     try:
-        r = TestClient(create_app(engine)).delete("/hicache/storage-backend", headers=AUTH)
+        r = TestClient(create_app(EngineBackend(engine))).delete("/hicache/storage-backend", headers=AUTH)
         assert r.status_code == 403
         assert r.json()["detail"] == (
             "admin routes are disabled: this server has no admin_api_key -- restart it with --admin-api-key KEY"
@@ -209,7 +210,10 @@ def test_config_overrides_hot_fields_only(serve) -> None:
     engine, client = serve()
     r = client.post("/config/overrides", json={"schedule_conservativeness": 0.5}, headers=AUTH)
     assert r.status_code == 200
-    assert r.json() == {"status": "applied", "generation": 1, "fields": {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}}
+    body = r.json()
+    assert (body["status"], body["generation"], body["consistent"]) == ("applied", 1, True)
+    assert body["fields"] == {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}
+    assert [(row["rank"], row["generation"]) for row in body["ranks"]] == [(0, 1)]
     before = engine.context.fingerprint()
     r = client.post("/config/overrides", json={"page_size": 8, "schedule_conservativeness": 0.1}, headers=AUTH)
     assert r.status_code == 422

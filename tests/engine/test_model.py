@@ -6,32 +6,31 @@ import pytest
 import torch
 
 from engine.model import (
-    FULL,
-    SLIDING,
     ByteTokenizer,
     DenseAttention,
-    ModelShape,
     TinyTransformer,
     dense_attention,
     reference_generate,
+    runnable_shape,
 )
+from mem_cache.model_shape import FULL, SLIDING, ModelShape, model_shape_from_config
 from sgconf.errors import ConfigError
 from sgconf.models import builtin_model_config
 
 
 @pytest.fixture(scope="module")
 def shape() -> ModelShape:
-    return ModelShape.from_config(builtin_model_config("tiny"))
+    return runnable_shape(builtin_model_config("tiny"))
 
 
 def test_tiny_shape_is_hybrid_swa(shape: ModelShape) -> None:
     """The embedded model alternates sliding and full layers with a 32-token window."""
     assert shape.layer_types == (SLIDING, FULL, SLIDING, FULL)
-    assert shape.swa_layer_ids == (0, 2)
-    assert shape.full_layer_ids == (1, 3)
+    assert shape.swa_attention_layer_ids == (0, 2)
+    assert shape.full_attention_layer_ids == (1, 3)
     assert shape.window_of(0) == 32
     assert shape.window_of(1) is None
-    assert (shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.vocab_size) == (4, 2, 16, 256)
+    assert (shape.num_attention_heads, shape.num_key_value_heads, shape.head_dim, shape.vocab_size) == (4, 2, 16, 256)
     assert shape.eos_token_id == 0
 
 
@@ -40,18 +39,43 @@ def test_swa_layer_ids_form_is_read() -> None:
     cfg = dict(builtin_model_config("tiny"))
     del cfg["layer_types"]
     cfg["swa_attention_layer_ids"] = [1]
-    assert ModelShape.from_config(cfg).layer_types == (FULL, SLIDING, FULL, FULL)
+    assert runnable_shape(cfg).layer_types == (FULL, SLIDING, FULL, FULL)
 
 
 def test_bad_config_lists_every_problem() -> None:
-    """Missing sizes are reported together, each with its `$.model_config` path."""
+    """Bad sizes are reported together, each with its `$.<key>` path; the planner's checks come first."""
     with pytest.raises(ConfigError) as info:
-        ModelShape.from_config({"num_hidden_layers": 0, "vocab_size": 256, "hidden_size": 8})
+        runnable_shape({"num_hidden_layers": 0, "vocab_size": 256, "hidden_size": 8})
     assert info.value.lines() == [
-        "$.model_config.num_hidden_layers: must be a positive integer, got 0",
-        "$.model_config.num_attention_heads: must be a positive integer, got None",
-        "$.model_config.intermediate_size: must be a positive integer, got None",
+        "$.num_hidden_layers: must be an integer >= 1 (got 0)",
+        "$.num_attention_heads: is required",
     ]
+    with pytest.raises(ConfigError) as info:
+        runnable_shape({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8})
+    assert info.value.lines() == [
+        "$.intermediate_size: is required to run the model",
+        "$.vocab_size: is required to run the model",
+    ]
+
+
+def test_plan_and_model_agree_on_a_sliding_window_pattern_only_config() -> None:
+    """A config with `sliding_window_pattern` and no `layer_types`: the model slides exactly where the plan does."""
+    from engine.memory import build_memory
+    from runtime.context import get_context
+    from runtime.testing import override_server_args
+
+    cfg = dict(builtin_model_config("tiny"))
+    del cfg["layer_types"]
+    cfg.update(num_hidden_layers=6, sliding_window_pattern=3)  # layers 2 and 5 are full (5:1 in gemma-3 style)
+    shape = runnable_shape(cfg)
+    assert shape.layer_types == (SLIDING, SLIDING, FULL, SLIDING, SLIDING, FULL)
+    assert [shape.window_of(i) for i in range(6)] == [32, 32, None, 32, 32, None]
+    assert model_shape_from_config(cfg) == shape  # the planner's parse is the same object
+    with override_server_args(max_total_tokens=512, page_size=4):
+        memory = build_memory(get_context().snapshot(), shape, cfg)
+    pool = memory.kv_pool
+    assert type(pool).__name__ == "SWAKVPool"
+    assert (pool.swa_attention_layer_ids, pool.full_attention_layer_ids) == ((0, 1, 3, 4), (2, 5))
 
 
 def test_byte_tokenizer_round_trips_unicode() -> None:

@@ -15,8 +15,8 @@ from mem_cache.hicache import (
     StorageAttachError,
     register_storage_backend,
 )
+from mem_cache.hicache.backends import STORAGE_BACKENDS
 from mem_cache.hicache.memory_storage import clear_shared_stores
-from mem_cache.hicache.storage import STORAGE_BACKENDS
 from mem_cache.pools import MHATokenToKVPool, SWAKVPool
 
 PAGE = 4

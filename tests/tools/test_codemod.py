@@ -158,26 +158,27 @@ def test_fix_then_check_is_clean(repo):
     source = "class W:\n    def f(self):\n        return self.server_args.page_size\n"
     repo.write("pkg/w.py", source)
     assert repo.run("check")[0] == 1
-    code, out, _ = repo.run("fix", "--diff")
+    code, out, err = repo.run("fix", "--diff")
     assert code == 0
+    assert out.startswith("--- a/pkg/w.py\n+++ b/pkg/w.py\n")
     assert "-        return self.server_args.page_size\n+        return get_schedule().page_size\n" in out
-    assert out.endswith("sgconf-ratchet: would fix 1 site(s) in 1 file(s)\n")
+    assert err == "sgconf-ratchet: would fix 1 site(s) in 1 file(s)\n"
     assert repo.read("pkg/w.py") == source
-    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n", "")
+    assert repo.run("fix") == (0, "", "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n")
     assert repo.read("pkg/w.py") == (
         "from runtime import get_schedule\n\nclass W:\n    def f(self):\n        return get_schedule().page_size\n"
     )
     assert repo.run("check")[0] == 0
-    assert repo.run("fix") == (0, "sgconf-ratchet: fixed 0 site(s) in 0 file(s)\n", "")
+    assert repo.run("fix") == (0, "", "sgconf-ratchet: fixed 0 site(s) in 0 file(s)\n")
 
 
 def test_fix_exits_one_when_sites_are_left(repo):
     """Sites the codemod cannot fix are printed and the exit status is 1."""
     repo.write("pkg/w.py", "def f(server_args):\n    del server_args.page_size\n")
-    code, out, _ = repo.run("fix")
-    assert code == 1
-    assert out.splitlines()[0] == (
-        "pkg/w.py:2:9  write  page_size  not fixed: a write to the record; change it by hand "
+    code, out, err = repo.run("fix")
+    assert (code, out) == (1, "")
+    assert err.splitlines()[0] == (
+        "pkg/w.py:2:9: field 'page_size' not fixed: a write to the record; change it by hand "
         "(post-publish changes go through an override)"
     )
 
@@ -219,3 +220,127 @@ def test_fix_keeps_a_declared_source_encoding(repo):
         "# -*- coding: latin-1 -*-\nfrom runtime import get_schedule\n\nNAME = 'caf\xe9'\n"
         "def f(self):\n    return get_schedule().page_size\n"
     ).encode("latin-1")
+
+
+IMPORT_CASES = [
+    pytest.param(
+        """
+        from runtime import get_server_args, get_memory
+
+        def f():
+            return get_server_args().page_size, get_memory().hicache_ratio
+        """,
+        """
+        from runtime import get_schedule, get_memory
+
+        def f():
+            return get_schedule().page_size, get_memory().hicache_ratio
+        """,
+        id="getter-import-removed",
+    ),
+    pytest.param(
+        """
+        import os
+        import runtime
+        from runtime import get_server_args
+
+        def f():
+            sa = get_server_args()
+            return sa.page_size, runtime.get_server_args().tp_size
+        """,
+        """
+        import os
+        from runtime import get_parallel, get_schedule
+
+        def f():
+            return get_schedule().page_size, get_parallel().tp_size
+        """,
+        id="module-and-name-imports-removed",
+    ),
+    pytest.param(
+        """
+        from runtime import get_server_args
+        from other import unused_before
+
+        def f(self):
+            return self.server_args.page_size, get_server_args()
+        """,
+        """
+        from runtime import get_schedule, get_server_args
+        from other import unused_before
+
+        def f(self):
+            return get_schedule().page_size, get_server_args()
+        """,
+        id="imports-still-used-or-unused-before-stay",
+    ),
+]
+
+
+@pytest.mark.parametrize(("before", "after"), IMPORT_CASES)
+def test_imports_made_unused_are_removed(before, after):
+    """fix drops the imports whose every use it rewrote, adds only the accessors it uses, and is idempotent."""
+    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS)
+    assert result.new == textwrap.dedent(after).lstrip("\n")
+    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS)
+    assert (again.changed, again.fixed, again.skipped) == (False, (), ())
+
+
+def test_records_built_in_place_are_left_to_the_author():
+    """A record built by a constructor or a copy is not the published one, so its reads are not rewritten."""
+    code = textwrap.dedent(
+        """
+        def main(ns):
+            sa = ServerArgs.from_cli_args(ns)
+            n = sa.tp_size
+            m = dataclasses.replace(get_server_args(), page_size=2).page_size
+            return n, m
+        """
+    ).lstrip("\n")
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert result.new == code
+    reason = "the record is built here, not the published one; an accessor would read another value"
+    assert [(s.line, reason_) for s, reason_ in result.skipped] == [(3, reason), (4, reason)]
+
+
+def test_fix_rewrites_exactly_the_sites_check_reports():
+    """On a mixed module every counted site is either fixed or listed, and a re-scan finds only the listed ones."""
+    from tools.ratchet.scanner import scan_text
+
+    code = textwrap.dedent(
+        """
+        from runtime import get_server_args
+
+        class Worker:
+            def __init__(self, runner, **kwargs):
+                self.n = runner.model_runner.server_args.tp_size
+                args = kwargs["server_args"]
+                self.p = args.page_size
+                self.q = getattr(self.server_args, "dp_size")
+                cfg = get_server_args()
+                launch(cfg)
+                self.r = cfg.hicache_ratio
+
+            def g(self, server_args):
+                if (sa := get_server_args()).enable_hierarchical_cache:
+                    return server_args.max_running_requests + len("é") + server_args.page_size
+        """
+    ).lstrip("\n")
+    before = {(s.line, s.col, s.field) for s in scan_text("m.py", code, SETTINGS).sites}
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    fixed = {(s.line, s.col, s.field) for s in result.fixed}
+    skipped = {(s.line, s.col, s.field) for s, _ in result.skipped}
+    assert fixed | skipped == before and not fixed & skipped
+    assert len(fixed) == 5
+    after = scan_text("m.py", result.new, SETTINGS).sites
+    assert sorted(s.field for s in after) == sorted(field for _, _, field in skipped)
+    compile(result.new, "m.py", "exec")
+
+
+def test_fix_handles_expressions_as_deep_as_cpython_accepts():
+    """An 800-term expression (far past the default recursion limit for libcst) is rewritten, not refused."""
+    code = "def f(self):\n    return " + " + ".join(["self.server_args.page_size"] * 800) + "\n"
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert result.error is None
+    assert len(result.fixed) == 800
+    assert "server_args" not in result.new.split("\n", 2)[2]

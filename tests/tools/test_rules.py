@@ -136,8 +136,17 @@ def test_allow_comments_above_defs_and_classes_are_seen():
     ]
 
 
-def test_too_deep_nesting_is_reported_not_raised():
-    """An expression nested deeper than the visitor can recurse is a file error, not a traceback."""
-    code = "server_args = 1\nx = " + " + ".join(["a"] * 3000) + "\n"
+def test_expressions_as_deep_as_cpython_accepts_are_scanned():
+    """A 2000-term expression that CPython compiles is scanned, reads inside it included."""
+    code = "def f(server_args):\n    return " + " + ".join(["server_args.page_size"] * 2000) + "\n"
+    compile(code, "deep.py", "exec")
     result = scan_text("deep.py", code, SETTINGS)
-    assert (result.sites, result.error) == ((), "cannot scan: nested too deeply for the scanner -- split the expression")
+    assert result.error is None
+    assert len(result.sites) == 2000
+
+
+def test_nesting_cpython_refuses_is_a_parse_error_not_a_traceback():
+    """An expression too deep for CPython's own parser is reported as a parse error of the file."""
+    code = "x = " + " + ".join(["a"] * 5000) + "\n"
+    result = scan_text("deep.py", code, SETTINGS)
+    assert (result.sites, result.error) == ((), "cannot parse: nested too deeply for Python itself -- split the expression")

@@ -5,7 +5,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from tools.ratchet.baseline import Outcome, compare, updated_counts  # noqa: E402
-from tools.ratchet.config import Exempt, RatchetConfig, load_config  # noqa: E402
+from tools.ratchet.config import Exempt, RatchetConfig, UnreadAllow, load_config  # noqa: E402
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError, RatchetError  # noqa: E402
 from tools.ratchet.rules import RULES, Rule  # noqa: E402
 from tools.ratchet.runner import collect_files, scan_files  # noqa: E402
@@ -26,6 +26,7 @@ __all__ = [
     "Rule",
     "ScanSettings",
     "Site",
+    "UnreadAllow",
     "__version__",
     "collect_files",
     "compare",

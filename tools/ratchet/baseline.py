@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import attrs
-import tomllib
 
+from tools.ratchet import toml as tomllib
 from tools.ratchet.config import Exempt, RatchetConfig
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site
@@ -167,10 +167,31 @@ def updated_counts(
                 increases.append((path, kind, base.get(kind, 0), seen[kind]))
         counts[path] = {k: v for k, v in seen.items() if v}
     if increases and not allow_increase:
-        listed = ", ".join(f"{p} {k} {old} -> {new}" for p, k, old, new in increases)
-        msg = f"update refuses to raise counts ({listed}) -- fix the reads, or pass --allow-increase --reason '...'"
-        raise BaselineRefused(msg)
+        raise BaselineRefused(refusal_message(increases, first=not config.counts))
     return {p: c for p, c in counts.items() if c}, increases
+
+
+#: how many rising counts a refusal lists before "and N more"; keeps it under 2 KB
+REFUSAL_LINES = 10
+
+
+def refusal_message(increases: Sequence[tuple[str, str, int, int]], *, first: bool) -> str:
+    """Why `update` refused: the rising counts, grouped by file, the first few only, then what to do."""
+    per_file: dict[str, list[tuple[str, int, int]]] = {}
+    for path, kind, old, new in increases:
+        per_file.setdefault(path, []).append((kind, old, new))
+    total = sum(new - old for _, _, old, new in increases)
+    lines = [f"update refuses to raise the baseline: {total} more counted site(s) in {len(per_file)} file(s)"]
+    for path in sorted(per_file)[:REFUSAL_LINES]:
+        kinds = ", ".join(f"{kind} {old} \u2192 {new}" for kind, old, new in per_file[path])
+        lines.append(f"  {path[-120:]}: {kinds}")
+    if len(per_file) > REFUSAL_LINES:
+        lines.append(f"  and {len(per_file) - REFUSAL_LINES} more file(s)")
+    if first:
+        lines.append("-- this code base has no baseline yet: write the first one with `sgconf-ratchet init`")
+    else:
+        lines.append("-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`")
+    return "\n".join(lines)
 
 
 def _toml_string(value: str) -> str:

@@ -27,7 +27,7 @@ def tool_version() -> str:
     """
     digest = hashlib.blake2b(digest_size=8)
     here = Path(__file__).parent
-    for name in ("scanner.py", "rules.py", "sites.py", "settings.py", "runner.py"):
+    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py"):
         digest.update((here / name).read_bytes())
     from tools.ratchet import __version__
 

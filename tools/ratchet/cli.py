@@ -1,4 +1,5 @@
-"""`sgconf-ratchet`: check, update, explain and fix raw record reads against `ratchet.toml`.
+"""`sgconf-ratchet`: init, check, update, explain and fix raw record reads against `ratchet.toml`,
+and `unread` for declared fields nothing reads.
 
 Exit status: 0 clean, 1 violations (or sites `fix` had to leave), 2 usage, config,
 read or parse errors. No traceback reaches the user for bad input.
@@ -7,15 +8,24 @@ read or parse errors. No traceback reaches the user for bad input.
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tools.ratchet.baseline import compare, exempt_for, updated_counts, write_counts
+from tools.ratchet.baseline import (
+    compare,
+    counted_sites,
+    exempt_for,
+    observed_counts,
+    updated_counts,
+    write_counts,
+)
 from tools.ratchet.cache import ScanCache, tool_version
-from tools.ratchet.config import RatchetConfig, find_config, load_config
-from tools.ratchet.errors import BaselineRefused, RatchetError
+from tools.ratchet.config import CONFIG_NAME, RatchetConfig, find_config, load_config
+from tools.ratchet.errors import BaselineRefused, RatchetConfigError, RatchetError
 from tools.ratchet.report import FORMATS, render, site_line
 from tools.ratchet.runner import ScanStats, collect_files, scan_files
 from tools.ratchet.settings import ScanSettings
@@ -44,37 +54,65 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("paths", nargs="*")
     update.add_argument("--allow-increase", action="store_true", help="let counts rise (needs --reason)")
     update.add_argument("--reason", help="why the counts rise; written into ratchet.toml")
+    init = sub.add_parser("init", parents=[common], help="write the first baseline of a code base (creates ratchet.toml if needed)")
+    init.set_defaults(paths=[])
     explain = sub.add_parser("explain", parents=[common], help="list every site in a file")
     explain.add_argument("file")
     fix = sub.add_parser("fix", parents=[common], help="rewrite raw reads into accessor reads")
     fix.add_argument("paths", nargs="*")
     fix.add_argument("--diff", action="store_true", help="print a unified diff instead of writing files")
+    unread = sub.add_parser("unread", parents=[common], help="list declared fields no code reads; fail on hot ones")
+    unread.set_defaults(paths=[])
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status."""
     try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`... | head`): stop quietly, and keep the interpreter's own
+        # flush at exit from raising again on the closed pipe
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a real file (captured); nothing to flush there
+            pass
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage errors exit 2, --help exits 0
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        config = load_config(args.config) if args.config else load_config(find_config(Path.cwd()))
-        settings = config.settings()
-        if args.command == "fix":
-            return _fix(config, settings, args)
-        if args.command == "explain":
-            return _explain(config, settings, args)
-        scans = _scan(config, settings, args, args.paths)
-        if args.command == "update":
-            return _update(config, scans, args)
-        return _check(config, scans, args)
+        status = _dispatch(args)
     except BaselineRefused as exc:
         print(f"sgconf-ratchet: {exc}", file=sys.stderr)
-        return 1
+        status = 1
     except RatchetError as exc:
         print(f"sgconf-ratchet: {exc}", file=sys.stderr)
-        return 2
+        status = 2
+    sys.stdout.flush()
+    return status
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "init":
+        return _init(args)
+    config = load_config(args.config) if args.config else load_config(find_config(Path.cwd()))
+    settings = config.settings()
+    if args.command == "fix":
+        return _fix(config, settings, args)
+    if args.command == "explain":
+        return _explain(config, settings, args)
+    if args.command == "unread":
+        return _unread(config, args)
+    scans = _scan(config, settings, args, args.paths)
+    if args.command == "update":
+        return _update(config, scans, args)
+    return _check(config, scans, args)
 
 
 def _scan(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace, paths: Sequence[str]) -> list[FileScan]:
@@ -89,7 +127,14 @@ def _accessors(config: RatchetConfig, scans: Sequence[FileScan]) -> dict[str, st
 
 def _check(config: RatchetConfig, scans: list[FileScan], args: argparse.Namespace) -> int:
     outcome = compare(config, scans, full=not args.paths)
-    text = render(outcome, args.format, _accessors(config, scans), version=tool_version(), config_name=config.file.name)
+    text = render(
+        outcome,
+        args.format,
+        _accessors(config, scans),
+        version=tool_version(),
+        config_name=config.file.name,
+        record_type=config.record_type,
+    )
     if text:
         print(text)
     return outcome.exit_code
@@ -152,18 +197,18 @@ def _explain(config: RatchetConfig, settings: ScanSettings, args: argparse.Names
 
 
 def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace) -> int:
+    """Rewrite (or, with --diff, show) every fixable site; the diff alone goes to stdout."""
     from tools.ratchet.codemod import fix_text
     from tools.ratchet.settings import decode_with_encoding, may_contain_read
 
-    files = collect_files(config, args.paths)
     accessors = config.accessors(sorted(settings.fields))
     status = 0
     fixed_total = changed_files = 0
-    for file in files:
+    for file in collect_files(config, args.paths):
         try:
             text, encoding = decode_with_encoding(file.path.read_bytes())
         except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
-            print(f"{file.rel}: cannot read: {exc}", file=sys.stderr)
+            _note(f"{file.rel}: cannot read: {exc}")
             status = 2
             continue
         if not may_contain_read(text, settings.tokens):
@@ -177,34 +222,141 @@ def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace
             exempt=lambda site: exempt_for(config, site) is not None,
         )
         if result.error is not None:
-            print(f"{file.rel}: {result.error}", file=sys.stderr)
+            _note(f"{file.rel}: {result.error}")
             status = 2
             continue
         for site, reason in result.skipped:
-            print(f"{site.path}:{site.line}:{site.col}  {site.kind}  {site.field}  not fixed: {reason}")
+            _note(f"{site.path}:{site.line}:{site.col}: field '{site.field}' not fixed: {reason}")
             status = max(status, 1)
         if not result.changed:
             continue
         if args.diff:
-            diff = difflib.unified_diff(
-                result.old.splitlines(keepends=True),
-                result.new.splitlines(keepends=True),
-                fromfile=f"a/{file.rel}",
-                tofile=f"b/{file.rel}",
-            )
-            sys.stdout.write("".join(diff))
-        else:
-            try:
-                file.path.write_bytes(result.new.encode(encoding))
-            except (OSError, UnicodeEncodeError) as exc:
-                print(f"{file.rel}: cannot write: {exc}", file=sys.stderr)
-                status = 2
-                continue
+            sys.stdout.write(_diff(file.rel, result.old, result.new))
+        elif not _write(file.path, file.rel, result.new, encoding):
+            status = 2
+            continue
         fixed_total += len(result.fixed)
         changed_files += 1
     verb = "would fix" if args.diff else "fixed"
-    print(f"sgconf-ratchet: {verb} {fixed_total} site(s) in {changed_files} file(s)")
+    _note(f"sgconf-ratchet: {verb} {fixed_total} site(s) in {changed_files} file(s)")
     return status
+
+
+def _note(text: str) -> None:
+    """Progress and findings of `fix` go to stderr, so stdout carries nothing but the diff."""
+    print(text, file=sys.stderr)
+
+
+def _diff(rel: str, old: str, new: str) -> str:
+    """A unified diff with `a/` and `b/` headers relative to the project root, as git writes them."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}", f"b/{rel}")
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _write(path: Path, rel: str, text: str, encoding: str) -> bool:
+    try:
+        path.write_bytes(text.encode(encoding))
+    except (OSError, UnicodeEncodeError) as exc:
+        _note(f"{rel}: cannot write: {exc}")
+        return False
+    return True
+
+
+INIT_TEMPLATE = """\
+# The read ratchet (`sgconf-ratchet check`): raw reads of the record's fields per file may
+# only go down. Business code reads config through the accessors instead.
+# Point record_type/getters/attributes/parameters and field_source at your own record if
+# it is not sgconf's ServerArgs (see `sgconf-ratchet --help` and the README).
+
+[config]
+include = ["**/*.py"]
+# tests read the raw record on purpose
+exclude = ["tests/**", "**/tests/**", "**/test_*.py"]
+"""
+
+
+def _init(args: argparse.Namespace) -> int:
+    """Write the first baseline: the observed counts, written once; later changes go through update."""
+    if args.config is not None:
+        path = args.config
+    else:
+        try:
+            path = find_config(Path.cwd())
+        except RatchetError:
+            path = Path.cwd() / CONFIG_NAME
+    created = not path.exists()
+    if created:
+        try:
+            path.write_text(INIT_TEMPLATE, encoding="utf-8")
+        except OSError as exc:
+            raise RatchetConfigError(f"cannot write {path}: {exc.strerror or exc} -- check its permissions") from None
+    config = load_config(path)
+    if config.counts:
+        total = sum(sum(kinds.values()) for kinds in config.counts.values())
+        msg = f"{config.file.name} already holds a baseline ({total} counted site(s))"
+        raise RatchetConfigError(msg + " -- tighten it with `sgconf-ratchet update`; init only writes the first one")
+    scans = _scan(config, config.settings(), args, [])
+    errors = [s for s in scans if s.error is not None]
+    if errors:
+        for scan in errors:
+            print(f"{scan.path}: {scan.error}", file=sys.stderr)
+        print("sgconf-ratchet: no baseline written -- fix the files above first", file=sys.stderr)
+        return 2
+    counts = observed_counts(counted_sites(config, scans))
+    write_counts(config.file, counts, {})
+    total = sum(sum(kinds.values()) for kinds in counts.values())
+    made = f"created {config.file.name} and wrote" if created else "wrote"
+    print(
+        f"sgconf-ratchet: {made} the first baseline: {total} counted site(s) in {len(counts)} of "
+        f"{len(scans)} file(s); from now on counts may only go down (`sgconf-ratchet update` tightens)"
+    )
+    return 0
+
+
+def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
+    """Exit 1 when a hot field has no reader; unread non-hot fields are warnings."""
+    from tools.ratchet.unread import build_report, find_readers, read_path, render_json, render_text
+
+    if args.format not in ("text", "json"):
+        raise RatchetConfigError(f"unread prints text or json (got --format {args.format}) -- use --format json")
+
+    declared = config.field_names()
+    hot = config.hot_field_names()
+    accessors = config.accessors(declared)
+    paths = {f: p for f in declared if (p := read_path(f, accessors.get(f))) is not None}
+    sources, errors = _parse_all(config)
+    if errors:
+        for line in errors:
+            print(line, file=sys.stderr)
+        print("sgconf-ratchet: unread not decided -- fix the files above first", file=sys.stderr)
+        return 2
+    readers = find_readers(sources, paths)
+    reasons = {a.field: a.reason for a in config.unread_allow}
+    report = build_report(declared, hot, readers, reasons)
+    render = render_json if args.format == "json" else render_text
+    print(render(report, hot=hot, accessors=accessors, reasons=reasons, config_name=config.file.name))
+    return report.exit_code
+
+
+def _parse_all(config: RatchetConfig) -> tuple[list[tuple[str, ast.Module]], list[str]]:
+    from tools.ratchet.settings import decode
+
+    sources: list[tuple[str, ast.Module]] = []
+    errors: list[str] = []
+    for file in collect_files(config):
+        try:
+            text = decode(file.path.read_bytes())
+            sources.append((file.rel, ast.parse(text, filename=file.rel)))
+        except OSError as exc:
+            errors.append(f"{file.rel}: cannot read: {exc.strerror or exc}")
+        except (UnicodeDecodeError, LookupError) as exc:
+            errors.append(f"{file.rel}: cannot decode: {exc}")
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            errors.append(f"{file.rel}: cannot parse: {' '.join(str(exc).split())}")
+    return sources, errors
 
 
 if __name__ == "__main__":  # pragma: no cover

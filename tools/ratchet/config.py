@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import tomllib
 
+from tools.ratchet import toml as tomllib
 from tools.ratchet.errors import RatchetConfigError
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import KINDS
 
 CONFIG_NAME = "ratchet.toml"
+_TABLES = ("config", "exempt", "unread", "counts")
 
 # key -> (type, default); lists are stored as tuples
 _CONFIG_KEYS: dict[str, tuple[type, Any]] = {
@@ -30,6 +31,7 @@ _CONFIG_KEYS: dict[str, tuple[type, Any]] = {
     "attributes": (list, ("server_args",)),
     "parameters": (list, ("server_args",)),
     "field_source": (str, "sgconf.registry:field_names"),
+    "hot_field_source": (str, "tools.ratchet.fieldsource:hot_field_names"),
     "fields": (list, ()),
     "accessor_source": (str, "tools.ratchet.accessors:registry_accessor"),
     "accessor_module": (str, "runtime"),
@@ -56,6 +58,14 @@ class Exempt:
 
 
 @attrs.frozen(slots=True)
+class UnreadAllow:
+    """A declared field that may have no reader yet (`[[unread.allow]]`), and why."""
+
+    field: str
+    reason: str
+
+
+@attrs.frozen(slots=True)
 class RatchetConfig:
     """A loaded `ratchet.toml`: settings, exemptions and the per-file, per-kind baseline."""
 
@@ -65,6 +75,7 @@ class RatchetConfig:
     attributes: tuple[str, ...] = ("server_args",)
     parameters: tuple[str, ...] = ("server_args",)
     field_source: str = "sgconf.registry:field_names"
+    hot_field_source: str = "tools.ratchet.fieldsource:hot_field_names"
     fields: tuple[str, ...] = ()
     accessor_source: str = "tools.ratchet.accessors:registry_accessor"
     accessor_module: str = "runtime"
@@ -73,6 +84,7 @@ class RatchetConfig:
     exclude: tuple[str, ...] = ()
     cache_dir: str = ".sgconf-ratchet-cache"
     exempt: tuple[Exempt, ...] = ()
+    unread_allow: tuple[UnreadAllow, ...] = ()
     counts: dict[str, dict[str, int]] = attrs.field(factory=dict)
     reasons: dict[str, str] = attrs.field(factory=dict)
 
@@ -93,6 +105,15 @@ class RatchetConfig:
                 raise RatchetConfigError(msg + " -- fix it or list the names in [config] fields") from None
         derived = set(self.derived)
         return [n for n in names if n not in derived]
+
+    def hot_field_names(self) -> set[str]:
+        """The declared fields that may change after publish, from `hot_field_source`."""
+        source = self._load_callable(self.hot_field_source, "hot_field_source")
+        try:
+            return {str(n) for n in source()}
+        except Exception as exc:
+            msg = f"hot_field_source '{self.hot_field_source}' failed: {type(exc).__name__}: {exc}"
+            raise RatchetConfigError(msg + " -- point it at a callable returning the hot field names") from None
 
     def accessors(self, names: Sequence[str]) -> dict[str, str | None]:
         """The accessor expression for each field (None where the source has none or fails).
@@ -168,8 +189,8 @@ def load_config(path: Path) -> RatchetConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RatchetConfigError(f"{path.name} is not valid TOML: {exc}") from None
     for key in data:
-        if key not in ("config", "exempt", "counts"):
-            raise _unknown(key, path.name, ["config", "exempt", "counts"])
+        if key not in _TABLES:
+            raise _unknown(key, path.name, list(_TABLES))
     kwargs: dict[str, Any] = {}
     for key, value in _table(data, "config", path.name).items():
         if key not in _CONFIG_KEYS:
@@ -183,8 +204,9 @@ def load_config(path: Path) -> RatchetConfig:
             raise RatchetConfigError(f"[config] {key} must be a non-empty string (got {value!r})")
         kwargs[key] = value
     exempt = _load_exempt(data.get("exempt", []))
+    unread_allow = _load_unread(_table(data, "unread", path.name))
     counts, reasons = _load_counts(_table(data, "counts", path.name))
-    return RatchetConfig(file=path, exempt=exempt, counts=counts, reasons=reasons, **kwargs)
+    return RatchetConfig(file=path, exempt=exempt, unread_allow=unread_allow, counts=counts, reasons=reasons, **kwargs)
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -210,6 +232,34 @@ def _load_exempt(raw: Any) -> tuple[Exempt, ...]:
                 msg = f"[[exempt]] #{i + 1} needs a non-empty '{key}'"
                 raise RatchetConfigError(msg + " -- an exemption names the file, the field and why the raw read is legitimate")
         out.append(Exempt(values["path"], values["field"], values["reason"]))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def _load_unread(raw: dict[str, Any]) -> tuple[UnreadAllow, ...]:
+    for key in raw:
+        if key != "allow":
+            raise _unknown(key, "[unread]", ["allow"])
+    entries = raw.get("allow", [])
+    if not isinstance(entries, list):
+        raise RatchetConfigError("[unread] allow must be an array of tables: [[unread.allow]] field = ..., reason = ...")
+    out = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"[[unread.allow]] #{i + 1}"
+        if not isinstance(entry, dict):
+            raise RatchetConfigError(f"{where} must be a table with 'field' and 'reason'")
+        for key in entry:
+            if key not in ("field", "reason"):
+                raise _unknown(key, where, ["field", "reason"])
+        for key in ("field", "reason"):
+            value = entry.get(key)
+            if not isinstance(value, str) or not value.strip():
+                msg = f"{where} needs a non-empty '{key}' (got {value!r} from {CONFIG_NAME})"
+                raise RatchetConfigError(msg + " -- name the field and say why nothing reads it yet")
+        if entry["field"] in seen:
+            raise RatchetConfigError(f"{where}: field '{entry['field']}' is listed twice -- keep one entry")
+        seen.add(entry["field"])
+        out.append(UnreadAllow(entry["field"], entry["reason"].strip()))
     return tuple(out)
 
 

@@ -35,7 +35,14 @@ def advice(site: Site, accessors: Accessors) -> str:
 
 
 def site_line(site: Site, accessors: Accessors) -> str:
-    return f"{site.path}:{site.line}:{site.col}  {site.kind}  {site.field}  -> {advice(site, accessors)}"
+    """One line per site, in the `path:line:col: message` form editors and CI logs link."""
+    what = "written raw" if site.kind == "write" else f"read raw ({site.kind})"
+    return f"{site.path}:{site.line}:{site.col}: field '{site.field}' {what} -- {advice(site, accessors)}"
+
+
+def rose_message(path: str, kind: str, baseline: int, observed: int, record_type: str = "ServerArgs") -> str:
+    what = "raw writes" if kind == "write" else f"raw {kind} reads"
+    return f"{what} of {record_type} fields rose in {path}: {baseline} \u2192 {observed}"
 
 
 def progress_message(path: str, fixed: int) -> str:
@@ -110,37 +117,72 @@ def _items(outcome: Outcome, accessors: Accessors, config_name: str) -> list[dic
     return items
 
 
-def render(outcome: Outcome, fmt: str, accessors: Accessors, *, version: str = "", config_name: str = "ratchet.toml") -> str:
+def render(
+    outcome: Outcome,
+    fmt: str,
+    accessors: Accessors,
+    *,
+    version: str = "",
+    config_name: str = "ratchet.toml",
+    record_type: str = "ServerArgs",
+) -> str:
     if fmt == "json":
         return render_json(outcome, accessors, config_name)
     if fmt == "github":
         return render_github(outcome, accessors, config_name)
     if fmt == "sarif":
         return render_sarif(outcome, accessors, version, config_name)
-    return render_text(outcome, accessors, config_name)
+    return render_text(outcome, accessors, config_name, record_type)
 
 
-def render_text(outcome: Outcome, accessors: Accessors, config_name: str) -> str:
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def summary_line(outcome: Outcome) -> str:
+    """The true totals: files checked, counted sites and the files holding them, then what failed."""
+    counted_files = len({s.path for s in outcome.counted})
+    head = (
+        f"sgconf-ratchet: {_plural(len(outcome.scans), 'file')} checked, "
+        f"{_plural(len(outcome.counted), 'counted site')} in {_plural(counted_files, 'file')}"
+    )
+    parts = []
+    if outcome.regressions:
+        over = sum(r.observed - r.baseline for r in outcome.regressions)
+        files = len({r.path for r in outcome.regressions})
+        parts.append(f"{over} over the baseline in {_plural(files, 'file')}")
+    if outcome.progress:
+        parts.append(f"{_plural(len(outcome.progress), 'file')} below the baseline")
+    if outcome.stale_allows:
+        parts.append(_plural(len(outcome.stale_allows), "stale allow comment"))
+    if outcome.missing_reasons:
+        parts.append(_plural(len(outcome.missing_reasons), "allow comment") + " without a reason")
+    if outcome.stale_exempts:
+        parts.append(_plural(len(outcome.stale_exempts), "stale exemption"))
+    if outcome.errors:
+        parts.append(_plural(len(outcome.errors), "file") + " that could not be checked")
+    return head + (": " + ", ".join(parts) if parts else ": ok")
+
+
+def render_text(outcome: Outcome, accessors: Accessors, config_name: str, record_type: str = "ServerArgs") -> str:
     lines: list[str] = []
     for reg in outcome.regressions:
         lines.extend(site_line(site, accessors) for site in reg.sites)
-        lines.append(f"{reg.path}: {reg.kind} reads rose from {reg.baseline} to {reg.observed}")
+        lines.append(rose_message(reg.path, reg.kind, reg.baseline, reg.observed, record_type))
     for prog in outcome.progress:
         lines.append(progress_message(prog.path, prog.fixed))
     for allow in outcome.stale_allows:
-        lines.append(f"{allow.path}:{allow.line}:{allow.col}  stale-allow  no raw read on this line -- remove the comment")
+        lines.append(f"{allow.path}:{allow.line}:{allow.col}: allow comment with no raw read on its line -- remove the comment")
     for allow in outcome.missing_reasons:
         lines.append(
-            f"{allow.path}:{allow.line}:{allow.col}  allow-without-reason  "
+            f"{allow.path}:{allow.line}:{allow.col}: allow comment without a reason "
             "-- write `# ratchet: allow(<why this raw read is needed>)`"
         )
     for entry in outcome.stale_exempts:
         lines.append(f"{config_name}: [[exempt]] path '{entry.path}' field '{entry.field}' matches no read -- remove the entry")
     for scan in outcome.errors:
         lines.append(f"{scan.path}: {scan.error}")
-    files = len(outcome.scans)
-    status = "ok" if outcome.exit_code == 0 else f"{outcome.violations} problem(s), {len(outcome.errors)} error(s)"
-    lines.append(f"sgconf-ratchet: {files} file(s), {len(outcome.counted)} counted site(s): {status}")
+    lines.append(summary_line(outcome))
     return "\n".join(lines)
 
 

@@ -7,7 +7,9 @@ on a parameter is a `getattr`.
 
 The tables are Fixit-style: a VALID snippet must produce no site at all, an INVALID
 snippet exactly the sites it lists. `tests/tools/test_rules.py` turns every row into a
-test, so a rule and its examples are read (and kept) together.
+test, so a rule and its examples are read (and kept) together. That is also why this
+module runs past 600 lines: most of it is the tables, and moving them away from their
+rules would lose exactly that.
 """
 
 from __future__ import annotations
@@ -161,6 +163,16 @@ class DirectRule(Rule):
         """
         other.get_server_args.page_size
         """,
+        """
+        text.replace("a", "b").page_size
+        ServerArgsBuilder().page_size
+        dataclasses.replace(plan, page_size=1).page_size
+        """,
+        """
+        def load() -> dict:
+            return {}
+        load().page_size
+        """,
     )
     INVALID = (
         Invalid(
@@ -216,6 +228,32 @@ class DirectRule(Rule):
             x = (sa := get_server_args()).page_size
             """,
             (("direct", "page_size"),),
+        ),
+        Invalid(
+            """
+            a = ServerArgs(model_path="m").page_size
+            b = sgconf.ServerArgs.from_cli_args(ns).tp_size
+            c = dataclasses.replace(get_server_args(), page_size=1).page_size
+            d = attrs.evolve(self.server_args, tp_size=2).dp_size
+            """,
+            (("direct", "page_size"), ("direct", "tp_size"), ("direct", "page_size"), ("direct", "dp_size")),
+        ),
+        Invalid(
+            """
+            def load() -> ServerArgs:
+                return read_args()
+            class Runner:
+                def args(self) -> "Optional[ServerArgs]":
+                    return None
+                def f(self):
+                    return load().page_size + self.args().tp_size
+                async def fetch(self) -> ServerArgs:
+                    return await remote()
+                async def g(self):
+                    sa = await self.fetch()
+                    return (await self.fetch()).dp_size, sa.page_size
+            """,
+            (("direct", "page_size"), ("direct", "tp_size"), ("direct", "dp_size"), ("alias", "page_size")),
         ),
     )
 
@@ -297,6 +335,16 @@ class AliasRule(Rule):
         try:
             sa = load()
         except OSError as sa:
+            sa.page_size
+        """,
+        """
+        def f(**kwargs):
+            sa = kwargs["other"]
+            cfg = kwargs.get(name)
+            return sa.page_size, cfg.tp_size
+        """,
+        """
+        with open(path) as sa:
             sa.page_size
         """,
         """
@@ -445,6 +493,36 @@ class AliasRule(Rule):
             """,
             (("alias", "page_size"),),
         ),
+        Invalid(
+            """
+            def launch(**kwargs):
+                sa = kwargs["server_args"]
+                cfg = kwargs.get("server_args")
+                return sa.page_size, cfg.tp_size
+            """,
+            (("alias", "page_size"), ("alias", "tp_size")),
+        ),
+        Invalid(
+            """
+            def main(ns):
+                server_args = ServerArgs.from_cli_args(ns)
+                copy = dataclasses.replace(server_args, page_size=16)
+                return server_args.tp_size + copy.page_size
+            """,
+            (("alias", "tp_size"), ("alias", "page_size")),
+        ),
+        Invalid(
+            """
+            def f(self):
+                with ServerArgs.from_file(path) as sa:
+                    sa.page_size
+                n, (cfg, m) = 1, (self.model_runner.server_args, 2)
+                cfg.dp_size
+                if (args := load_args()) and (sa2 := self.server_args):
+                    sa2.tp_size
+            """,
+            (("alias", "page_size"), ("alias", "dp_size"), ("alias", "tp_size")),
+        ),
     )
 
     def matches(self, access: Access) -> bool:
@@ -487,6 +565,13 @@ class AttributeRule(Rule):
                 return runner.model_runner.server_args.speculative_algorithm.upper()
             """,
             (("attribute", "speculative_algorithm"),),
+        ),
+        Invalid(
+            """
+            def f(ctx, **kwargs):
+                return kwargs["server_args"].page_size, ctx.kwargs.get("server_args").tp_size
+            """,
+            (("attribute", "page_size"), ("attribute", "tp_size")),
         ),
     )
 

@@ -7,12 +7,14 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from tools.ratchet.cache import ScanCache, content_hash
-from tools.ratchet.config import RatchetConfig, glob_match, glob_prefix
+from tools.ratchet.config import CONFIG_NAME, RatchetConfig, glob_match, glob_prefix
 from tools.ratchet.errors import RatchetConfigError
+from tools.ratchet.scanner import scan_job
 from tools.ratchet.settings import ScanSettings, decode, may_contain_read
 from tools.ratchet.sites import FileScan
 
@@ -37,11 +39,13 @@ class ScanStats:
     parsed: int = 0
 
 
-def _rel(path: Path, root: Path) -> str:
+def _rel(path: Path, root: Path, raw: str) -> str:
+    """The baseline key of `path`; a file outside the project has none, so it is refused."""
     try:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
-        return path.resolve().as_posix()
+        msg = f"'{raw}' is outside the project root {root} (where {CONFIG_NAME} is)"
+        raise RatchetConfigError(msg + " -- pass files inside it, or --config a ratchet.toml above them") from None
 
 
 def _walk(folder: Path) -> Iterable[Path]:
@@ -65,11 +69,11 @@ def collect_files(config: RatchetConfig, paths: Sequence[str] = ()) -> list[Sour
             path = Path(raw)
             if path.is_dir():
                 for file in _walk(path):
-                    rel = _rel(file, root)
+                    rel = _rel(file, root, raw)
                     if not excluded(rel):
                         found.setdefault(rel, SourceFile(rel, file))
             elif path.is_file():
-                rel = _rel(path, root)
+                rel = _rel(path, root, raw)
                 found.setdefault(rel, SourceFile(rel, path))
             else:
                 raise RatchetConfigError(f"no such file or folder: '{raw}' -- pass paths that exist")
@@ -86,6 +90,15 @@ def collect_files(config: RatchetConfig, paths: Sequence[str] = ()) -> list[Sour
     return [found[k] for k in sorted(found)]
 
 
+@attrs.frozen(slots=True)
+class _Pending:
+    """A file that has to be parsed: its text and the content hash it is cached under."""
+
+    rel: str
+    text: str
+    digest: str
+
+
 def scan_files(
     files: Sequence[SourceFile],
     settings: ScanSettings,
@@ -100,65 +113,81 @@ def scan_files(
     starts a pool.
     """
     stats = stats if stats is not None else ScanStats()
-    tokens = settings.tokens
     results: dict[str, FileScan] = {}
-    todo: list[tuple[str, str, str]] = []  # (rel, text, digest)
+    todo: list[_Pending] = []
     for file in files:
         stats.files += 1
-        try:
-            data = file.path.read_bytes()
-        except OSError as exc:
-            results[file.rel] = FileScan(file.rel, error=f"cannot read: {exc.strerror or exc}")
-            continue
-        digest = content_hash(data)
-        # only files that decoded and parsed are cached, so a hit needs no decoding
-        entry = cache.get(digest) if cache is not None else None
-        if entry is not None:
-            stats.cache_hits += 1
-            results[file.rel] = FileScan.from_json(file.rel, entry)
-            continue
-        try:
-            text = decode(data)
-        except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
-            results[file.rel] = FileScan(file.rel, error=f"cannot decode: {exc}")
-            continue
-        if not may_contain_read(text, tokens):
-            # No read can hide here, so libcst is not needed; the C parser still checks the
-            # syntax, because a file that does not parse is reported, never skipped.
-            stats.prefiltered_out += 1
-            try:
-                compile(text, file.rel, "exec", ast.PyCF_ONLY_AST)
-            except (SyntaxError, ValueError) as exc:
-                results[file.rel] = FileScan(file.rel, error=f"cannot parse: {exc}")
-                continue
-            results[file.rel] = FileScan(file.rel)
-            if cache is not None:
-                cache.put(digest, results[file.rel].to_json())
-            continue
-        todo.append((file.rel, text, digest))
-
+        outcome = _prepare(file, settings, cache, stats)
+        if isinstance(outcome, _Pending):
+            todo.append(outcome)
+        else:
+            results[file.rel] = outcome
     stats.parsed += len(todo)
-    if todo:
-        # libcst is only imported when something needs parsing
-        from tools.ratchet.scanner import scan_job
+    results.update(_store(todo, _parse(todo, settings, jobs), cache))
+    if cache is not None:
+        cache.save()
+    return [results[f.rel] for f in files]
+
+
+def _prepare(file: SourceFile, settings: ScanSettings, cache: ScanCache | None, stats: ScanStats) -> FileScan | _Pending:
+    """Everything short of parsing: read, hash, serve from the cache, decode, prefilter."""
+    try:
+        data = file.path.read_bytes()
+    except OSError as exc:
+        return FileScan(file.rel, error=f"cannot read: {exc.strerror or exc}")
+    digest = content_hash(data)
+    # only files that decoded and parsed are cached, so a hit needs no decoding
+    entry = cache.get(digest) if cache is not None else None
+    if entry is not None:
+        stats.cache_hits += 1
+        return FileScan.from_json(file.rel, entry)
+    try:
+        text = decode(data)
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        return FileScan(file.rel, error=f"cannot decode: {exc}")
+    if may_contain_read(text, settings.tokens):
+        return _Pending(file.rel, text, digest)
+    # No read can hide here; the C parser still checks the syntax, because a file that
+    # does not parse is reported, never skipped.
+    stats.prefiltered_out += 1
+    try:
+        compile(text, file.rel, "exec", ast.PyCF_ONLY_AST)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return FileScan(file.rel, error=f"cannot parse: {exc}")
+    result = FileScan(file.rel)
+    if cache is not None:
+        cache.put(digest, result.to_json())
+    return result
+
+
+def _parse(todo: Sequence[_Pending], settings: ScanSettings, jobs: int) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+    """Scan the files that need parsing, on a process pool when there are enough of them."""
+    if not todo:
+        return []
     workers = jobs if jobs > 0 else min(os.cpu_count() or 1, 8)
-    digests = {rel: digest for rel, _, digest in todo}
-    job_args = [(rel, text, settings) for rel, text, _ in todo]
+    job_args = [(p.rel, p.text, settings) for p in todo]
     if workers > 1 and len(todo) >= (POOL_THRESHOLD if jobs <= 0 else 2):
+        # big chunks: each task ships its texts once and returns small JSON rows
+        chunk = max(1, len(todo) // (workers * 4))
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(scan_job, job_args, chunksize=max(1, len(todo) // (workers * 4))))
-    elif todo:
-        outcomes = [scan_job(job) for job in job_args]
-    else:
-        outcomes = []
+            return list(pool.map(scan_job, job_args, chunksize=chunk))
+    return [scan_job(job) for job in job_args]
+
+
+def _store(
+    todo: Sequence[_Pending],
+    outcomes: Sequence[tuple[str, dict[str, Any] | None, str | None]],
+    cache: ScanCache | None,
+) -> dict[str, FileScan]:
+    """Turn worker rows into results, caching every file that parsed."""
+    digests = {p.rel: p.digest for p in todo}
+    out: dict[str, FileScan] = {}
     for rel, entry, error in outcomes:
         if error is not None:
-            results[rel] = FileScan(rel, error=error)
+            out[rel] = FileScan(rel, error=error)
             continue
         assert entry is not None
         if cache is not None:
             cache.put(digests[rel], entry)
-        results[rel] = FileScan.from_json(rel, entry)
-    if cache is not None:
-        cache.save()
-    return [results[f.rel] for f in files]
+        out[rel] = FileScan.from_json(rel, entry)
+    return out

@@ -1,6 +1,6 @@
 """Scan settings and the cheap pre-parse steps (decoding, the text prefilter).
 
-Kept apart from the scanner so a fully cached run never imports libcst.
+Kept apart from the scanner so the cheap steps stay cheap to import and to read.
 """
 
 from __future__ import annotations

@@ -1,0 +1,92 @@
+"""`ReplicaGroupBackend`: the HTTP app's backend for a group of replica processes.
+
+Requests go to one replica (`DPController.pick`); config changes go to every rank
+through the config group, all or nothing. Attach and detach need every replica idle,
+as they do on one engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.dp.controller import ROLE, DPController
+from engine.errors import EngineBusy
+from engine.http.backend import Applied
+from runtime.context import get_context
+
+STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
+STORAGE_STATUS_FIELDS = (*STORAGE_FIELDS, "hicache_storage_prefetch_policy", "hicache_write_policy")
+
+
+class ReplicaGroupBackend:
+    """Serves the replicas of `controller`; see the module docstring."""
+
+    def __init__(self, controller: DPController) -> None:
+        self.controller = controller
+        self.dp_size = controller.dp_size
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        ok, rows = self.controller.health()
+        _replicas, running = self.controller.busy()
+        body: dict[str, Any] = {"status": "ok" if ok else "unhealthy", "queued": 0, "running": running, "replicas": rows}
+        if not ok:
+            dead = [row["replica"] for row in rows if not row["alive"]]
+            body["detail"] = (
+                f"replica(s) {', '.join(map(str, dead))} exited -- restart them with POST /replicas/<index>/restart"
+            )
+        return ok, body
+
+    async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.controller.generate(args)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "ranks": self.controller.ranks(*STORAGE_FIELDS),
+            "config_group": self.controller.group.status(),
+            "replicas": self.controller.health()[1],
+        }
+
+    def storage_status(self) -> dict[str, Any]:
+        ranks = self.controller.ranks(*STORAGE_STATUS_FIELDS)
+        # the replicas hold the storage; the controller's role does not read the memory namespace
+        first: dict[str, Any] = next((r["values"] for r in ranks if r.get("rank") and r.get("alive") and r.get("values")), {})
+        return {name: first.get(name) for name in STORAGE_STATUS_FIELDS} | {"ranks": ranks}
+
+    def _require_idle(self, what: str) -> None:
+        replicas, requests = self.controller.busy()
+        if requests:
+            msg = f"cannot {what} while requests run ({requests} in flight on {replicas} replicas) -- retry when idle"
+            raise EngineBusy(msg, queued=0, running=requests)
+
+    def _propagate(self, source: str, fields: dict[str, Any]) -> Applied:
+        result = self.controller.propagate(source, **fields)
+        ranks = []
+        for state in result.ranks:
+            row = state.to_dict()
+            row["role"] = ROLE if state.rank == 0 else "scheduler"
+            ranks.append(row)
+        # the controller (rank 0) committed the same override: its log has the old values
+        last = get_context().overrides_log()[-1]
+        changes = {c.name: c.redacted() for c in last.changes} if last.generation == result.generation else {}
+        return Applied(result.generation, result.consistent, tuple(ranks), changes)
+
+    def attach(self, fields: dict[str, Any]) -> Applied:
+        self._require_idle("attach a storage backend")
+        return self._propagate("hicache.attach", fields)
+
+    def detach(self) -> Applied | None:
+        self._require_idle("detach the storage backend")
+        ranks = self.controller.ranks("hicache_storage_backend")
+        if all(r.get("values", {}).get("hicache_storage_backend") is None for r in ranks if r.get("rank")):
+            return None
+        return self._propagate("hicache.detach", dict.fromkeys(STORAGE_FIELDS))
+
+    def override(self, source: str, fields: dict[str, Any]) -> Applied:
+        self._require_idle("override config")
+        return self._propagate(source, fields)
+
+    def restart_replica(self, index: int) -> dict[str, Any]:
+        return self.controller.restart(index)
+
+    def resync_replica(self, index: int) -> dict[str, Any]:
+        return self.controller.resync(index)

@@ -1,0 +1,76 @@
+"""The serving runtime's exceptions.
+
+The HTTP app chooses a status code from the exception's type alone (`engine.http.problems`),
+never from its message, so each failure a client can see has a class of its own. Replica
+processes send the class name over their pipe and the controller raises the same class,
+so a replica group answers exactly as one engine does.
+"""
+
+from __future__ import annotations
+
+from sgconf.errors import ConfigError
+
+
+class EngineError(Exception):
+    """Base of the errors the engine reports to its callers (never a bug of ours)."""
+
+
+class RequestRejected(EngineError, ValueError):
+    """Raised when a request can never run here (too long for the context or the KV pool, bad token ids)."""
+
+
+class EngineBusy(EngineError):
+    """Raised when an operation that needs an idle engine finds requests queued or running."""
+
+    def __init__(self, message: str, *, queued: int, running: int) -> None:
+        super().__init__(message)
+        self.queued = queued
+        self.running = running
+
+
+class EngineStopped(EngineError):
+    """Raised when a request reaches an engine that was shut down (or is shutting down)."""
+
+
+class GenerationError(EngineError):
+    """Raised when a request failed inside the engine (it did not fit the KV pool)."""
+
+
+class StorageRefused(ConfigError):
+    """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory)."""
+
+
+class NoSuchReplica(EngineError, LookupError):
+    """Raised when a replica index is out of range, or the server runs a single engine."""
+
+
+class ReplicaFailed(EngineError):
+    """Raised when a request cannot be served because its replica exited or none is alive."""
+
+
+class ReplicaRunning(EngineError):
+    """Raised when asked to restart a replica whose process is still running."""
+
+
+class ReplicaExited(EngineError):
+    """Raised when asked to resync a replica whose process has exited."""
+
+
+# what a replica may send back for a failed request: the class travels by name
+REQUEST_ERRORS: dict[str, type[EngineError]] = {
+    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, ReplicaFailed)
+}
+
+__all__ = [
+    "REQUEST_ERRORS",
+    "EngineBusy",
+    "EngineError",
+    "EngineStopped",
+    "GenerationError",
+    "NoSuchReplica",
+    "ReplicaExited",
+    "ReplicaFailed",
+    "ReplicaRunning",
+    "RequestRejected",
+    "StorageRefused",
+]

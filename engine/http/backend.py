@@ -1,0 +1,78 @@
+"""What the HTTP app serves: the `ServingBackend` protocol and the shape of a config change.
+
+`engine.http.app.create_app` declares every route once; a backend supplies the work
+behind them. `EngineBackend` (`engine.http.engine_backend`) runs one engine in this
+process; `ReplicaGroupBackend` (`engine.dp.group_backend`) routes to replica processes
+and propagates config changes to all of them. Both answer with the same shapes, so a
+client cannot tell which one it talks to except by `dp_size`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Applied:
+    """A committed config change: the generation it made and what every rank reported after it."""
+
+    generation: int
+    consistent: bool
+    ranks: tuple[dict[str, Any], ...]
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "consistent": self.consistent,
+            "ranks": list(self.ranks),
+            "fields": self.fields,
+        }
+
+
+class ServingBackend(Protocol):
+    """The work behind the routes; blocking methods run on the app's thread pool.
+
+    Methods raise the exceptions of `engine.errors` (or `sgconf.errors.ConfigError`);
+    the app turns them into answers by type.
+    """
+
+    dp_size: int
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the server can serve, and the body of `/health`."""
+        ...
+
+    async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one `/generate` request (arguments from `bodies.generate_args`) and return its answer."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The backend's part of `/server_info`: `ranks` always, then what it has (pools, replicas)."""
+        ...
+
+    def storage_status(self) -> dict[str, Any]:
+        """The HiCache storage settings in force (and per-rank rows for a group)."""
+        ...
+
+    def attach(self, fields: dict[str, Any]) -> Applied:
+        """Attach a storage backend: one override with source `hicache.attach`, all or nothing."""
+        ...
+
+    def detach(self) -> Applied | None:
+        """Detach the storage backend (source `hicache.detach`); None when none was attached."""
+        ...
+
+    def override(self, source: str, fields: dict[str, Any]) -> Applied:
+        """A post-publish override of hot fields, all or nothing."""
+        ...
+
+    def restart_replica(self, index: int) -> dict[str, Any]:
+        """Start a new process for an exited replica; raises NoSuchReplica without replicas."""
+        ...
+
+    def resync_replica(self, index: int) -> dict[str, Any]:
+        """Bring a running replica to the group's config; raises NoSuchReplica without replicas."""
+        ...

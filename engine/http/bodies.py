@@ -1,0 +1,154 @@
+"""Request bodies: JSON objects with known keys, and the arguments each route hands to its backend.
+
+Every check here runs before anything reaches the engine, and a failure is an
+`HTTPProblem` (400 for a body that is not JSON, 422 with one `$.path: reason` line per
+bad field), so a bad request changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+
+from engine.http.problems import HTTPProblem
+from sgconf.suggest import did_you_mean
+
+ATTACH_FIELDS = (
+    "hicache_storage_backend",
+    "hicache_storage_backend_extra_config_json",
+    "hicache_storage_backend_extra_config",
+    "hicache_storage_prefetch_policy",
+    "hicache_write_policy",
+)
+GENERATE_FIELDS = (
+    "text",
+    "prompt",
+    "input_ids",
+    "max_new_tokens",
+    "max_tokens",
+    "temperature",
+    "seed",
+    "ignore_eos",
+    "sampling_params",
+)
+
+
+async def json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
+    """The body as a JSON object (`{}` when empty); with `allowed`, unknown keys are refused with a suggestion."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPProblem(400, f"the body is not valid JSON ({exc}) -- send a JSON object") from None
+    if not isinstance(body, dict):
+        raise HTTPProblem(422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"])
+    if allowed is not None:
+        unknown = [k for k in body if k not in allowed]
+        if unknown:
+            errors = [f"$.{namespace}.{k}: unknown field '{k}'{did_you_mean(k, allowed)}" for k in unknown]
+            raise HTTPProblem(422, "unknown fields in the body", errors=errors)
+    return body
+
+
+def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
+    """The `/generate` answer for one engine result; `meta` adds keys to `meta_info` (a replica's dp_rank)."""
+    stats = result.stats
+    return {
+        "text": result.text,
+        "output_ids": list(result.token_ids),
+        "meta_info": {
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.completion_tokens,
+            "cached_tokens": stats.cached_tokens,
+            "prefetched_tokens": stats.prefetched_tokens,
+            "finish_reason": stats.finish_reason,
+            "spec_verify_steps": stats.spec_verify_steps,
+            "spec_accept_length": stats.spec_accept_length,
+            "latency_s": round(stats.latency_s, 6),
+            **meta,
+        },
+    }
+
+
+def generate_args(body: dict[str, Any]) -> dict[str, Any]:
+    """`Engine.generate` keyword arguments from a `/generate` body (`sampling_params` merged in)."""
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise HTTPProblem(422, "invalid generate request", errors=["$.generate.sampling_params: expected an object"])
+    merged = {**params, **{k: v for k, v in body.items() if k != "sampling_params"}}
+    errors: list[str] = []
+    text = merged.get("text", merged.get("prompt"))
+    ids = merged.get("input_ids")
+    if (text is None) == (ids is None):
+        errors.append("$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'")
+    if text is not None and not isinstance(text, str):
+        errors.append(f"$.generate.text: expected a string, got {type(text).__name__}")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+        errors.append("$.generate.input_ids: expected a list of integers")
+    max_new = merged.get("max_new_tokens", merged.get("max_tokens", 16))
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+        errors.append(f"$.generate.max_new_tokens: expected an integer >= 1, got {max_new!r}")
+    temperature = merged.get("temperature", 0.0)
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or temperature < 0:
+        errors.append(f"$.generate.temperature: expected a number >= 0, got {temperature!r}")
+    seed = merged.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        errors.append(f"$.generate.seed: expected an integer >= 0, got {seed!r}")
+    ignore_eos = merged.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        errors.append(f"$.generate.ignore_eos: expected a boolean, got {ignore_eos!r}")
+    if errors:
+        raise HTTPProblem(422, "invalid generate request", errors=errors)
+    return {
+        "prompt_or_ids": text if text is not None else ids,
+        "max_new_tokens": max_new,
+        "temperature": float(temperature),
+        "seed": seed,
+        "ignore_eos": ignore_eos,
+    }
+
+
+def attach_args(body: dict[str, Any]) -> dict[str, Any]:
+    """The override fields of an attach body, the extra config parsed from its JSON string form."""
+    backend = body.get("hicache_storage_backend")
+    errors = []
+    if backend is None:
+        errors.append("$.memory.hicache_storage_backend: required -- name the backend to attach (file or memory)")
+    raw_extra = body.get("hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config"))
+    extra: Any = raw_extra
+    if isinstance(raw_extra, str):
+        try:
+            extra = json.loads(raw_extra) if raw_extra.strip() else None
+        except json.JSONDecodeError as exc:
+            errors.append(
+                f"$.memory.hicache_storage_backend_extra_config: not valid JSON ({exc.msg} at position {exc.pos})"
+                " -- pass an object like {\"dir\": \"/path\"}"
+            )
+    if extra is not None and not isinstance(extra, dict) and not errors:
+        errors.append(f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}")
+    if errors:
+        raise HTTPProblem(422, "invalid attach request", errors=errors)
+    return {
+        "backend": backend,
+        "extra_config": extra,
+        "prefetch_policy": body.get("hicache_storage_prefetch_policy"),
+        "write_policy": body.get("hicache_write_policy"),
+    }
+
+
+def attach_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The post-publish override an attach body asks for (policies only when given)."""
+    args = attach_args(body)
+    fields: dict[str, Any] = {
+        "hicache_storage_backend": args["backend"],
+        "hicache_storage_backend_extra_config": args["extra_config"],
+    }
+    if args["prefetch_policy"] is not None:
+        fields["hicache_storage_prefetch_policy"] = args["prefetch_policy"]
+    if args["write_policy"] is not None:
+        fields["hicache_write_policy"] = args["write_policy"]
+    return fields

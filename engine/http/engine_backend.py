@@ -1,0 +1,73 @@
+"""`EngineBackend`: the HTTP app's backend for one engine in this process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+
+from engine.engine import Engine
+from engine.errors import NoSuchReplica
+from engine.http.app import local_rank_row
+from engine.http.backend import Applied
+from engine.http.bodies import generate_body
+
+ROLE = "scheduler"
+STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
+
+
+class EngineBackend:
+    """Serves one engine; a config change is one override of this process's context."""
+
+    dp_size = 1
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        queued, running = self.engine.busy_counts()
+        return True, {"status": "ok", "queued": queued, "running": running}
+
+    async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
+        result = await run_in_threadpool(lambda: self.engine.generate(**args))
+        return generate_body(result)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "ranks": [local_rank_row(ROLE, *STORAGE_FIELDS)],
+            "pools": self.engine.memory.describe(),
+            "stats": self.engine.stats(),
+        }
+
+    def storage_status(self) -> dict[str, Any]:
+        return self.engine.storage_status()
+
+    def _applied(self, receipt: Any) -> Applied:
+        fields = {c.name: c.redacted() for c in receipt.changes}
+        return Applied(receipt.generation, True, (local_rank_row(ROLE),), fields)
+
+    def attach(self, fields: dict[str, Any]) -> Applied:
+        receipt = self.engine.attach_storage_backend(
+            fields["hicache_storage_backend"],
+            extra_config=fields.get("hicache_storage_backend_extra_config"),
+            prefetch_policy=fields.get("hicache_storage_prefetch_policy"),
+            write_policy=fields.get("hicache_write_policy"),
+        )
+        return self._applied(receipt)
+
+    def detach(self) -> Applied | None:
+        receipt = self.engine.detach_storage_backend()
+        return None if receipt is None else self._applied(receipt)
+
+    def override(self, source: str, fields: dict[str, Any]) -> Applied:
+        return self._applied(self.engine.override_config(source, **fields))
+
+    def restart_replica(self, index: int) -> dict[str, Any]:
+        raise NoSuchReplica(_no_replicas(index))
+
+    def resync_replica(self, index: int) -> dict[str, Any]:
+        raise NoSuchReplica(_no_replicas(index))
+
+
+def _no_replicas(index: int) -> str:
+    return f"there is no replica {index}: this server runs one engine -- start it with --dp-size N for replicas"

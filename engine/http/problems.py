@@ -1,0 +1,121 @@
+"""Error answers: `HTTPProblem`, and the status code of every exception a route may raise.
+
+A status is chosen by the exception's type (`STATUS_BY_TYPE`, most specific class
+first), never by comparing messages, so a new failure gets a status by declaring a
+class. The body is always `{"detail": ..., "errors": [...]}`: one line of what
+happened and, for config problems, one `$.namespace.field: reason` line each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from engine.errors import (
+    EngineBusy,
+    EngineStopped,
+    GenerationError,
+    NoSuchReplica,
+    ReplicaExited,
+    ReplicaFailed,
+    ReplicaRunning,
+    RequestRejected,
+    StorageRefused,
+)
+from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
+from runtime.errors import NotPublishedError
+from sgconf.errors import ConfigError
+
+log = structlog.get_logger(__name__)
+
+
+class HTTPProblem(Exception):
+    """An error answer: status, a one-line detail and optional `$.path: reason` lines."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        errors: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.errors = errors
+        self.extra = extra or {}
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"detail": self.detail}
+        if self.errors is not None:
+            out["errors"] = self.errors
+        out.update(self.extra)
+        return out
+
+
+# most specific first: the first class an exception is an instance of decides
+STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
+    (RanksSilent, 503),
+    (ResyncFailed, 503),
+    (StorageRefused, 400),
+    (ConfigError, 422),
+    (RequestRejected, 400),
+    (EngineBusy, 409),
+    (ReplicaRunning, 409),
+    (ReplicaExited, 409),
+    (NoSuchReplica, 404),
+    (GenerationError, 503),
+    (EngineStopped, 503),
+    (ReplicaFailed, 503),
+)
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status for an exception a route let through; 500 for anything undeclared."""
+    if isinstance(exc, PropagationFailed) and not isinstance(exc, RanksSilent):
+        # refused by the coordinator itself: the input is bad (422); by another rank: that rank failed (400)
+        return 422 if list(exc.refusals) == [0] else 400
+    for cls, status in STATUS_BY_TYPE:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def problem_of(exc: BaseException) -> HTTPProblem:
+    """The answer for a declared exception, with its `$.path` lines when it carries config problems."""
+    status = status_of(exc)
+    if isinstance(exc, ConfigError):
+        return HTTPProblem(status, exc.header, errors=exc.lines())
+    extra: dict[str, Any] = {}
+    if isinstance(exc, EngineBusy):
+        extra = {"queued": exc.queued, "running": exc.running}
+    return HTTPProblem(status, str(exc), extra=extra)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every declared exception with its status; anything else is a bare 500 with no traceback."""
+
+    async def _problem(request: Request, exc: Exception) -> JSONResponse:
+        problem = exc if isinstance(exc, HTTPProblem) else problem_of(exc)
+        return JSONResponse(problem.body(), status_code=problem.status, headers=problem.headers)
+
+    async def _unpublished(request: Request, exc: Exception) -> JSONResponse:
+        # the engine stopped and took its config with it: the server is going away, not broken
+        msg = "the server's config is no longer published (its engine stopped) -- start a new server"
+        return JSONResponse({"detail": msg}, status_code=503)
+
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("http.error", path=request.url.path, error=repr(exc))
+        return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
+
+    app.add_exception_handler(HTTPProblem, _problem)
+    for cls, _status in STATUS_BY_TYPE:
+        app.add_exception_handler(cls, _problem)
+    app.add_exception_handler(NotPublishedError, _unpublished)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,14 @@
+"""The default field sources for sgconf's built-in schema, read through `sgconf.registry`.
+
+`ratchet.toml` names these by `module:callable`, so another runtime points them at its
+own declarations (a `Schema`, a dataclass) without touching the ratchet.
+"""
+
+from __future__ import annotations
+
+
+def hot_field_names() -> list[str]:
+    """Declared fields flagged `hot` (may be overridden after publish), in declaration order."""
+    from sgconf.registry import fields
+
+    return [name for name, info in fields().items() if info.spec.hot]

@@ -1,0 +1,19 @@
+"""The TOML reader: `tomllib` from Python 3.11, its backport `tomli` before that.
+
+Every TOML read under `tools/` imports it from here, so Python 3.10 works with the
+`tomli` dependency that pyproject.toml declares for it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+TOMLDecodeError = tomllib.TOMLDecodeError
+loads = tomllib.loads
+
+__all__ = ["TOMLDecodeError", "loads"]
