@@ -159,12 +159,11 @@ class HiCacheBridge:
         except OSError as exc:
             raise storage_refused(exc) from None
         try:
-            receipt = ctx.commit(proposal)
+            # the backend goes live right after the config swap; if it cannot, the config rolls back
+            return ctx.commit(proposal, effect=lambda _: self.controller.commit_attach(prepared))
         except BaseException:
-            self.controller.abort_attach(prepared)
+            _release(self.controller, prepared)
             raise
-        self.controller.commit_attach(prepared)
-        return receipt
 
     def detach(self) -> Any:
         """Flush and close the backend, then set it back to None; a no-op (returns None) when none is attached."""
@@ -178,8 +177,8 @@ class HiCacheBridge:
         proposal = ctx.validate_override(
             DETACH_SOURCE, hicache_storage_backend=None, hicache_storage_backend_extra_config=None
         )
-        self.controller.detach_storage_backend()
-        return ctx.commit(proposal)
+        # detached right after the config swap; if flushing fails, the config says attached again
+        return ctx.commit(proposal, effect=lambda _: self.controller.detach_storage_backend())
 
     def stats(self) -> dict[str, Any]:
         import attrs
@@ -190,6 +189,16 @@ class HiCacheBridge:
 
     def close(self) -> None:
         self.controller.close()
+
+
+def _release(controller: Any, prepared: Any) -> None:
+    """Abort a prepared attach that did not go live; one the controller already settled is left to it."""
+    from mem_cache.hicache import AttachStateError
+
+    try:
+        controller.abort_attach(prepared)
+    except AttachStateError:
+        pass
 
 
 def storage_refused(exc: OSError) -> StorageRefused:

@@ -49,6 +49,13 @@ between writing a commit and a follower reading it, that follower cannot tell; i
 releases what it prepared, logs `config_group.board_lost` and stops taking part.
 The coordinator keeps no history for `resync`: a catch-up round is as large as the set
 of fields overridden since publish, however many rounds committed them.
+
+The board stays the same size however many rounds run: the coordinator deletes each
+round's keys once every rank that may read them has (a vote and a status reply once
+gathered; the decision once every rank that voted yes acknowledged it). A key a slow
+rank writes after its deadline is remembered and deleted at a later round; after
+`_STALE_ROUNDS` rounds without it the coordinator stops looking (a rank that slow and
+then refusing leaves one key behind).
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ _COMMIT = "commit"
 _ABORT = "abort"
 _HOST_BYTES = 255
 _CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
+_STALE_ROUNDS = 64  # how long a key a late rank may still write is looked for
 
 
 class PreparedEffect(Protocol):
@@ -245,6 +253,8 @@ class ConfigGroup:
         self._effects: list[SideEffect] = []
         self._lock = threading.Lock()
         self._round = 0
+        # keys a late rank may still write (or read): key -> (round, keys that must exist first)
+        self._stale: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._mismatch: Mismatch | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -306,7 +316,7 @@ class ConfigGroup:
         self._require_coordinator("propagate")
         timeout_s = self.timeout_s()
         with self._lock:
-            self._round += 1
+            self._next_round()
             return self._coordinate(self._round, source, dict(fields), timeout_s)
 
     def ranks(self, *fields: str, timeout_s: float | None = None) -> tuple[RankState, ...]:
@@ -316,12 +326,12 @@ class ConfigGroup:
         for name in fields:
             field_info(name)  # an unknown name fails here, before any rank is asked
         with self._lock:
-            self._round += 1
-            n = self._round
+            n = self._next_round()
             for rank in self._followers():
                 self._send(rank, {"kind": "status", "round": n, "fields": list(fields)})
             own = self._state(fields)
             replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s)
+            self._release(n, f"status/{n}", self._followers(), replies)
         states = [RankState(self.rank, True, own["generation"], own["fingerprint"], own["values"])]
         for rank in self._followers():
             reply = replies.get(rank)
@@ -359,7 +369,7 @@ class ConfigGroup:
                 set_by[name] = rec.source
         return {
             "generation": ctx.generation,
-            "values": {name: ctx.value(name) for name in set_by},
+            "values": ctx.group_values(set_by),
             "set_by": set_by,
             "sources": list(dict.fromkeys(reversed(set_by.values())))[::-1],
         }
@@ -377,11 +387,11 @@ class ConfigGroup:
         self._require_follower(rank)
         timeout_s = self.timeout_s() if timeout_s is None else timeout_s
         with self._lock:
-            self._round += 1
-            n = self._round
+            n = self._next_round()
             own = self._state(())
             self._send(rank, {"kind": "catch_up", "round": n, **self.catch_up()})
             reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s)
+            self._release(n, f"ack/{n}", [rank], reply)
         ack = reply.get(rank)
         if ack is None:
             raise ResyncFailed(rank, own["generation"], [f"did not answer within {timeout_s:g}s"])
@@ -449,6 +459,7 @@ class ConfigGroup:
             for rank in self._followers():
                 self._send(rank, payload)
             votes = self._gather(f"vote/{n}", self._followers(), deadline)
+            self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
             wanted = _COMMIT if not refusals and not silent else _ABORT
@@ -456,12 +467,17 @@ class ConfigGroup:
         except BaseException:
             _quietly(lambda: self._decide(n, _ABORT), "abort")
             self._abort(prepared)
+            # who voted is unknown here: every follower may still write its vote, read the decision and ack
+            for rank in self._followers():
+                self._stale.setdefault(f"vote/{n}/{rank}", (n, ()))
+            self._forget_decision(n, self._followers(), {})
             raise
         if decision != _COMMIT:
             self._abort(prepared)
             # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
             ready = [rank for rank, vote in votes.items() if vote["ok"]]
-            self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s)
+            acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s)
+            self._forget_decision(n, [*ready, *silent], acked)
             late = wanted == _COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
                 "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
@@ -470,6 +486,7 @@ class ConfigGroup:
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
         own = self._commit(prepared)
         acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
+        self._forget_decision(n, self._followers(), acks)
         return self._compare(n, source, fields, own, acks)
 
     def _decide(self, n: int, wanted: str) -> str:
@@ -637,17 +654,28 @@ class ConfigGroup:
     def _commit(self, prepared: _Prepared) -> dict[str, Any]:
         ctx = self._context()
         error = None
+        released = False
+
+        def switch_over(_: Any) -> None:
+            # the side effects go live right after the config swap; one failing rolls the config back
+            nonlocal released
+            released = True
+            for i, done in enumerate(prepared.effects):
+                try:
+                    done.commit()
+                except BaseException:
+                    for rest in reversed(prepared.effects[i:]):
+                        _quietly(rest.abort, "abort")
+                    raise
+
         try:
-            ctx.commit(prepared.proposal)
+            ctx.commit(prepared.proposal, effect=switch_over if prepared.effects else None)
         except Exception as exc:  # kept and reported: the ranks now differ and the coordinator must say so
             error = f"commit failed on rank {self.rank}: {exc}"
             log.error("config_group.commit_failed", rank=self.rank, error=str(exc))
-            for done in reversed(prepared.effects):
-                _quietly(done.abort, "abort")
-        else:
-            for done in prepared.effects:
-                if not _quietly(done.commit, "commit"):
-                    error = f"side effect failed to commit on rank {self.rank}"
+            if not released:  # the swap itself failed: nothing went live, release everything
+                for done in reversed(prepared.effects):
+                    _quietly(done.abort, "abort")
         state = self._state(())
         if not self.is_coordinator:  # the coordinator computes its own digests only when a rank differs
             state["digests"] = _digests(ctx)
@@ -659,7 +687,7 @@ class ConfigGroup:
 
     def _state(self, names: Sequence[str]) -> dict[str, Any]:
         ctx = self._context()
-        values = {name: shown(name, ctx.value(name)) for name in names}
+        values = {name: shown(name, value) for name, value in ctx.group_values(names).items()}
         return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
 
     # -- board plumbing --------------------------------------------------------------
@@ -669,6 +697,42 @@ class ConfigGroup:
         store = dist.TCPStore(host, port, self.world_size, False, timeout=connect_timeout)
         store.set_timeout(_FOREVER)  # every wait on the board passes its own deadline
         return dist.PrefixStore(f"{_PREFIX}{port}/", store)
+
+    def _next_round(self) -> int:
+        """Start a round (caller holds the lock): first delete what late ranks wrote since."""
+        if self._stale:
+            self._sweep()
+        self._round += 1
+        return self._round
+
+    def _release(self, n: int, prefix: str, ranks: Sequence[int], got: Mapping[int, Any]) -> None:
+        """Delete `prefix/<rank>` for the ranks that answered; remember the others' for a later sweep."""
+        for rank in ranks:
+            key = f"{prefix}/{rank}"
+            if rank in got:
+                self._store.delete_key(key)
+            else:
+                self._stale[key] = (n, ())
+
+    def _forget_decision(self, n: int, readers: Sequence[int], acked: Mapping[int, Any]) -> None:
+        """Delete round `n`'s decision and acks once every rank that may read the decision has acked."""
+        self._release(n, f"ack/{n}", readers, acked)
+        missing = tuple(f"ack/{n}/{rank}" for rank in readers if rank not in acked)
+        if missing:
+            # a rank still waiting would read a deleted decision as a missing one and abort alone
+            self._stale[f"decision/{n}"] = (n, missing)
+        else:
+            self._store.delete_key(f"decision/{n}")
+
+    def _sweep(self) -> None:
+        # guarded keys first: their guards are themselves stale keys this sweep deletes
+        for key, (n, guards) in sorted(self._stale.items(), key=lambda item: not item[1][1]):
+            if guards and not self._store.check(list(guards)):
+                if self._round - n > _STALE_ROUNDS:
+                    del self._stale[key]
+                continue
+            if self._store.delete_key(key) or guards or self._round - n > _STALE_ROUNDS:
+                del self._stale[key]
 
     def _followers(self) -> list[int]:
         return [r for r in range(self.world_size) if r != self.coordinator]
@@ -721,7 +785,7 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
 
 
 def _digests(ctx: Any) -> dict[str, str]:
-    return {name: _digest(shown(name, ctx.value(name))) for name in declared_fields()}
+    return {name: _digest(shown(name, value)) for name, value in ctx.group_values(declared_fields()).items()}
 
 
 def _quietly(step: Callable[[], object], what: str) -> bool:

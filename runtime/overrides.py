@@ -1,22 +1,30 @@
 """Values describing post-publish overrides: what changed, the proposal, the receipt, the event.
 
-All are frozen. The context (`runtime.context`) builds them; consumers read them.
+All are frozen. The context (`runtime.context`) builds them; consumers read them. This
+module imports nothing else of the runtime: the context reaches these values, never the
+other way round, so a receipt knows its context only as the `Reverter` it calls back.
 """
 
 from __future__ import annotations
 
+import copy
 import types
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from sgconf.registry import fields
 
-if TYPE_CHECKING:
-    from runtime.context import RuntimeContext, _State
-
 REVERT_PREFIX = "revert:"
+
+
+class Reverter(Protocol):
+    """What a receipt needs from the context that issued it: a way to undo it."""
+
+    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt: ...
+
+    def _unsubscribe(self, sub: Subscription) -> None: ...
 
 
 def inner_source(source: str) -> str:
@@ -34,6 +42,16 @@ def shown(name: str, value: Any) -> Any:
     return value
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def detached(value: Any) -> Any:
+    """`value` itself when it cannot change (a scalar), else a deep copy the caller may keep or mutate."""
+    if isinstance(value, _SCALARS):
+        return value
+    return copy.deepcopy(value)
+
+
 @attrs.frozen(slots=True)
 class FieldChange:
     """One field an override set: its value before and after."""
@@ -43,7 +61,7 @@ class FieldChange:
     new: Any
 
     def redacted(self) -> dict[str, Any]:
-        return {"old": shown(self.name, self.old), "new": shown(self.name, self.new)}
+        return {"old": detached(shown(self.name, self.old)), "new": detached(shown(self.name, self.new))}
 
 
 @attrs.frozen(slots=True)
@@ -55,6 +73,9 @@ class OverrideRecord:
     generation: int
     time: float
     changes: tuple[FieldChange, ...]
+    # "set": the override added these values; "remove": it took an earlier override (or a
+    # scope) away, so what shows now is whatever lay underneath
+    kind: str = attrs.field(default="set", kw_only=True)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -73,7 +94,7 @@ class OverrideRecord:
             "layer": self.layer,
             "generation": self.generation,
             "time": self.time,
-            "fields": {c.name: (c.redacted() if redact else {"old": c.old, "new": c.new}) for c in self.changes},
+            "fields": {c.name: (c.redacted() if redact else {"old": detached(c.old), "new": detached(c.new)}) for c in self.changes},
         }
 
 
@@ -85,8 +106,8 @@ class OverrideProposal:
     would-be state. Validation already ran, so committing cannot fail for a bad value.
     """
 
-    context: RuntimeContext
-    base: _State
+    context: Any
+    base: Any
     source: str
     layer: str
     changes: tuple[FieldChange, ...]
@@ -134,14 +155,18 @@ class _OfRecord:
 class OverrideReceipt(_OfRecord):
     """What `override()` returns: the committed record and the snapshot it produced; can `revert()`."""
 
-    context: RuntimeContext
+    context: Reverter
     record: OverrideRecord
     snapshot: Any
 
     def revert(self) -> OverrideReceipt:
-        """Restore the previous values as a new override from `revert:<source>`.
+        """Take this override away again, as a new override from `revert:<source>` with a new generation.
 
-        Raises RevertConflict when a later override changed one of these fields again.
+        What shows afterwards is what lay underneath: the override before it, or the
+        resolved value, so two overrides of one field may be undone in either order of
+        their receipts once the later one is gone. Reverting a revert puts the values
+        back. Raises RevertConflict when a later override still covers one of these
+        fields, or when this override is no longer applied.
         """
         return self.context._revert(self)
 
@@ -165,7 +190,7 @@ Subscriber = Callable[[ConfigEvent], Any]
 class Subscription:
     """A handle returned by `subscribe()`; `unsubscribe()` is idempotent; usable as a context manager."""
 
-    context: RuntimeContext = attrs.field(repr=False)
+    context: Reverter = attrs.field(repr=False)
     callback: Subscriber
     fields: frozenset[str] | None
 

@@ -58,8 +58,8 @@ class _Baseline:
             else:
                 found.append(f"published a new context (role {now.role!r}) and left it live")
         elif now is not None:
-            if now._state is not self.state:
-                before, after = self.state.snapshot.generation, now.generation
+            if not now._state.same_changes(self.state):
+                before, after = self.state.generation, now.generation
                 found.append(f"left overrides on the live context (generation {before} -> {after})")
             if now._subscribers != self.subscribers:
                 extra = len(now._subscribers) - len(self.subscribers)
@@ -71,7 +71,9 @@ class _Baseline:
             _testing._forget_installs(self.depth)
             _context._install(self.context)
             if self.context is not None:
-                self.context._swap(self.state)
+                if not self.context._state.same_changes(self.state):
+                    # the values of the baseline again, as a new generation: generations never go back
+                    self.context._rollback_locked(self.state, "pytest.restore")
                 self.context._subscribers = self.subscribers
 
 

@@ -7,12 +7,11 @@ in between cannot hand it half of the old config and half of the new.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import attrs
 
+from runtime import fingerprint as _fingerprint
 from sgconf.errors import DeclarationError
 from sgconf.namespaces import (
     DeviceConfig,
@@ -27,7 +26,7 @@ from sgconf.namespaces import (
     SpecConfig,
 )
 from sgconf.record import bags_to_flat
-from sgconf.registry import fields, top_level_namespaces
+from sgconf.registry import top_level_namespaces
 
 # The top-level bags a snapshot holds, in declaration order; checked against the registry below.
 BAG_NAMES: tuple[str, ...] = (
@@ -144,11 +143,5 @@ def attention_backends(view: Any) -> tuple[str, str]:
 
 
 def fingerprint_of(flat: dict[str, Any]) -> str:
-    """SHA-256 over the counted leaves (declared `fingerprint=True`), sorted by name.
-
-    Canonical JSON (sorted keys, repr for anything JSON cannot hold) makes equal configs
-    hash equal in every process, so the hash can key a compile cache.
-    """
-    counted = [[name, flat[name]] for name, info in sorted(fields().items()) if info.spec.fingerprint]
-    text = json.dumps(counted, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """SHA-256 over the counted leaves in canonical form; see `runtime.fingerprint`."""
+    return _fingerprint.fingerprint_of(flat)

@@ -4,36 +4,49 @@
         assert get_schedule().page_size == 16
 
 or `ov = override_server_args(page_size=16); ov.install(); ...; ov.restore()`, or as a
-decorator. The pytest plugin (`runtime.pytest_plugin`) builds its fixture and marker on it.
+decorator on a plain, async, generator or async-generator function. The pytest plugin
+(`runtime.pytest_plugin`) builds its fixture and marker on it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import structlog
 
 from runtime import context as _context
 from runtime.context import RuntimeContext
 from runtime.roles import check_role, mode_from_env
+from sgconf.errors import ConfigError
 from sgconf.registry import fields
 from sgconf.resolution import resolve_once
 from sgconf.validation import build_record
 
 SOURCE = "override_server_args"
 
-# Installs not yet restored, innermost last; restore must pop the top.
+log = structlog.get_logger("sgconf.runtime")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Installs not yet restored, in install order. Each one knows its own place, so they may
+# be restored in any order: one taken out from the middle rebuilds those above it.
 _stack: list[ServerArgsOverride] = []
 
 _NOT_INSTALLED: Any = object()
 
 
-class ServerArgsOverride(contextlib.ContextDecorator):
+class ServerArgsOverride:
     """Publishes a fresh test record carrying the given fields; `restore()` brings back the exact previous context.
 
     The record is the currently published one (defaults when nothing is published) with
     the fields on top, so nested overrides accumulate. The previous context object is
     put back untouched: its record, bags, overrides log, role, generation and subscribers.
+    Installs may be restored in any order: restoring one below others rebuilds the ones
+    above on what remains, so exactly their own fields stay live (their contexts are new
+    objects, `.context` says which).
     """
 
     def __init__(self, fields: Mapping[str, Any], *, role: str = "test", model: Mapping[str, Any] | None = None) -> None:
@@ -43,18 +56,20 @@ class ServerArgsOverride(contextlib.ContextDecorator):
         self.context: RuntimeContext | None = None
         self._saved: Any = _NOT_INSTALLED
 
+    def _build(self, below: RuntimeContext | None) -> RuntimeContext:
+        base = below.record if below is not None else None
+        # build and resolve first: a bad name or value fails before anything changes
+        record = build_record(self.fields, dict.fromkeys(self.fields, f"from {SOURCE}"), base=base)
+        resolved = resolve_once(record, self.model)
+        return RuntimeContext(record, resolved, role=self.role, role_mode=mode_from_env())
+
     def install(self) -> RuntimeContext:
         """Build, resolve and publish the test record; raises ConfigError (nothing changed) on bad fields."""
         if self._saved is not _NOT_INSTALLED:
             raise RuntimeError("override_server_args is already installed -- restore() it before installing again")
         check_role(self.role)
-        mode = mode_from_env()
         with _context._lock:
-            base = _context._current.record if _context._current is not None else None
-            # build and resolve first: a bad name or value fails before anything changes
-            record = build_record(self.fields, dict.fromkeys(self.fields, f"from {SOURCE}"), base=base)
-            resolved = resolve_once(record, self.model)
-            ctx = RuntimeContext(record, resolved, role=self.role, role_mode=mode)
+            ctx = self._build(_context._current)
             self._saved = _context._install(ctx)
             _stack.append(self)
         self.context = ctx
@@ -63,7 +78,8 @@ class ServerArgsOverride(contextlib.ContextDecorator):
     def restore(self) -> None:
         """Put back the context that was live before `install()`; a no-op after `runtime.reset()` forgot it.
 
-        Raises RuntimeError when a nested override installed later is still in place.
+        Restoring an install that others were installed over takes exactly its own fields
+        away: those above are rebuilt on what lies below it.
         """
         with _context._lock:
             if self._saved is _NOT_INSTALLED:
@@ -72,22 +88,92 @@ class ServerArgsOverride(contextlib.ContextDecorator):
                 self._saved = _NOT_INSTALLED
                 self.context = None
                 return
-            if _stack[-1] is not self:
-                raise RuntimeError(
-                    "override_server_args restored out of order -- restore the innermost one first"
-                )
-            _stack.pop()
-            _context._install(self._saved)
+            at = _stack.index(self)
+            above = _stack[at + 1 :]
+            below = self._saved
+            del _stack[at]
             self._saved = _NOT_INSTALLED
             self.context = None
+            if not above:
+                _context._install(below)
+                return
+            for later in above:
+                later._rebase(below)
+                below = later.context
+            _context._install(below)
 
-    def _recreate_cm(self) -> ServerArgsOverride:
-        # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
-        return ServerArgsOverride(self.fields, role=self.role, model=self.model)
+    def _rebase(self, below: RuntimeContext | None) -> None:
+        try:
+            ctx = self._build(below)
+        except ConfigError as exc:  # its fields no longer fit without the one restored: keep what it had
+            log.warning("override_server_args.rebase_failed", fields=sorted(self.fields), error=str(exc))
+            self._saved = below
+            return
+        self._saved = below
+        self.context = ctx
 
     @property
     def installed(self) -> bool:
         return self._saved is not _NOT_INSTALLED
+
+    def _fresh(self) -> ServerArgsOverride:
+        # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
+        return ServerArgsOverride(self.fields, role=self.role, model=self.model)
+
+    def __call__(self, func: F) -> F:
+        """Decorate `func` so each call (or each iteration, for a generator) runs with this config live."""
+        fresh = self._fresh
+        if inspect.isasyncgenfunction(func):
+
+            @functools.wraps(func)
+            async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with fresh():
+                    agen = func(*args, **kwargs)
+                    try:
+                        sent: Any = None
+                        while True:
+                            try:
+                                item = await agen.asend(sent)
+                            except StopAsyncIteration:
+                                return
+                            while True:
+                                try:
+                                    sent = yield item
+                                    break
+                                except GeneratorExit:
+                                    raise
+                                except BaseException as exc:  # delivered into the wrapped generator
+                                    try:
+                                        item = await agen.athrow(exc)
+                                    except StopAsyncIteration:
+                                        return
+                    finally:
+                        await agen.aclose()
+
+            return agen_wrapper  # type: ignore[return-value]
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with fresh():
+                    return (yield from func(*args, **kwargs))
+
+            return gen_wrapper  # type: ignore[return-value]
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with fresh():
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with fresh():
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
 
     def __enter__(self) -> RuntimeContext:
         return self.install()
@@ -120,6 +206,9 @@ def install_depth() -> int:
 def _forget_installs(keep: int = 0) -> None:
     """Drop open installs above depth `keep` (runtime.reset and the pytest plugin's leak recovery)."""
     del _stack[keep:]
+
+
+_context.on_reset(_forget_installs)
 
 
 if {"role", "model"} & set(fields()):  # pragma: no cover - guards a future declaration

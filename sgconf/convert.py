@@ -46,7 +46,10 @@ def _to_float(value: Any, _: type) -> float:
     if isinstance(value, bool):
         raise ConversionError("expected a number, not a boolean")
     if isinstance(value, (int, float)):
-        out = float(value)
+        try:
+            out = float(value)
+        except OverflowError:  # an integer beyond the float range
+            raise ConversionError("expected a finite number (too large for a float)") from None
     elif isinstance(value, str):
         try:
             out = float(value.strip())
@@ -176,7 +179,7 @@ def structure(value: Any, info: FieldInfo) -> Any:
         return converter.structure(value, inner)
     except ConversionError:
         raise
-    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+    except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:
         raise ConversionError(f"expected {describe_type(tp)} ({exc})") from None
 
 

@@ -57,7 +57,9 @@ def nested(values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str
 def to_toml(data: Mapping[str, Any], *, header: str = "") -> str:
     """Render `nested()` output as TOML that `tomllib` reads back (and `--config` accepts).
 
-    TOML has no null: None values are left out and listed in a comment instead.
+    TOML has no null: None values are left out and listed in a comment instead, and an
+    object holding a null is written as its JSON string, so loading the dump gives back
+    an equal record.
     """
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     unset: list[str] = []
@@ -78,9 +80,23 @@ def _table(data: Mapping[str, Any], prefix: tuple[str, ...], out: list[str], uns
         if value is None:
             unset.append(".".join((*prefix, key)))
             continue
+        if isinstance(value, Mapping) and _holds_none(value):
+            # TOML has no null: an object with nulls inside travels as the JSON string the loader accepts
+            out.append(f"{_key(key)} = {_string(json.dumps(plain(value), ensure_ascii=False))}")
+            continue
         out.append(f"{_key(key)} = {_value(value)}")
     for key, value in tables:
         _table(value, (*prefix, key), out, unset)
+
+
+def _holds_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_none(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_none(v) for v in value)
+    return False
 
 
 def _is_table(value: Any) -> bool:

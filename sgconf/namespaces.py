@@ -175,6 +175,12 @@ class ObservabilityConfig:
     )
     log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
     log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
+    overrides_log_limit: int = setting(
+        256,
+        help="post-publish overrides kept in the overrides log and undoable one by one; older ones are counted",
+        checks=[positive()],
+        fingerprint=False,
+    )
 
 
 @namespace("exec.kernel")

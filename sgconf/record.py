@@ -66,13 +66,30 @@ def record_to_dict(record: Any) -> dict[str, Any]:
     return {name: getattr(record, name) for name in fields()}
 
 
-def build_bag(path: str, flat: Mapping[str, Any]) -> Any:
-    """Construct the bag at `path` from flat values (groups recurse into their children)."""
+def build_bag(path: str, flat: Mapping[str, Any], *, validate: bool = True) -> Any:
+    """Construct the bag at `path` from flat values (groups recurse into their children).
+
+    `validate=False` is for values that were validated already (a built record): the bag is
+    filled slot by slot without running `__init__`, which skips the validators for this
+    one object only. attrs' process-wide switch is never touched, so a concurrent build
+    elsewhere is validated as usual.
+    """
     cls = namespace_class(path)
     children = group_children(path)
     if children:
-        return cls(**{attr: build_bag(child, flat) for attr, child in children.items()})
-    return cls(**{a.name: flat[a.name] for a in attrs.fields(cls)})
+        values = {attr: build_bag(child, flat, validate=validate) for attr, child in children.items()}
+    else:
+        values = {a.name: flat[a.name] for a in attrs.fields(cls)}
+    if validate:
+        return cls(**values)
+    return _prevalidated(cls, values)
+
+
+def _prevalidated(cls: type, values: Mapping[str, Any]) -> Any:
+    bag: Any = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(bag, name, value)  # how attrs' own frozen __init__ fills a slot
+    return bag
 
 
 def to_bags(record: Any) -> dict[str, Any]:
@@ -81,8 +98,7 @@ def to_bags(record: Any) -> dict[str, Any]:
     Bags are built without re-running validators: the record was validated when it was built.
     """
     flat = record_to_dict(record)
-    with _validators_off():
-        return {path: build_bag(path, flat) for path in top_level_namespaces()}
+    return {path: build_bag(path, flat, validate=False) for path in top_level_namespaces()}
 
 
 def bags_to_flat(bags: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,14 +117,3 @@ def bags_to_flat(bags: Mapping[str, Any]) -> dict[str, Any]:
     for path, bag in bags.items():
         walk(path, bag)
     return out
-
-
-class _validators_off:
-    """Skip attrs validators while projecting already-validated values (restores the prior setting)."""
-
-    def __enter__(self) -> None:
-        self._was = attrs.validators.get_disabled()
-        attrs.validators.set_disabled(True)
-
-    def __exit__(self, *exc: object) -> None:
-        attrs.validators.set_disabled(self._was)

@@ -8,6 +8,7 @@ of the values. Each returns the decisions it took; each decision becomes provena
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import threading
@@ -192,7 +193,8 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
     `model` is an HF-style config dict (or an object with `to_config()`/`config`); when
     None, the config named by model_path/model_config is read if it exists.
     Raises ResolutionError when the resolved values break a rule; the failure is
-    remembered so the same record cannot be resolved again.
+    remembered so the same record cannot be resolved again. Raises ConfigError when the
+    record was already resolved and `model` differs from the model used then.
     """
     if not isinstance(record, ServerArgs):
         raise TypeError(f"resolve_once() takes a ServerArgs, got {type(record).__name__}")
@@ -202,6 +204,12 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
             msg = "resolution of this record already failed -- fix the input and build a new ServerArgs"
             raise ResolutionError(list(result.problems), header=msg)
         if result is not None:
+            if model is not None and _model_config(record, model) != result.model:
+                msg = (
+                    "this record was already resolved with another model, and a record resolves once "
+                    "-- build a new record for this model (attrs.evolve(record) copies it unresolved)"
+                )
+                raise ConfigError([Problem("$model", msg)], header="cannot resolve against a different model")
             return result
         try:
             result = _resolve(record, _model_config(record, model))
@@ -224,13 +232,13 @@ def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
                 raise
             return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
     if isinstance(model, Mapping):
-        return model
+        return copy.deepcopy(model)  # a private copy: the caller may go on changing theirs
     for attr in ("to_config", "config"):
         found = getattr(model, attr, None)
         if callable(found):
             found = found()
         if isinstance(found, Mapping):
-            return found
+            return copy.deepcopy(found)
     raise TypeError(f"model must be a config mapping, got {type(model).__name__}")
 
 

@@ -159,16 +159,61 @@ def _parse(file: Path) -> tuple[Any, str | None]:
             return None, f"invalid TOML: {exc}"
     if suffix == ".json":
         try:
-            return json.loads(text), None
+            return json.loads(text, object_pairs_hook=_unique_pairs), None
+        except _DuplicateKey as exc:
+            return None, f"invalid JSON: {exc} -- each key may appear once in an object, as TOML requires too"
         except json.JSONDecodeError as exc:
             return None, f"invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})"
     try:
-        return yaml.safe_load(text) or {}, None
+        return yaml.load(text, Loader=_unique_yaml_loader(yaml)) or {}, None  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return None, f"invalid YAML: {reason}{at}"
+        fix = " -- each key may appear once in a mapping" if reason.startswith("duplicate key") else ""
+        return None, f"invalid YAML: {reason}{at}{fix}"
+
+
+class _DuplicateKey(ValueError):
+    """Raised while parsing a JSON object that repeats a key."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+_YAML_LOADER: Any = None
+
+
+def _unique_yaml_loader(yaml: Any) -> Any:
+    """A SafeLoader that refuses a mapping repeating a key (PyYAML keeps the last one silently)."""
+    global _YAML_LOADER
+    if _YAML_LOADER is not None:
+        return _YAML_LOADER
+
+    class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    fresh = key not in seen
+                except TypeError:  # an unhashable key: the base class reports it
+                    break
+                if not fresh:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    _YAML_LOADER = UniqueKeyLoader
+    return UniqueKeyLoader
 
 
 class _FileWalker:

@@ -182,7 +182,7 @@ def local_rank_row(role: str, *fields: str) -> dict[str, Any]:
     ctx = get_context()
     row: dict[str, Any] = {"rank": 0, "alive": True, "generation": ctx.generation, "fingerprint": ctx.fingerprint()}
     if fields:
-        row["values"] = {name: ctx.value(name) for name in fields}
+        row["values"] = ctx.group_values(fields)
     row["role"] = role
     return row
 

@@ -306,10 +306,13 @@ def test_revert_conflict_is_refused(ctx):
     assert state_of(ctx) == before
 
 
-def test_revert_of_override_dropped_by_scope(ctx):
-    """An override made inside a scope cannot be reverted after the scope restored the state."""
+def test_override_made_inside_a_scope_outlives_it(ctx):
+    """A scope takes only its own fields away: an override of another field made inside it stays, and reverts."""
     with ctx.scoped(schedule_policy="lpm"):
         receipt = ctx.override("http", stream_interval=5)
+    assert (get_schedule().schedule_policy, get_serving().stream_interval) == ("fcfs", 5)
+    receipt.revert()
+    assert get_serving().stream_interval == 1
     with pytest.raises(RevertConflict, match="that override is no longer applied"):
         receipt.revert()
 
@@ -475,12 +478,13 @@ def test_overrides_log_records_each_commit(ctx):
     assert log[0].time <= log[1].time
 
 
-def test_scoped_overrides_any_field_and_restores_exactly(ctx):
-    """scoped() may set non-hot fields, nests, and restores bags, log and generation on exit, even on errors."""
+def test_scoped_overrides_any_field_and_takes_exactly_its_own_values_away(ctx):
+    """scoped() may set non-hot fields and nests; on exit, even on errors, only its own values go, at a new generation."""
     ctx.override("http", stream_interval=2)
-    before = state_of(ctx)
+    before = ctx.snapshot()
+    fingerprint = ctx.fingerprint()
     notes = []
-    ctx.subscribe(lambda e: notes.append((e.source, e.fields)))
+    ctx.subscribe(lambda e: notes.append((e.source, e.fields, e.generation)))
     with pytest.raises(KeyError):
         with ctx.scoped(page_size="16") as snap:
             assert snap.schedule.page_size == 16 == get_schedule().page_size
@@ -489,29 +493,37 @@ def test_scoped_overrides_any_field_and_restores_exactly(ctx):
             assert get_schedule().page_size == 16
             ctx.override("http", stream_interval=3)
             raise KeyError("inside")
-    assert state_of(ctx) == before
     assert get_schedule().page_size == 1
-    assert notes[0] == ("scoped", ("page_size",))
-    assert notes[-1] == ("scoped.restore", ("page_size", "stream_interval"))
+    assert get_serving().stream_interval == 3  # the override made inside the scope stays
+    assert ctx.snapshot().schedule == before.schedule and ctx.fingerprint() == fingerprint
+    assert [(source, fields) for source, fields, _ in notes] == [
+        ("scoped", ("page_size",)),
+        ("scoped", ("page_size",)),
+        ("scoped.restore", ("page_size",)),
+        ("http", ("stream_interval",)),
+        ("scoped.restore", ("page_size",)),
+    ]
+    assert [g for *_, g in notes] == [2, 3, 4, 5, 6]
+    generation = ctx.generation
     with pytest.raises(ConfigError, match="must be a power of two"):
         with ctx.scoped(page_size=12):
             pass  # pragma: no cover
-    assert state_of(ctx) == before
+    assert ctx.generation == generation
 
 
-def test_scoped_restores_subscribers(ctx):
-    """Subscriptions made or dropped inside a scope are undone on exit; the outer subscriber hears the restore."""
+def test_subscriptions_made_inside_a_scope_belong_to_their_owner(ctx):
+    """A scope's exit does not touch subscriptions: they end with unsubscribe() or their own with block."""
     outer_seen, inner_seen = [], []
     outer = ctx.subscribe(lambda e: outer_seen.append(e.source))
     with ctx.scoped(stream_interval=2):
         outer.unsubscribe()
-        ctx.subscribe(lambda e: inner_seen.append(e.source))
+        inner = ctx.subscribe(lambda e: inner_seen.append(e.source))
         ctx.override("http", stream_interval=3)
-    assert ctx.subscribers() == (outer,)
+    assert ctx.subscribers() == (inner,)
+    inner.unsubscribe()
     ctx.override("http", stream_interval=4)
-    assert outer_seen == ["scoped", "scoped.restore", "http"]
-    assert inner_seen == ["http"]
-    outer.unsubscribe()
+    assert outer_seen == ["scoped"]
+    assert inner_seen == ["http", "scoped.restore"]
 
 
 def test_republish_replaces_and_logs_dropped_overrides(ctx):

@@ -1,9 +1,11 @@
 """Stateful property test: random publish / override / scoped / install / revert sequences keep the invariants.
 
-Invariants checked after every step: the bags equal the model this test keeps, the
-generation rises by exactly one per committed override, an invalid override changes
-nothing, and closing a scope or restoring an install brings back the exact context
-(same object, same state) that was live before it.
+Invariants checked after every step: the bags equal the model this test keeps (the
+resolved values with every live write laid on top in commit order), the generation
+rises by exactly one per change (scope exits and reverts included), an invalid override
+changes nothing, scopes close in any order taking exactly their own values, and
+restoring an install brings back the exact context (same object, same state) that was
+live before it.
 """
 
 from __future__ import annotations
@@ -65,11 +67,24 @@ class Model:
     """What the test expects the live context to be."""
 
     context: Any  # the live RuntimeContext, None when nothing is published
-    values: dict[str, Any]
+    base: dict[str, Any]
+    writes: tuple[tuple[Any, dict[str, Any], int], ...]  # (receipt or scope, values, generation), commit order
     generation: int
     log_len: int
     receipts: tuple[Any, ...]
-    last_set: dict[str, Any]  # field -> receipt that last set it
+
+    @property
+    def values(self) -> dict[str, Any]:
+        out = dict(self.base)
+        for _, values, _ in self.writes:
+            out.update(values)
+        return out
+
+    def top(self, name: str) -> tuple[Any, dict[str, Any], int] | None:
+        for write in reversed(self.writes):
+            if name in write[1]:
+                return write
+        return None
 
 
 def resolved_values(record: Any) -> dict[str, Any]:
@@ -80,7 +95,7 @@ class ContextMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         reset()
-        self.model = Model(None, {}, 0, 0, (), {})
+        self.model = Model(None, {}, (), 0, 0, ())
         self.frames: list[tuple[str, Any, Model, Any]] = []  # (kind, handle, saved model, saved state)
 
     # -- helpers -------------------------------------------------------------------------
@@ -88,19 +103,24 @@ class ContextMachine(RuleBasedStateMachine):
     def published(self) -> bool:
         return self.model.context is not None
 
-    def committed(self, receipt: Any, values: dict[str, Any]) -> None:
+    def changed(self, receipt: Any, writes: tuple[tuple[Any, dict[str, Any], int], ...]) -> None:
         m = self.model
-        last_set = dict(m.last_set)
-        last_set.update(dict.fromkeys(values, receipt))
-        self.model = attrs.evolve(
-            m,
-            values={**m.values, **values},
-            generation=m.generation + 1,
-            log_len=m.log_len + 1,
-            receipts=(*m.receipts, receipt),
-            last_set=last_set,
-        )
-        assert receipt.generation == self.model.generation
+        receipts = m.receipts if receipt is None else (*m.receipts, receipt)
+        self.model = attrs.evolve(m, writes=writes, generation=m.generation + 1, log_len=m.log_len + 1, receipts=receipts)
+        if receipt is not None:
+            assert receipt.generation == self.model.generation
+
+    def committed(self, receipt: Any, values: dict[str, Any]) -> None:
+        self.changed(receipt, (*self.model.writes, (receipt, values, self.model.generation + 1)))
+
+    def open_scopes(self) -> list[int]:
+        """Indexes of the frames that are scopes on the live context (above the innermost install)."""
+        out = []
+        for i in range(len(self.frames) - 1, -1, -1):
+            if self.frames[i][0] == "install":
+                break
+            out.append(i)
+        return out
 
     # -- rules ---------------------------------------------------------------------------
 
@@ -110,7 +130,7 @@ class ContextMachine(RuleBasedStateMachine):
         record = build_record(fields)
         with capture_logs():
             ctx = publish(record, role=role)
-        self.model = Model(ctx, resolved_values(record), 0, 0, (), {})
+        self.model = Model(ctx, resolved_values(record), (), 0, 0, ())
 
     @precondition(published)
     @rule(values=hot_overrides)
@@ -142,7 +162,13 @@ class ContextMachine(RuleBasedStateMachine):
         if not self.model.receipts:
             return
         receipt = data.draw(st.sampled_from(self.model.receipts))
-        conflict = any(self.model.last_set.get(c.name) is not receipt for c in receipt.changes)
+        m = self.model
+        names = [c.name for c in receipt.changes]
+        if receipt.record.kind == "set":
+            live = [w for w in m.writes if w[0] is receipt]
+            conflict = not live or any(m.top(n) is not live[0] for n in names)
+        else:  # a revert: reverting it puts the values back unless a newer write covers them
+            conflict = any((top := m.top(n)) is not None and top[2] > receipt.generation for n in names)
         if conflict:
             state = get_context()._state
             with pytest.raises(RevertConflict):
@@ -151,7 +177,10 @@ class ContextMachine(RuleBasedStateMachine):
             return
         with capture_logs():
             back = receipt.revert()
-        self.committed(back, {c.name: c.old for c in receipt.changes})
+        if receipt.record.kind == "set":
+            self.changed(back, tuple(w for w in m.writes if w[0] is not receipt))
+        else:
+            self.committed(back, {c.name: c.old for c in receipt.changes})
 
     @precondition(published)
     @rule(values=st.sampled_from([{"page_size": 8}, {"page_size": 2, "stream_interval": 5}, {"tp_size": 2}]))
@@ -162,15 +191,17 @@ class ContextMachine(RuleBasedStateMachine):
         with capture_logs():
             cm.__enter__()
         self.frames.append(("scoped", cm, *saved))
-        # a scope is a commit in the scoped layer: earlier receipts of its fields now conflict
-        scope_mark = object()
-        self.model = attrs.evolve(
-            self.model,
-            values={**self.model.values, **values},
-            generation=self.model.generation + 1,
-            log_len=self.model.log_len + 1,
-            last_set={**self.model.last_set, **dict.fromkeys(values, scope_mark)},
-        )
+        self.changed(None, (*self.model.writes, (cm, values, self.model.generation + 1)))
+
+    @precondition(lambda self: bool(self.open_scopes()))
+    @rule(data=st.data())
+    def close_any_scope(self, data: st.DataObject) -> None:
+        """Scopes on the live context close in any order, each taking exactly its own values away."""
+        at = data.draw(st.sampled_from(self.open_scopes()))
+        _, cm, _, _ = self.frames.pop(at)
+        with capture_logs():
+            cm.__exit__(None, None, None)
+        self.changed(None, tuple(w for w in self.model.writes if w[0] is not cm))
 
     @rule(values=st.sampled_from([{}, {"page_size": 4}, {"stream_interval": 3, "page_size": 2}]))
     def install(self, values: dict[str, Any]) -> None:
@@ -180,17 +211,14 @@ class ContextMachine(RuleBasedStateMachine):
         ctx = handle.install()
         self.frames.append(("install", handle, *saved))
         record = build_record(values, base=base)
-        self.model = Model(ctx, resolved_values(record), 0, 0, (), {})
+        self.model = Model(ctx, resolved_values(record), (), 0, 0, ())
 
-    @precondition(lambda self: bool(self.frames))
+    @precondition(lambda self: bool(self.frames) and self.frames[-1][0] == "install")
     @rule()
-    def close_innermost(self) -> None:
-        kind, handle, saved_model, saved_state = self.frames.pop()
+    def restore_install(self) -> None:
+        _, handle, saved_model, saved_state = self.frames.pop()
         with capture_logs():
-            if kind == "scoped":
-                handle.__exit__(None, None, None)
-            else:
-                handle.restore()
+            handle.restore()
         self.model = saved_model
         if saved_model.context is None:
             assert not is_published()
@@ -207,17 +235,23 @@ class ContextMachine(RuleBasedStateMachine):
                 get_schedule()
             return
         ctx = get_context()
+        values = self.model.values
         assert ctx is self.model.context
-        assert ctx.snapshot().flat() == self.model.values
-        assert dict(ctx._state.flat) == self.model.values
+        assert ctx.snapshot().flat() == values
+        assert dict(ctx._state.flat) == values
         assert ctx.generation == self.model.generation == ctx.snapshot().generation
         assert len(ctx.overrides_log()) == self.model.log_len
-        assert get_schedule().page_size == self.model.values["page_size"]
-        assert get_serving().stream_interval == self.model.values["stream_interval"]
+        assert get_schedule().page_size == values["page_size"]
+        assert get_serving().stream_interval == values["stream_interval"]
 
     def teardown(self) -> None:
         while self.frames:
-            self.close_innermost()
+            if self.frames[-1][0] == "install":
+                self.restore_install()
+            else:
+                _, cm, _, _ = self.frames.pop()
+                with capture_logs():
+                    cm.__exit__(None, None, None)
         reset()
 
 

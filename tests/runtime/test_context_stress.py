@@ -52,13 +52,19 @@ def test_readers_never_see_half_an_override(server_args):
     assert backwards == []
     assert all(n > 0 for n in reads)
     assert server_args.generation == OVERRIDES + 1
-    assert len(server_args.overrides_log()) == OVERRIDES + 1
+    # the log keeps its window (observability.overrides_log_limit) and counts the rest
+    limit = server_args.snapshot().observability.overrides_log_limit
+    assert len(server_args.overrides_log()) == min(limit, OVERRIDES + 1)
+    assert server_args.dropped_overrides() == OVERRIDES + 1 - len(server_args.overrides_log())
     assert len([e for e in logs if e["event"] == "config.override"]) == OVERRIDES
 
 
 def test_concurrent_writers_serialize(server_args):
     """Writers from several threads each commit exactly once per call; generations are gapless."""
     per_thread = 200
+
+    seen: list[int] = []
+    server_args.subscribe(lambda event: seen.append(event.generation))
 
     def writer(n: int) -> None:
         for i in range(per_thread):
@@ -70,9 +76,13 @@ def test_concurrent_writers_serialize(server_args):
             t.start()
         for t in threads:
             t.join()
+    total = 4 * per_thread
     log = server_args.overrides_log()
-    assert [r.generation for r in log] == list(range(1, 4 * per_thread + 1))
-    assert server_args.generation == 4 * per_thread
+    window = min(total, server_args.snapshot().observability.overrides_log_limit)
+    assert [r.generation for r in log] == list(range(total - window + 1, total + 1))
+    assert server_args.dropped_overrides() == total - window
+    assert sorted(seen) == list(range(1, total + 1))
+    assert server_args.generation == total
 
 
 def test_readers_take_no_lock(server_args):

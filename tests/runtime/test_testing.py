@@ -88,16 +88,16 @@ def test_install_and_restore_methods():
         ov.restore()
 
 
-def test_out_of_order_restore_is_refused():
-    """Restoring an outer install while an inner one is in place raises and changes nothing."""
-    outer, inner = override_server_args(page_size=2), override_server_args(page_size=4)
+def test_out_of_order_restore_takes_exactly_its_own_fields():
+    """Restoring an outer install under an inner one leaves exactly the inner one's fields live."""
+    outer = override_server_args(page_size=2, schedule_policy="lpm")
+    inner = override_server_args(page_size=4, stream_interval=3)
     outer.install()
     inner.install()
-    with pytest.raises(RuntimeError, match="restore the innermost one first"):
-        outer.restore()
-    assert get_schedule().page_size == 4
-    inner.restore()
     outer.restore()
+    assert (get_schedule().page_size, get_schedule().schedule_policy, get_serving().stream_interval) == (4, "fcfs", 3)
+    assert get_context() is inner.context and not outer.installed
+    inner.restore()
     with pytest.raises(NotPublishedError):
         get_schedule()
 

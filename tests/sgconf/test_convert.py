@@ -53,6 +53,7 @@ BAD = [
     (int, None, "expected an integer"),
     (float, "nan", "expected a finite number"),
     (float, False, "expected a number, not a boolean"),
+    (float, 10**400, "expected a finite number (too large for a float)"),
     (bool, "maybe", "expected a boolean (true/false, 1/0, yes/no, on/off)"),
     (bool, 2, "expected a boolean (true/false, 1/0, yes/no, on/off)"),
     (str, 5, "expected a string"),
@@ -81,3 +82,14 @@ def test_declared_fields_use_the_same_converter() -> None:
     assert structure("none", field_info("page_size")) is None
     assert structure("32", field_info("page_size")) == 32
     assert structure("eagle", field_info("speculative_algorithm")) == "EAGLE"
+
+
+def test_a_huge_integer_for_a_float_field_is_a_collected_config_error() -> None:
+    """An integer beyond the float range becomes one ConfigError line, never an OverflowError."""
+    from sgconf import ConfigError
+    from sgconf.validation import build_record
+
+    with pytest.raises(ConfigError) as info:
+        build_record({"schedule_conservativeness": 10**400, "page_size": 3}, {"schedule_conservativeness": "from --x"})
+    assert [p.path for p in info.value.problems] == ["$.schedule.schedule_conservativeness", "$.schedule.page_size"]
+    assert "expected a finite number (too large for a float)" in str(info.value)

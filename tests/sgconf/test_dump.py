@@ -25,7 +25,7 @@ def test_toml_round_trips_awkward_values() -> None:
     """Strings with quotes, newlines, unicode and DEL, inline dicts and floats read back unchanged."""
     data = {
         "model": {"model_path": 'we"ird\n\\path \u00e9 \U0001f600 \x7f', "model_config": None},
-        "memory": {"hicache_storage_backend_extra_config": {"dir": "/x", "n": 2, "deep": {"a": [1, 2]}, "gone": None}},
+        "memory": {"hicache_storage_backend_extra_config": {"dir": "/x", "n": 2, "deep": {"a": [1, 2]}}},
         "schedule": {"mem_fraction_static": 0.85, "page_size": 16, "disable_overlap_schedule": False},
         "exec": {"kernel": {"attention_backend": "torch_native"}, "graph": {"cuda_graph_max_bs": None}},
     }

@@ -133,3 +133,22 @@ def test_given_dtype_beats_the_model() -> None:
     """An explicit dtype is kept whatever the model declares."""
     resolved = resolve_once(ServerArgs(dtype="float32"), model={"torch_dtype": "bfloat16"})
     assert resolved.values.dtype == "float32" and resolved.decision_for("dtype") is None
+
+
+def test_a_resolved_record_refuses_another_model_and_keeps_no_reference() -> None:
+    """Resolving again with a different model is refused; the model given first is copied, not kept."""
+    from sgconf import ConfigError
+
+    model = {"max_position_embeddings": 100, "nested": {"k": [1]}}
+    record = ServerArgs()
+    first = resolve_once(record, model)
+    model["nested"]["k"].append(2)
+    assert first.model == {"max_position_embeddings": 100, "nested": {"k": [1]}}
+    assert resolve_once(record, {"max_position_embeddings": 100, "nested": {"k": [1]}}) is first
+    with pytest.raises(ConfigError) as info:
+        resolve_once(record, {"max_position_embeddings": 200})
+    assert str(info.value) == (
+        "cannot resolve against a different model\n"
+        "  $model: this record was already resolved with another model, and a record resolves once "
+        "-- build a new record for this model (attrs.evolve(record) copies it unresolved)"
+    )

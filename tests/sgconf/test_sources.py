@@ -56,3 +56,30 @@ def test_load_layers_reports_an_undeclared_cli_name() -> None:
     with pytest.raises(ConfigError) as info:
         load_layers({"page_sise": "4", "port": "31000"}, env={})
     assert info.value.lines() == ["$.page_sise: unknown field 'page_sise' -- did you mean 'page_size'? (from --page-sise)"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            "app.json",
+            '{"schedule": {"page_size": 4, "page_size": 8}}',
+            "invalid JSON: duplicate key 'page_size' -- each key may appear once in an object, as TOML requires too",
+        ),
+        (
+            "app.yaml",
+            "schedule:\n  page_size: 4\n  page_size: 8\n",
+            "invalid YAML: duplicate key 'page_size' (at line 3, column 3) -- each key may appear once in a mapping",
+        ),
+        ("app.toml", "[schedule]\npage_size = 4\npage_size = 8\n", "invalid TOML"),
+    ],
+)
+def test_duplicate_keys_are_refused_in_every_format(tmp_path: Path, name: str, text: str, message: str) -> None:
+    """A config file repeating a key is refused naming the key and the file, whatever its format."""
+    path = tmp_path / name
+    path.write_text(text)
+    layer = read_config_file(path)
+    (problem,) = layer.problems
+    assert problem.message.startswith(message)
+    assert problem.source == f"from {path}"
+    assert dict(layer.values) == {}

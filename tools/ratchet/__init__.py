@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from tools.ratchet.baseline import Outcome, compare, updated_counts  # noqa: E402
 from tools.ratchet.config import Exempt, RatchetConfig, UnreadAllow, load_config  # noqa: E402
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError, RatchetError  # noqa: E402
@@ -11,6 +9,7 @@ from tools.ratchet.rules import RULES, Rule  # noqa: E402
 from tools.ratchet.runner import collect_files, scan_files  # noqa: E402
 from tools.ratchet.settings import ScanSettings  # noqa: E402
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site  # noqa: E402
+from tools.ratchet.version import __version__
 
 __all__ = [
     "AllowComment",

@@ -29,7 +29,7 @@ def tool_version() -> str:
     here = Path(__file__).parent
     for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py"):
         digest.update((here / name).read_bytes())
-    from tools.ratchet import __version__
+    from tools.ratchet.version import __version__
 
     return f"{__version__}+{digest.hexdigest()}"
 
