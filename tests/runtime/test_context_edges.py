@@ -1,0 +1,80 @@
+"""Context behaviour users rely on at its edges: revert events, replaced contexts, reset and installs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from runtime import get_context, is_published, override_server_args, publish, reset
+from runtime.errors import ContextReplacedError
+from runtime.testing import install_depth
+from sgconf import ServerArgs
+
+
+@pytest.fixture
+def ctx() -> Iterator[Any]:
+    context = publish(ServerArgs(), role="scheduler")
+    yield context
+    reset()
+
+
+def test_a_revert_is_announced_to_subscribers(ctx: Any) -> None:
+    """Subscribers hear the override and its revert, each with its source, generation and value."""
+    events: list[Any] = []
+    ctx.subscribe(events.append)
+    receipt = ctx.override("ops", schedule_conservativeness=0.5)
+    undone = receipt.revert()
+    assert [(e.source, e.generation, e.snapshot.schedule.schedule_conservativeness) for e in events] == [
+        ("ops", 1, 0.5),
+        ("revert:ops", 2, 1.0),
+    ]
+    # a revert of the revert puts the value back, and is announced too
+    undone.revert()
+    assert [(e.source, e.generation) for e in events][2:] == [("revert:revert:ops", 3)]
+    assert ctx.value("schedule_conservativeness") == 0.5
+
+
+def test_subscribers_of_other_fields_hear_nothing(ctx: Any) -> None:
+    """A subscription to some fields is not called for a change of others, nor for their revert."""
+    events: list[Any] = []
+    ctx.subscribe(events.append, fields=["stream_interval"])
+    ctx.override("ops", schedule_conservativeness=0.5).revert()
+    assert events == []
+    ctx.override("ops", stream_interval=4)
+    assert [e.fields for e in events] == [("stream_interval",)]
+
+
+def test_a_replaced_context_refuses_validation_and_commits(ctx: Any) -> None:
+    """After a later publish the old context neither validates nor overrides, and the new one is untouched."""
+    proposal = ctx.validate_override("ops", schedule_conservativeness=0.5)
+    live = publish(ServerArgs(), role="scheduler")
+    message = "this runtime context was replaced by a later publish() -- call get_context() for the live one"
+    with pytest.raises(ContextReplacedError) as info:
+        ctx.validate_override("ops", schedule_conservativeness=0.25)
+    assert message in str(info.value)
+    with pytest.raises(ContextReplacedError):
+        ctx.override("ops", schedule_conservativeness=0.25)
+    with pytest.raises(ContextReplacedError):
+        ctx.commit(proposal)
+    assert get_context() is live and live.generation == 0
+    assert live.value("schedule_conservativeness") == 1.0
+
+
+def test_reset_forgets_override_server_args_installs() -> None:
+    """reset() drops every install: nothing is published and a later restore() is a no-op."""
+    outer = override_server_args(page_size=16)
+    inner = override_server_args(tp_size=2)
+    outer.install()
+    inner.install()
+    assert install_depth() == 2 and get_context().record.tp_size == 2
+    reset()
+    assert install_depth() == 0 and not is_published()
+    inner.restore()
+    outer.restore()
+    assert not is_published() and not inner.installed and not outer.installed
+    # and the overrides can be installed again afterwards
+    with override_server_args(page_size=8):
+        assert get_context().record.page_size == 8
+    assert not is_published()
