@@ -8,18 +8,13 @@ behaviour: the mutant's key as the report prints it (without the line number), t
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
+from tools.mutation import toml as tomllib
 from tools.mutation.errors import MutationConfigError
 from tools.mutation.mutants import Mutant
 
