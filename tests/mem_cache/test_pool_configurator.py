@@ -427,3 +427,94 @@ def test_min_mem_fraction_static_rounds_up() -> None:
     assert cfg.min_mem_fraction_static(0) == 880.0
     # without max_running_requests the smallest plan has one request row: 2 * 400 + 8 * 20 = 960
     assert DefaultPoolConfigurator(shape(), DENSE, inputs(page_size=4)).min_mem_fraction_static(960) == 0.5
+
+
+# ---- edges the plans above do not reach -------------------------------------------------------
+def test_defaults_of_plan_inputs_and_layer_costs() -> None:
+    """Unset inputs mean: radix cache on, no extra decode slots; unset draft costs are zero."""
+    i = PlanInputs(page_size=1, kv_cache_dtype="bfloat16", context_len=96, swa_full_tokens_ratio=0.5, mem_fraction_static=0.5)
+    assert (i.disable_radix_cache, i.decode_extra_slots, i.disaggregation_mode, i.max_draft_tokens) == (False, 0, "null", 0)
+    c = LayerCosts(f=1, s=1, F=1, S=1)
+    assert (c.f_d, c.s_d, c.Df, c.Ds, c.Dsf) == (0, 0, 0, 0, 0)
+    # so without a word about the radix cache a hybrid with limits is not chunk-capped
+    limits = {"max_running_requests": 2, "chunked_prefill_size": 16}
+    assert choose_pool_configurator(shape(full=(0,), swa=(1,), window=8), inputs(**limits)) is HybridSWAPoolConfigurator
+
+
+def test_all_swa_plan_with_draft_layers() -> None:
+    """An all-SWA target sizes every draft layer by the one pool: full draft layers and SWA ones alike."""
+    costs = LayerCosts(f=10, s=10, F=0, S=3, f_d=4, s_d=6, Df=1, Ds=1, Dsf=1)
+    # per token 30 + 4 + 6*2 + 8 = 54; fixed 800 + 30 + 2*8 + 4 + 12 = 862
+    cfg = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1))
+    p = cfg.plan(862 + 54 * 100)
+    assert p.swa_max_total_num_tokens == 100
+    assert p.bytes_by_pool() == {"req_to_token": 800, "kv_swa": 101 * 30, "swa_index_map": 102 * 8, "draft_kv_full": 101 * 4, "draft_kv_swa": 101 * 12}
+    assert cfg.plan(862 + 54 * 100 - 1).swa_max_total_num_tokens == 99
+
+
+def test_a_budget_below_the_fixed_costs_plans_nothing() -> None:
+    """With 1 byte a token, a budget one byte below the table and padding still fits no token."""
+    costs = LayerCosts(f=1, s=0, F=1, S=0)
+    cfg = DefaultPoolConfigurator(shape(), costs, inputs(max_running_requests=3))
+    # fixed 1600 + 1: one token more needs 1602
+    with pytest.raises(InsufficientMemoryError):
+        cfg.plan(1600)
+    assert cfg.plan(1602).max_total_num_tokens == 1
+
+
+def test_default_request_count_is_judged_on_a_one_request_plan() -> None:
+    """The default row count comes from the tokens of a one-row plan, then the plan is made with those rows."""
+    costs = LayerCosts(f=20000, s=0, F=2, S=0)
+    # page 16, ctx 92 (384 B a row): one row leaves (4480768 - 768 - 640000) // 40000 = 96 tokens = 6 pages
+    # (two rows would leave 95 -> 80 tokens = 5 pages); 6 rows then leave 95 -> 80 tokens
+    p = DefaultPoolConfigurator(shape(), costs, inputs(context_len=92, page_size=16)).plan(4_480_768)
+    assert (p.max_num_reqs, p.max_total_num_tokens) == (6, 80)
+
+
+def test_a_cap_of_exactly_one_page_is_a_plan() -> None:
+    """max_total_tokens equal to one page is accepted."""
+    p = plan(DefaultPoolConfigurator, DENSE, 3680, page_size=4, max_running_requests=3, max_total_tokens=4)
+    assert (p.max_total_num_tokens, p.capped) == (4, True)
+
+
+def test_window_refusal_when_the_smallest_plan_fits_exactly() -> None:
+    """A budget exactly equal to the smallest plan's bytes names the window, not the memory."""
+    # window 48: smallest plan swa 50, full 100: 856 + 1800 + 1500 = 4156 B
+    with pytest.raises(PlanError) as info:
+        plan(HybridSWAPoolConfigurator, HYBRID, 4156, window=48, max_running_requests=1, max_total_tokens=60)
+    assert not isinstance(info.value, InsufficientMemoryError)
+
+
+def test_the_smallest_plan_without_max_running_requests_has_one_row() -> None:
+    """The error's minimum budget counts one request row when max_running_requests is unset."""
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan(DefaultPoolConfigurator, DENSE, 100, page_size=4, flag="--available-memory")
+    assert info.value.min_budget_bytes == 2 * 400 + 8 * 20
+
+
+@pytest.mark.parametrize(
+    ("budget", "frac", "hint"),
+    [
+        (1000, 0.88, "raise --mem-fraction-static to at least 0.88"),
+        (880, 1.0, "no mem_fraction_static fits"),
+        (640, 1.38, "no mem_fraction_static fits"),
+    ],
+)
+def test_the_fraction_hint_turns_at_one(budget: int, frac: float, hint: str) -> None:
+    """A fraction below 1 is offered; at 1 or above none fits (need 1760 B at fraction 0.5)."""
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan(DefaultPoolConfigurator, DENSE, budget, page_size=4, max_running_requests=3, max_total_tokens=None)
+    assert info.value.min_mem_fraction_static == frac
+    assert hint in str(info.value)
+
+
+def test_a_zero_window_fits_a_two_token_swa_pool() -> None:
+    """A window of 0 needs only a page plus one in the SWA pool."""
+    p = plan(HybridSWAPoolConfigurator, HYBRID, 4156, window=0, max_running_requests=1, max_total_tokens=4)
+    assert (p.full_max_total_num_tokens, p.swa_max_total_num_tokens) == (4, 2)
+
+
+def test_chunk_cap_without_limits_is_one_page() -> None:
+    """Unset request and chunk limits add nothing to the SWA cap."""
+    cfg = SWAChunkCapPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=8), HYBRID, inputs(page_size=4))
+    assert cfg.swa_cap() == 4

@@ -34,8 +34,11 @@ class Mutant:
         return self.mutation.line
 
     def location(self) -> str:
-        """`path:line scope: before -> after`, as the report prints a survivor."""
-        return f"{self.path}:{self.line} {self.mutation.scope}: {self.mutation.description}"
+        """`path:line scope: before -> after` (and `(#n)` for a twin), as the report prints a survivor.
+
+        It is the key with the line number added, so an equivalents entry is the line without it.
+        """
+        return f"{self.path}:{self.line} {self.key[len(self.path) + 1 :]}"
 
 
 def module_name(path: str) -> str:
