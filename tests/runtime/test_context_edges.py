@@ -11,6 +11,7 @@ from runtime import get_context, is_published, override_server_args, publish, re
 from runtime.errors import ContextReplacedError
 from runtime.testing import install_depth
 from sgconf import ServerArgs
+from sgconf.errors import OverrideRefused
 
 
 @pytest.fixture
@@ -78,3 +79,56 @@ def test_reset_forgets_override_server_args_installs() -> None:
     with override_server_args(page_size=8):
         assert get_context().record.page_size == 8
     assert not is_published()
+
+
+def test_a_refused_field_reports_only_the_refusal(ctx: Any) -> None:
+    """A field that may not change is refused before its value is even converted."""
+    with pytest.raises(OverrideRefused) as info:
+        ctx.override("ops", page_size="x")
+    assert info.value.lines() == [
+        "$.schedule.page_size: 'page_size' is not hot and source 'ops' is not on its allow-list (got 'x') "
+        "-- set --page-size at launch (from override ops)"
+    ]
+
+
+def test_every_write_path_checks_the_source_except_catch_up(ctx: Any) -> None:
+    """apply_override and validate_override refuse a field that is not hot; a catch-up is checked by its caller."""
+    with pytest.raises(OverrideRefused):
+        ctx.apply_override("ops", lambda receipt: None, page_size=16)
+    with pytest.raises(OverrideRefused):
+        ctx.validate_override("ops", page_size=16)
+    proposal = ctx.validate_catch_up("group", generation=3, page_size=16)
+    assert proposal.values == {"page_size": 16} and proposal.snapshot.generation == 3
+    assert ctx.generation == 0
+
+
+def test_a_replaced_context_refuses_a_revert(ctx: Any) -> None:
+    """A receipt of a replaced context cannot revert into the live one."""
+    receipt = ctx.override("ops", schedule_conservativeness=0.5)
+    live = publish(ServerArgs(), role="scheduler")
+    with pytest.raises(ContextReplacedError):
+        receipt.revert()
+    assert live.generation == 0
+
+
+def test_scope_states_and_idempotent_exit(ctx: Any) -> None:
+    """A scope reads new, open, closed; exiting twice, or before entering, changes nothing more."""
+    scope = ctx.scoped(stream_interval=3)
+    assert repr(scope) == "Scope(stream_interval; new)"
+    scope.__exit__(None, None, None)
+    assert ctx.generation == 0
+    with scope:
+        assert repr(scope) == "Scope(stream_interval; open)"
+        assert ctx.value("stream_interval") == 3
+    assert repr(scope) == "Scope(stream_interval; closed)"
+    assert (ctx.generation, ctx.value("stream_interval")) == (2, 1)
+    ctx.override("ops", stream_interval=5)
+    scope.__exit__(None, None, None)
+    assert (ctx.generation, ctx.value("stream_interval")) == (3, 5)
+
+
+def test_group_values_and_repr(ctx: Any) -> None:
+    """The config group reads current values by name; the context names its role, generation and overrides."""
+    ctx.override("ops", stream_interval=4)
+    assert ctx.group_values(["page_size", "stream_interval"]) == {"page_size": 1, "stream_interval": 4}
+    assert repr(ctx) == "RuntimeContext(role='scheduler', generation=1, overrides=1)"

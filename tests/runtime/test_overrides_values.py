@@ -5,6 +5,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import pytest
+
 from runtime.overrides import (
     FieldChange,
     OverrideProposal,
@@ -105,3 +107,11 @@ def test_subscription_wants_and_unsubscribes() -> None:
     with some as entered:
         assert entered is some and ctx.unsubscribed == []
     assert ctx.unsubscribed == [some]
+
+
+def test_record_kind_is_keyword_only_and_subscription_repr_hides_its_context() -> None:
+    """`kind` cannot be passed by position; a subscription's repr leaves the context out."""
+    with pytest.raises(TypeError):
+        OverrideRecord("ops", "override", 1, 0.0, (), "remove")  # type: ignore[misc]
+    assert OverrideRecord("ops", "override", 1, 0.0, (), kind="remove").kind == "remove"
+    assert repr(Subscription(_Context(), print, None)) == "Subscription(callback=<built-in function print>, fields=None)"
