@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,52 @@ def test_write_counts_reports_a_failed_write_and_leaves_nothing(tmp_path: Path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ratchet.toml"]
     with pytest.raises(RatchetConfigError, match="cannot read"):
         write_counts(tmp_path / "missing.toml", {}, {})
+
+
+def test_a_regression_lists_only_its_own_file_and_kind(tmp_path: Path) -> None:
+    """The sites of a regression are those of that file and kind, not the file's other kinds nor other files."""
+    mine = site("a.py", "alias")
+    scans = [FileScan("a.py", (mine, site("a.py", "direct"))), FileScan("b.py", (site("b.py", "alias"),))]
+    cfg = config(tmp_path, {"a.py": {"direct": 1}, "b.py": {"alias": 1}})
+    [regression] = compare(cfg, scans, full=False).regressions
+    assert regression.sites == (mine,)
+
+
+def test_an_exemption_used_only_by_writes_or_allowed_reads_is_stale(tmp_path: Path) -> None:
+    """Writes are never exempt and allowed reads need no exemption, so neither keeps one alive."""
+    entry = Exempt("a.py", "page_size", "old")
+    cfg = config(tmp_path, {"a.py": {"write": 1}}, exempt=(entry,))
+    only_write = [FileScan("a.py", (site("a.py", "write"),))]
+    assert compare(cfg, only_write, full=True).stale_exempts == (entry,)
+    allowed = [FileScan("a.py", (site("a.py", allowed="why"),), (AllowComment("a.py", 1, 9, "why", used=True),))]
+    assert compare(config(tmp_path, exempt=(entry,)), allowed, full=True).stale_exempts == (entry,)
+
+
+def test_non_ascii_paths_and_reasons_are_written_as_they_are() -> None:
+    """Paths and reasons keep their characters (TOML is UTF-8)."""
+    assert render_counts({"caf\u00e9.py": {"direct": 1}}, {"caf\u00e9.py": "d\u00e9j\u00e0"}).splitlines()[2:] == [
+        '[counts."caf\u00e9.py"]', "direct = 1", 'reason = "d\u00e9j\u00e0"',
+    ]
+
+
+def test_a_file_that_starts_with_the_marker_is_rewritten_in_place(tmp_path: Path) -> None:
+    """Counts written into an empty file, then again, keep one marker and nothing above it."""
+    path = tmp_path / "ratchet.toml"
+    path.write_text(f'{COUNTS_MARKER}\n\n[counts."a.py"]\nalias = 2\n', encoding="utf-8")
+    write_counts(path, {"b.py": {"direct": 1}}, {})
+    assert path.read_text(encoding="utf-8") == f'{COUNTS_MARKER}\n\n[counts."b.py"]\ndirect = 1\n'
+
+
+def test_a_temporary_file_that_cannot_be_made_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When not even the temporary file can be created the error says so and the file stays."""
+    path = tmp_path / "ratchet.toml"
+    path.write_text("[config]\n", encoding="utf-8")
+
+    def refuse(**kw: object) -> tuple[int, str]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    with pytest.raises(RatchetConfigError) as info:
+        write_counts(path, {"a.py": {"direct": 1}}, {})
+    assert str(info.value) == f"cannot write {path}: No space left on device -- check its permissions"
+    assert path.read_text(encoding="utf-8") == "[config]\n"
