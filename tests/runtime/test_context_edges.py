@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from runtime import get_context, is_published, override_server_args, publish, reset
-from runtime.errors import ContextReplacedError
+from runtime.errors import ContextReplacedError, RevertConflict
 from runtime.testing import install_depth
 from sgconf import ServerArgs
 from sgconf.errors import OverrideRefused
@@ -132,3 +134,54 @@ def test_group_values_and_repr(ctx: Any) -> None:
     ctx.override("ops", stream_interval=4)
     assert ctx.group_values(["page_size", "stream_interval"]) == {"page_size": 1, "stream_interval": 4}
     assert repr(ctx) == "RuntimeContext(role='scheduler', generation=1, overrides=1)"
+
+
+def test_failing_subscribers_are_named_in_the_log(ctx: Any) -> None:
+    """A failing function is named by its qualified name, a callable object by its repr."""
+
+    def broken(_: Any) -> None:
+        raise ValueError("no")
+
+    class Hook:
+        def __call__(self, _: Any) -> None:
+            raise ValueError("no")
+
+        def __repr__(self) -> str:
+            return "<hook>"
+
+    ctx.subscribe(broken)
+    ctx.subscribe(Hook())
+    with capture_logs() as logs:
+        ctx.override("ops", stream_interval=4)
+    names = [e["subscriber"] for e in logs if e["event"] == "config.subscriber_failed"]
+    assert names == ["test_failing_subscribers_are_named_in_the_log.<locals>.broken", "<hook>"]
+
+
+def test_an_interrupt_from_the_log_sink_propagates_after_the_commit(ctx: Any) -> None:
+    """A KeyboardInterrupt while logging the commit reaches the caller, but the change is live and subscribers heard it."""
+    saved = structlog.get_config()
+
+    def interrupt(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("event") == "config.override":
+            raise KeyboardInterrupt
+        return event
+
+    heard: list[int] = []
+    ctx.subscribe(lambda e: heard.append(e.generation))
+    structlog.configure(processors=[interrupt, structlog.processors.KeyValueRenderer()])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ctx.override("ops", stream_interval=4)
+    finally:
+        structlog.configure(**saved)
+    assert (ctx.generation, ctx.value("stream_interval"), heard) == (1, 4, [1])
+
+
+def test_a_revert_of_a_revert_is_refused_once_the_field_changed_again(ctx: Any) -> None:
+    """Putting an undone override back is refused when a later override covers the field, naming it."""
+    undone = ctx.override("ops", stream_interval=4).revert()
+    ctx.override("http", stream_interval=6)
+    with pytest.raises(RevertConflict) as info:
+        undone.revert()
+    assert "changed since by 'http' at generation 3" in str(info.value)
+    assert ctx.value("stream_interval") == 6
