@@ -14,6 +14,7 @@ from runtime.errors import ContextReplacedError, RevertConflict
 from runtime.testing import install_depth
 from sgconf import ServerArgs
 from sgconf.errors import OverrideRefused
+from sgconf.validation import build_record
 
 
 @pytest.fixture
@@ -185,3 +186,27 @@ def test_a_revert_of_a_revert_is_refused_once_the_field_changed_again(ctx: Any) 
         undone.revert()
     assert "changed since by 'http' at generation 3" in str(info.value)
     assert ctx.value("stream_interval") == 6
+
+
+def test_explain_and_counts_inside_and_past_the_log_window() -> None:
+    """Within the window nothing is dropped; past it the newest dropped override stands before the ones kept."""
+    context = publish(build_record({"overrides_log_limit": 3}), role="scheduler")
+    try:
+        with capture_logs():
+            context.override("a", stream_interval=2)
+            assert context.dropped_overrides() == 0
+            assert [(o.layer, o.detail, o.value) for o in context.explain("stream_interval")][-1] == ("override", "a", 2)
+            context.override("b", stream_interval=3)
+            for policy in ("lpm", "fcfs", "lpm"):
+                context.override("c", schedule_policy=policy)
+            context.override("d", stream_interval=4)
+        assert [r.generation for r in context.overrides_log()] == [4, 5, 6]
+        assert context.dropped_overrides() == 3
+        *_, dropped, kept = context.explain("stream_interval")
+        assert (dropped.value, dropped.generation, kept.value, kept.generation) == (3, 2, 4, 6)
+        assert dropped.detail == "b (newest of 3 dropped from the log window)"
+        for i in range(20):  # memory stays bounded: the log never holds more than twice its window
+            context.override("e", stream_interval=5 + i)
+            assert len(context._state.log) <= 6
+    finally:
+        reset()
