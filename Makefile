@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks
+	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks examples
 	$(BIN)/mypy sgconf runtime mem_cache attention engine tools
+	cd examples/minirt && ../../$(BIN)/mypy minirt
 
 ratchet: install
 	$(BIN)/sgconf-ratchet check
 	$(BIN)/sgconf-ratchet unread
+	cd examples/minirt && ../../$(BIN)/sgconf-ratchet check
 
 test: lint ratchet
 	$(BIN)/python -m pytest -q

@@ -1,5 +1,9 @@
 """Benchmark the runtime context: accessor and snapshot reads, override, scope and publish costs.
 
+Also: the same reads and override on a runtime's own schema next to the built-in one
+(goal: equal within noise), and what deep-frozen list and dict values add to a publish
+(goal <= 1.2x).
+
 Every number is measured in this one run, side by side with its baseline, and printed
 as a ratio; nothing here gates CI. Run: `.venv/bin/python benchmarks/bench_context.py`.
 
@@ -19,7 +23,9 @@ from collections.abc import Callable
 import attrs
 import structlog
 
-from runtime import get_context, get_schedule, publish, reset
+from runtime import accessor, get_context, get_schedule, publish, reset
+from sgconf import Schema, setting
+from sgconf.fields import META_KEY
 from sgconf.record import ServerArgs
 
 REPEAT = 7
@@ -118,6 +124,82 @@ def main() -> None:
     print(f"publish() of the full config   {pub * 1e6:8.2f} us   (fresh record each time; building one: {build * 1e6:.2f} us)")
     get_context()
     reset()
+    user_schema_vs_builtin()
+    deep_freeze_on_publish()
+
+
+def _user_schema() -> Schema:
+    """A runtime's own schema of three namespaces (lora, cache, api), about as wide as the serving ones."""
+    schema = Schema("benchrt", env_prefix="BENCHRT_")
+    body = {f"lora_{i}": setting(i, help="x") for i in range(8)}
+    body["max_loras"] = setting(4, help="adapters", hot=True)
+    schema.namespace("lora")(type("LoraConfig", (), {"__annotations__": dict.fromkeys(body, "int"), **body}))
+    for name in ("cache", "api"):
+        more = {f"{name}_{i}": setting(i, help="x") for i in range(8)}
+        schema.namespace(name)(type(f"{name.title()}Config", (), {"__annotations__": dict.fromkeys(more, "int"), **more}))
+    return schema.freeze()
+
+
+def user_schema_vs_builtin() -> None:
+    """Accessor read, snapshot read and one override: a user schema and the built-in one, rounds interleaved."""
+    schema = _user_schema()
+    get_lora = accessor(schema.namespace_class("lora"))
+    cases = {
+        "builtin": (lambda: publish(ServerArgs(device="cpu"), role="scheduler"), "get_schedule().page_size",
+                    "snap.schedule.page_size", "schedule_conservativeness", (0.5, 1.0)),
+        "user": (lambda: publish(schema.record(), role="test"), "get_lora().max_loras", "snap.lora.max_loras",
+                 "max_loras", (2, 4)),
+    }
+    found = {key: [float("inf")] * 3 for key in cases}
+    env: dict = {"get_schedule": get_schedule, "get_lora": get_lora}
+    for _ in range(REPEAT * 2):
+        for key, (make, read, snap_read, field, values) in cases.items():
+            ctx = make()
+            env["snap"] = ctx.snapshot()
+            flip = {"i": 0}
+
+            def one_override(ctx=ctx, field=field, values=values, flip=flip) -> None:
+                flip["i"] ^= 1
+                ctx.override("bench", **{field: values[flip["i"]]})
+
+            env["one_override"] = one_override
+            for i, (stmt, number) in enumerate(((read, 200_000), (snap_read, 200_000), ("one_override()", 500))):
+                found[key][i] = min(found[key][i], timeit.Timer(stmt, globals=env).timeit(number) / number)
+            reset()
+    (b_acc, b_snap, b_ov), (u_acc, u_snap, u_ov) = found["builtin"], found["user"]
+    print(f"user schema accessor read      {u_acc * 1e9:8.1f} ns   ratio {u_acc / b_acc:5.2f}x builtin  (goal ~1x)")
+    print(f"user schema snapshot read      {u_snap * 1e9:8.1f} ns   ratio {u_snap / b_snap:5.2f}x builtin  (goal ~1x)")
+    print(f"user schema override()         {u_ov * 1e6:8.2f} us   ratio {u_ov / b_ov:5.2f}x builtin  (goal ~1x)")
+
+
+def _unfrozen_record_class() -> type:
+    """The serving record's fields without the deep-freeze converters: what a record cost before freezing."""
+    attributes = {
+        a.name: attrs.field(default=a.default, validator=a.validator, metadata={META_KEY: a.metadata[META_KEY]})
+        for a in attrs.fields(ServerArgs)
+    }
+    return attrs.make_class("UnfrozenServerArgs", attributes, frozen=True, slots=True)
+
+
+def deep_freeze_on_publish() -> None:
+    """Build a record from plain values (a dict and a nested list among them) and publish it, frozen vs not."""
+    values = {
+        "device": "cpu",
+        "enable_hierarchical_cache": True,
+        "hicache_storage_backend": "file",
+        "hicache_storage_backend_extra_config": {"dir": "/tmp/kv", "tiers": [1, 2, {"ssd": [3, 4]}], "n": 8},
+    }
+    unfrozen = _unfrozen_record_class()
+    env = {"ServerArgs": ServerArgs, "Unfrozen": unfrozen, "values": values}
+    frozen_build, plain_build = side_by_side(["ServerArgs(**values)", "Unfrozen(**values)"], env, 5_000)
+    records = [ServerArgs(**values) for _ in range(REPEAT * 100)]
+    it = iter(records)
+    env["publish_next"] = lambda: publish(next(it), role="scheduler")
+    pub = best("publish_next()", env, 100)
+    reset()
+    ratio = (frozen_build + pub) / (plain_build + pub)
+    print(f"record build, deep-frozen      {frozen_build * 1e6:8.2f} us   ratio {frozen_build / plain_build:5.2f}x unfrozen")
+    print(f"build + publish, deep-frozen   {(frozen_build + pub) * 1e6:8.2f} us   ratio {ratio:5.2f}x unfrozen  (goal <= 1.2x)")
 
 
 if __name__ == "__main__":

@@ -5,18 +5,23 @@ from one config snapshot, plans and builds the KV pools, the attention backend(s
 model (random weights from `random_seed`), the prefix cache, the HiCache tiers and a
 draft worker when speculative decoding is on, then runs the scheduler on one
 background thread. `generate()` is thread-safe: it queues a request and waits for it,
-so concurrent callers are batched together (continuous batching).
+so concurrent callers are batched together (continuous batching); `stream()` gives the
+same tokens as chunks of `stream_interval` tokens while they are sampled.
 
-HiCache storage can be attached and detached while the engine runs; both are
-post-publish overrides (sources `hicache.attach` / `hicache.detach`) and are refused
-while requests are queued or running, so no step ever sees a backend change under it.
+Config changes while it runs (`override_config`, HiCache attach/detach) are applied by
+the caller's thread between two scheduler steps (`engine.boundary`), as each field
+declares: `step` fields at the next boundary, under load; `drain` fields once
+admission paused and the running requests finished; `restart` fields are refused.
+Fields that size planned memory are bounded by the capacity planned at start-up
+(`engine.capacity`). The call returns once the change is live.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -24,18 +29,22 @@ import structlog
 import torch
 
 from attention import create_attention_backend
-from engine.errors import EngineBusy, EngineStopped, GenerationError, RequestRejected
+from engine.boundary import StepBoundary
+from engine.capacity import PlannedCapacity
+from engine.errors import DrainTimeout, EngineBusy, EngineStopped, GenerationError, RequestRejected
 from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
+from engine.streaming import TokenStream
+from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
+from runtime.accessors import max_speculative_num_draft_tokens
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
-from runtime.snapshot import Snapshot
 from sgconf.loading import load
 from sgconf.models import load_model_config
 
@@ -68,17 +77,27 @@ class GenerateResult:
 class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
-    def __init__(self, record: Any, *, model_config: dict[str, Any] | None = None, configure_logs: bool = False) -> None:
+    def __init__(
+        self,
+        record: Any,
+        *,
+        model_config: dict[str, Any] | None = None,
+        configure_logs: bool = False,
+        compile_backend: Any = "inductor",
+    ) -> None:
+        """Publish `record` and build everything; `compile_backend` is what `torch.compile` uses
+        when `enable_torch_compile` is on (a callable backend lets tests count compiles)."""
+        self._compile_backend = compile_backend
         self.context = publish(record, role="scheduler", model=model_config)
         if configure_logs:
             configure_from_config()
-        snap = self.context.snapshot()  # one consistent config for every building step below
+        snap: Any = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
-        self.device = snap.device.device
+        self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations
         self._wake = threading.Condition(self._lock)
@@ -89,6 +108,7 @@ class Engine:
         self._build_model(snap)
         self._build_caches(snap)
         self.scheduler = self._build_scheduler(snap)
+        self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
         log.info(
@@ -108,7 +128,7 @@ class Engine:
 
     # -- building ------------------------------------------------------------------------
 
-    def _build_model(self, snap: Snapshot) -> None:
+    def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
@@ -116,7 +136,7 @@ class Engine:
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
 
-    def _build_caches(self, snap: Snapshot) -> None:
+    def _build_caches(self, snap: Any) -> None:
         """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
         self.prefix_cache: PrefixCache | None = None
         self.hicache: HiCacheBridge | None = None
@@ -130,7 +150,7 @@ class Engine:
         if snap.memory.enable_hierarchical_cache:
             self.hicache = HiCacheBridge.create(self, snap)
 
-    def _build_scheduler(self, snap: Snapshot) -> Scheduler:
+    def _build_scheduler(self, snap: Any) -> Scheduler:
         # resolution always decides the chunk size, so a None here is a bug, not user input
         assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
         limits = SchedulerLimits(
@@ -143,8 +163,28 @@ class Engine:
             context_length=snap.model.context_length,
         )
         return Scheduler(
-            self.runner, limits, prefix_cache=self.prefix_cache, speculative=self.speculative, hicache=self.hicache
+            self.runner,
+            limits,
+            prefix_cache=self.prefix_cache,
+            speculative=self.speculative,
+            hicache=self.hicache,
+            settings=self.context.snapshot,
+            seed=self.seed,
         )
+
+    def _build_live_config(self, snap: Any) -> None:
+        """What applies config changes while the engine runs: the planned capacity and the step boundary."""
+        spec = self.speculative is not None
+        self.capacity = PlannedCapacity(
+            max_running_requests=self.scheduler.limits.max_running_requests,
+            chunked_prefill_size=self.scheduler.limits.chunked_prefill_size,
+            speculative_num_steps=self.speculative.max_steps if self.speculative is not None else None,
+            speculative_num_draft_tokens=max_speculative_num_draft_tokens(snap) if spec else None,
+            speculative_eagle_topk=int(snap.spec.speculative_eagle_topk or 1) if spec else None,
+        )
+        self.boundary = StepBoundary(self._wake, self.scheduler)
+        self._apply_lock = threading.Lock()
+        self._stepping = False
 
     def _make_runner(self, model: TinyTransformer, pool: KVPool | None, *, is_draft: bool) -> ModelRunner:
         return ModelRunner(
@@ -156,9 +196,10 @@ class Engine:
             is_draft_worker=is_draft,
             spec_algorithm=self.memory.spec_algorithm,
             device=self.device,
+            compile_backend=self._compile_backend,
         )
 
-    def _make_speculative(self, snap: Snapshot, dtype: torch.dtype) -> SpeculativeWorker | None:
+    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> SpeculativeWorker | None:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
@@ -181,15 +222,53 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and (self._paused or not self.scheduler.has_work()):
+                while True:
+                    self.boundary.serve()  # every pass through here is a step boundary
+                    if self._stopping:
+                        return
+                    if not self._paused and not self.boundary.holding() and self.scheduler.has_runnable_work():
+                        break
                     self._wake.wait()
-                if self._stopping:
-                    return
-                try:
-                    self.scheduler.step()
-                except Exception as exc:  # a bug must fail the requests, not hang their callers
-                    log.exception("engine.step_failed", error=repr(exc))
-                    self.scheduler.abort_all(f"internal error: {exc!r}")
+                self._step_locked()
+
+    def _step_locked(self) -> bool:
+        self._stepping = True
+        generation = self.context.generation
+        self.scheduler.counters["steps"] += 1
+        try:
+            return self.scheduler.step()
+        except Exception as exc:  # a bug must fail the requests, not hang their callers
+            log.exception("engine.step_failed", error=repr(exc))
+            self.scheduler.abort_all(f"internal error: {exc!r}")
+            return False
+        finally:
+            self._stepping = False
+            if self.context.generation != generation:  # a change that bypassed the step boundary
+                self.scheduler.counters["steps_across_generations"] += 1
+
+    def step(self) -> bool:
+        """Run one scheduler step on a paused engine; returns whether anything ran.
+
+        The loop thread never steps while paused, so a test (or a tool) that calls this
+        decides alone which requests share each step. Holds asked for
+        meanwhile are granted at the boundaries before and after the step, and nothing
+        steps while one is held.
+        """
+        with self._wake:
+            if not self._paused:
+                raise RuntimeError("step() drives a paused engine -- call pause() first")
+            self.boundary.serve()
+            ran = False
+            if not self.boundary.holding() and self.scheduler.has_runnable_work():
+                ran = self._step_locked()
+            self.boundary.serve()
+            self._wake.notify_all()
+            return ran
+
+    @property
+    def stepping(self) -> bool:
+        """Whether a scheduler step is running right now (config changes never land then)."""
+        return self._stepping
 
     # -- public API ----------------------------------------------------------------------
 
@@ -204,6 +283,29 @@ class Engine:
         """
         return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
+    def stream(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        timeout: float | None = None,
+    ) -> TokenStream:
+        """Like `generate`, but returns at once with an iterator of token chunks.
+
+        Each chunk holds `stream_interval` tokens (read when the chunk fills, so an
+        override applies to the next chunk), the last one what is left; after the
+        iteration `result()` gives the full result. Raises like `generate`: a refused
+        request before anything is returned, a failure inside the engine from the iterator.
+        """
+        req = self.submit(
+            prompt_or_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
+            stream=True,
+        )
+        return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
+
     def submit(
         self,
         prompt_or_ids: str | Sequence[int],
@@ -212,6 +314,7 @@ class Engine:
         temperature: float = 0.0,
         seed: int | None = None,
         ignore_eos: bool = False,
+        stream: bool = False,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
 
@@ -237,6 +340,10 @@ class Engine:
             seed=self.seed if seed is None else seed,
             ignore_eos=ignore_eos,
         )
+        if stream:
+            import queue
+
+            req.stream = queue.SimpleQueue()
         with self._wake:
             if self._stopping:
                 raise EngineStopped("the engine is shut down -- start a new one")
@@ -253,17 +360,6 @@ class Engine:
                 raise EngineStopped(req.error)
             raise GenerationError(req.error)
         return self._result(req)
-
-    def step(self) -> bool:
-        """Run one scheduler step on a paused engine; returns whether anything ran.
-
-        The loop thread never steps while paused, so a test (or a tool) that calls this
-        decides alone which requests share each step.
-        """
-        with self._wake:
-            if not self._paused:
-                raise RuntimeError("step() drives a paused engine -- call pause() first")
-            return self.scheduler.step()
 
     def _result(self, req: Req) -> GenerateResult:
         end = req.finished_at or time.perf_counter()
@@ -326,18 +422,47 @@ class Engine:
             self._wake.notify_all()
 
     def override_config(self, source: str, **fields: Any) -> Any:
-        """A post-publish override of `hot` fields while idle; raises EngineBusy, ConfigError (nothing changes)."""
-        with self._lock:
-            self._require_idle("override config")
+        """A post-publish override, applied between two steps as its fields declare; returns the receipt once live.
+
+        Everything is checked first (names, types, hot or allowed source, rules, the
+        planned capacity), so bad input fails at once. `step` fields then apply at the
+        next step boundary, under load; `drain` fields after a drain. Raises ConfigError
+        (and its subclasses) for bad input, DrainTimeout when a drain did not finish
+        within `drain_timeout_s`, EngineStopped after shutdown; nothing changes then.
+        """
+        from sgconf.registry import apply_mode
+
+        proposal = self.context.validate_override(source, **fields)
+        self.capacity.check(proposal.values, source)
+        drain = apply_mode(proposal.values) == "drain"
+        with self._boundary_hold(drain=drain, what="override config"):
+            # re-checked at the boundary: another change may have landed while we waited
+            self.capacity.check(self.context.validate_override(source, **fields).values, source)
             return self.context.override(source, **fields)
 
-    # -- HiCache storage -----------------------------------------------------------------
+    def hold_boundary(self, *, drain: bool, what: str, timeout_s: float | None = None) -> contextlib.ExitStack:
+        """Park the loop at the next step boundary (after a drain, when `drain`) until the returned stack is closed.
 
-    def _require_idle(self, what: str) -> None:
-        queued, running = self.busy_counts()
-        if queued or running:
-            msg = f"cannot {what} while requests run ({queued} queued, {running} running) -- retry when idle"
-            raise EngineBusy(msg, queued=queued, running=running)
+        For a change prepared now and committed later (a propagated override: the
+        replica votes, then commits or aborts); `timeout_s` defaults to
+        `drain_timeout_s`. Raises DrainTimeout or EngineStopped; nothing is held then.
+        """
+        stack = contextlib.ExitStack()
+        stack.enter_context(self._boundary_hold(drain=drain, what=what, timeout_s=timeout_s))
+        return stack
+
+    @contextlib.contextmanager
+    def _boundary_hold(self, *, drain: bool, what: str, timeout_s: float | None = None) -> Iterator[None]:
+        from runtime.accessors import get_schedule
+
+        timeout = float(get_schedule().drain_timeout_s) if timeout_s is None else timeout_s
+        with self.boundary.hold(drain=drain, timeout_s=timeout, what=what):
+            # holds granted at one boundary apply one after another: an attach validates,
+            # opens and commits in three moves that another change must not split
+            with self._apply_lock:
+                yield
+
+    # -- HiCache storage -----------------------------------------------------------------
 
     def _require_hicache(self) -> Any:
         if self.hicache is None:
@@ -357,19 +482,19 @@ class Engine:
     ) -> Any:
         """Attach a storage backend: one override with source `hicache.attach`; all or nothing.
 
-        Raises EngineBusy when requests run, ConfigError for bad values or a backend that
-        cannot start (bad directory): then config and cache are exactly as before.
+        The fields declare `drain`: admission pauses and running requests finish first.
+        Raises DrainTimeout when they do not within `drain_timeout_s`, ConfigError for bad
+        values or a backend that cannot start (bad directory): then config and cache are
+        exactly as before.
         """
-        with self._lock:
-            hicache = self._require_hicache()
-            self._require_idle("attach a storage backend")
+        hicache = self._require_hicache()
+        with self._boundary_hold(drain=True, what="attach a storage backend"):
             return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
 
     def detach_storage_backend(self) -> Any:
         """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
-        with self._lock:
-            hicache = self._require_hicache()
-            self._require_idle("detach the storage backend")
+        hicache = self._require_hicache()
+        with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach()
 
     def storage_status(self) -> dict[str, Any]:
@@ -384,6 +509,7 @@ class Engine:
             "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
         }
         if self.hicache is not None:
+            out["storage_dir"] = self.hicache.storage_dir()
             out["stats"] = self.hicache.stats()
         return out
 
@@ -396,6 +522,7 @@ class Engine:
                 return
             self._stopping = True
             self._wake.notify_all()
+        self.boundary.close()
         self._thread.join(timeout=30)
         with self._lock:
             self.scheduler.abort_all("the engine was shut down")
@@ -411,3 +538,14 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+__all__ = [
+    "DrainTimeout",
+    "Engine",
+    "EngineBusy",
+    "EngineStopped",
+    "GenerateResult",
+    "GenerateStats",
+    "GenerationError",
+]

@@ -20,12 +20,22 @@ class RequestRejected(EngineError, ValueError):
 
 
 class EngineBusy(EngineError):
-    """Raised when an operation that needs an idle engine finds requests queued or running."""
+    """Raised when an operation that needs an idle engine could not get one; `retry_after_s` suggests when to retry."""
 
-    def __init__(self, message: str, *, queued: int, running: int) -> None:
+    def __init__(self, message: str, *, queued: int, running: int, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.queued = queued
         self.running = running
+        self.retry_after_s = retry_after_s
+
+
+class DrainTimeout(EngineBusy):
+    """Raised when running requests did not finish within `drain_timeout_s` for a change that needs an idle engine."""
+
+
+# Every DrainTimeout message says this; a replica's refusal travels to the controller as
+# text only, and the group recognises a drain timeout by it (`engine.dp.group_backend`).
+BOUNDARY_TIMEOUT_MARK = "did not come within"
 
 
 class EngineStopped(EngineError):
@@ -62,7 +72,9 @@ REQUEST_ERRORS: dict[str, type[EngineError]] = {
 }
 
 __all__ = [
+    "BOUNDARY_TIMEOUT_MARK",
     "REQUEST_ERRORS",
+    "DrainTimeout",
     "EngineBusy",
     "EngineError",
     "EngineStopped",

@@ -140,9 +140,11 @@ class HiCacheBridge:
         write_policy: str | None = None,
     ) -> Any:
         """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
+        from mem_cache.hicache.file_storage import with_default_dir
         from runtime.context import get_context
 
         ctx = get_context()
+        extra_config = with_default_dir(backend, extra_config)  # recorded, so status and /server_info show it
         values: dict[str, Any] = {
             "hicache_storage_backend": backend,
             "hicache_storage_backend_extra_config": extra_config,
@@ -185,7 +187,13 @@ class HiCacheBridge:
 
         out = attrs.asdict(self.controller.stats)
         out.update(prefix_loads=self.prefix_hits, loaded_tokens=self.loaded_tokens, prefetch_fetched_pages=self.prefetched_pages)
+        out["storage_dir"] = self.storage_dir()
         return out
+
+    def storage_dir(self) -> str | None:
+        """The directory the attached `file` backend writes to (None for other backends or none)."""
+        root = getattr(self.controller.storage_backend, "root", None)
+        return None if root is None else str(root)
 
     def close(self) -> None:
         self.controller.close()

@@ -82,6 +82,16 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     """
     from mem_cache.errors import InsufficientMemoryError
     from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
+    tp = int(snap.parallel.tp_size)  # ranks of any kind: this engine is one process, one rank
+    if tp > 1:
+        from sgconf.errors import ConfigError, Problem
+
+        msg = (
+            f"the embedded engine runs one rank, so it cannot serve tp_size {tp} (a plan for it is "
+            f"`sgconf plan --tp-size {tp}`) -- start the engine with --tp-size 1"
+        )
+        raise ConfigError([Problem("$.parallel.tp_size", msg)], header="tensor parallelism is not executed here")
+
     target_shape = shape
     device_budget = default_available_bytes(snap)
     budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget

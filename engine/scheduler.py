@@ -1,8 +1,12 @@
 """The scheduler: requests queue, prefill in chunks, decode in one continuous batch.
 
-Each `step()` does, in order:
-1. admit waiting requests while request rows and `max_running_requests` allow; each
-   reuses the longest cached page prefix (prefix cache, then the HiCache tiers);
+Each `step()` reads its settings from one config snapshot taken when it starts, so an
+override never lands inside a step (the engine applies overrides between steps), and
+does, in order:
+1. admit waiting requests, in the order `schedule_policy` gives (`engine.policy`),
+   while request rows, `max_running_requests` and the memory reserve of
+   `schedule_conservativeness` allow (unless a drain paused admission); each reuses
+   the longest cached page prefix (prefix cache, then the HiCache tiers);
 2. one extend batch of prefill chunks, at most `chunked_prefill_size` new tokens in all,
    so a long prompt never stalls running requests for more than one chunk; a request
    alone whose chunk does not fit the pool (the SWA side) takes a smaller one instead;
@@ -32,6 +36,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
+import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +50,7 @@ import torch
 
 from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
+from engine.policy import order_waiting
 from engine.protocols import DraftWorker, HostCache, Runner
 from mem_cache.prefix_cache import PrefixCache
 
@@ -51,7 +59,11 @@ log = structlog.get_logger(__name__)
 
 @attrs.frozen(slots=True)
 class SchedulerLimits:
-    """The schedule settings one scheduler runs with, read once from a config snapshot."""
+    """The capacity one scheduler was planned for, read once from the config snapshot at start-up.
+
+    `max_running_requests` and `chunked_prefill_size` are the planned maxima: the hot
+    fields of the same names are read at every step and may lower them, never raise them.
+    """
 
     max_running_requests: int
     chunked_prefill_size: int
@@ -64,7 +76,11 @@ class SchedulerLimits:
 
 @attrs.define(slots=True, eq=False)
 class Req:
-    """One generation request and its progress; owned by the scheduler thread once submitted."""
+    """One generation request and its progress; owned by the scheduler thread once submitted.
+
+    A streamed request has a `stream` queue: the scheduler puts token chunks of
+    `stream_interval` tokens on it as they are sampled, the rest at the end, then None.
+    """
 
     rid: int
     prompt: list[int]
@@ -90,6 +106,26 @@ class Req:
     first_token_at: float | None = None
     finished_at: float | None = None
     done: threading.Event = attrs.Factory(threading.Event)
+    stream: queue.SimpleQueue[list[int] | None] | None = None
+    streamed: int = 0
+
+    def push_chunks(self, interval: int) -> None:
+        """Put every whole chunk of `interval` new tokens on the stream (a no-op unless streamed)."""
+        if self.stream is None:
+            return
+        interval = max(1, int(interval))
+        while len(self.output) - self.streamed >= interval:
+            self.stream.put(self.output[self.streamed : self.streamed + interval])
+            self.streamed += interval
+
+    def complete(self) -> None:
+        """Wake the caller: the stream gets the tokens not yet sent and its end marker."""
+        if self.stream is not None:
+            if len(self.output) > self.streamed:
+                self.stream.put(self.output[self.streamed :])
+                self.streamed = len(self.output)
+            self.stream.put(None)
+        self.done.set()
 
     @property
     def all_ids(self) -> list[int]:
@@ -105,6 +141,17 @@ class Req:
     def prefill_target(self) -> int:
         """Tokens that need KV before the first decode step: everything but the newest token."""
         return len(self.prompt) + len(self.output) - 1
+
+
+# Share of a request's remaining max_new_tokens that admission keeps free for it, at
+# schedule_conservativeness 1.0 (SGLang starts its new-token ratio near here too).
+NEW_TOKEN_RATIO = 0.5
+
+
+def _live_snapshot() -> Any:
+    from runtime.context import get_context
+
+    return get_context().snapshot()
 
 
 def swa_window(runner: Runner, speculative: DraftWorker | None = None) -> int | None:
@@ -143,6 +190,8 @@ class Scheduler:
         prefix_cache: PrefixCache | None,
         speculative: DraftWorker | None = None,
         hicache: HostCache | None = None,
+        settings: Callable[[], Any] | None = None,
+        seed: int = 0,
     ) -> None:
         self.runner = runner
         self.limits = limits
@@ -159,6 +208,10 @@ class Scheduler:
         self.decoding: list[Req] = []
         self._ids = itertools.count(1)
         self.counters = collections.Counter[str]()
+        self._settings = settings or _live_snapshot
+        self.snap: Any = None  # the config snapshot of the step running now (or of the last one)
+        self.rng = random.Random(seed)  # the `random` policy's draws
+        self.admission_paused = 0  # drains waiting for the running requests to finish
 
     # -- submission ----------------------------------------------------------------------
 
@@ -206,10 +259,33 @@ class Scheduler:
         queued, running = self.counts()
         return bool(queued or running)
 
+    def has_runnable_work(self) -> bool:
+        """Whether a step would do anything: something runs, or something waits and admission is open."""
+        queued, running = self.counts()
+        return bool(running or (queued and not self.admission_paused))
+
+    # -- live settings (read from the step's snapshot) -------------------------------------
+
+    def max_running(self) -> int:
+        """`max_running_requests` now, within the planned capacity."""
+        live = self.snap.schedule.max_running_requests if self.snap is not None else None
+        cap = self.limits.max_running_requests
+        return cap if live is None else min(int(live), cap)
+
+    def chunk_size(self) -> int:
+        """`chunked_prefill_size` now, within the planned capacity."""
+        live = self.snap.schedule.chunked_prefill_size if self.snap is not None else None
+        cap = self.limits.chunked_prefill_size
+        return cap if live is None else min(int(live), cap)
+
+    def stream_interval(self) -> int:
+        return int(self.snap.serving.stream_interval) if self.snap is not None else 1
+
     # -- one step ------------------------------------------------------------------------
 
     def step(self) -> bool:
         """Admit, prefill one chunk batch, decode once; returns whether anything ran."""
+        self.snap = self._settings()
         with self._inbox_lock:
             arrived = list(self._inbox)
             self._inbox.clear()
@@ -241,7 +317,7 @@ class Scheduler:
                 self._release(req, cache=False)
             req.error = reason
             req.finish_reason = "abort"
-            req.done.set()
+            req.complete()
         self.waiting.clear()
         self.prefilling.clear()
         self.decoding.clear()
@@ -249,16 +325,40 @@ class Scheduler:
     # -- admission -----------------------------------------------------------------------
 
     def _admit(self) -> None:
+        if self.admission_paused or not self.waiting:
+            return
+        policy = self.snap.schedule.schedule_policy if self.snap is not None else "fcfs"
+        ordered = order_waiting(list(self.waiting), policy, self.cache, self.rng)
+        self.waiting = collections.deque(ordered)
+        ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
+        running = [*self.prefilling, *self.decoding]
+        reserved = sum(self._reserve(r, ratio) for r in running)
+        free = int(self.allocator.available_size()) + (self.cache.evictable_tokens() if self.cache is not None else 0)
         while self.waiting:
-            if len(self.prefilling) + len(self.decoding) >= self.limits.max_running_requests:
+            if len(self.prefilling) + len(self.decoding) >= self.max_running():
+                return
+            req = self.waiting[0]
+            need = req.prefill_target - req.kv_len + self._reserve(req, ratio)
+            if running and ratio > 0 and free - reserved < need:
+                # the running requests' expected growth would not fit: leave it waiting rather
+                # than retract someone later (schedule_conservativeness 0 admits what fits now)
+                self.counters["admission_deferred"] += 1
                 return
             rows = self.req_pool.alloc(1)
             if rows is None:
                 return
-            req = self.waiting.popleft()
+            self.waiting.popleft()
             req.row = rows[0]
             self._match_prefix(req)
             self.prefilling.append(req)
+            running.append(req)
+            reserved += need
+            self.counters["admitted"] += 1
+
+    @staticmethod
+    def _reserve(req: Req, ratio: float) -> int:
+        """Tokens kept free for a request's future decodes: `ratio` of what it may still generate."""
+        return math.ceil(ratio * max(0, req.max_new_tokens - len(req.output)))
 
     def _match_prefix(self, req: Req) -> None:
         req.kv_len = 0
@@ -385,7 +485,7 @@ class Scheduler:
     # -- prefill -------------------------------------------------------------------------
 
     def _prefill(self) -> bool:
-        budget = min(self.limits.chunked_prefill_size, self.limits.max_prefill_tokens)
+        budget = min(self.chunk_size(), self.limits.max_prefill_tokens)
         chunk: list[tuple[Req, int, torch.Tensor]] = []
         for req in list(self.prefilling):
             if budget <= 0:
@@ -450,7 +550,7 @@ class Scheduler:
         req.error = message
         req.finish_reason = "error"
         req.finished_at = time.perf_counter()
-        req.done.set()
+        req.complete()
 
     # -- decode --------------------------------------------------------------------------
 
@@ -491,7 +591,7 @@ class Scheduler:
         req.error = "out of KV cache memory while decoding -- raise max_total_tokens or lower max_new_tokens"
         req.finish_reason = "error"
         req.finished_at = time.perf_counter()
-        req.done.set()
+        req.complete()
 
     def emit(self, req: Req, token: int) -> bool:
         """Append a sampled token; returns True when the request is finished by it."""
@@ -502,6 +602,7 @@ class Scheduler:
             req.finish_reason = "stop"
         elif len(req.output) >= req.max_new_tokens:
             req.finish_reason = "length"
+        req.push_chunks(self.stream_interval())
         return req.finish_reason is not None
 
     def reap(self) -> None:
@@ -514,4 +615,4 @@ class Scheduler:
             self._release(req, cache=True)
             req.finished_at = time.perf_counter()
             self.counters["finished"] += 1
-            req.done.set()
+            req.complete()

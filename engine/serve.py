@@ -47,7 +47,11 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server until interrupted; returns the exit status (2 for bad config, printed without a traceback)."""
+    """Run the embedded runtime and its HTTP control plane until interrupted; returns the exit status.
+
+    Bad config gives 2, printed without a traceback. Registered as the `serve` command of
+    the `sgconf` CLI (entry-point group `sgconf.commands`).
+    """
     record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
     status = serve_dp(record)  # --dp-size N > 1: replicas behind a controller; None otherwise
     if status is not None:

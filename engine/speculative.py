@@ -18,6 +18,16 @@ changes how many tokens one target forward yields: the accept length in the stat
 The draft runner shares the target's allocator and request table and keeps its K/V in
 its own pool at the same slots (DESIGN.md section 5), so one slot list serves both.
 
+The draft settings are read at every step from the step's config snapshot, so they are
+hot: `speculative_num_steps` and `speculative_num_draft_tokens` give the chain length
+(`min(steps, draft_tokens - 1)`), never more than the `max_steps` the pools were
+planned for at start-up (the engine refuses an override above it).
+`speculative_accept_threshold_single` relaxes acceptance when sampling: a draft token
+the target's sampler did not pick is still accepted when the target gives it at least
+that probability (1.0, the default, accepts only the target's own picks, so output
+equals target-only decoding; lower values trade that exactness for longer accepts, as
+in SGLang's speculative sampling).
+
 Drafts are a single chain: `speculative_eagle_topk > 1` (a token tree verified with a
 tree mask) sizes the pools as configured but is drafted as topk 1, and the engine logs
 `speculative.single_chain` once at start. Output is unaffected; only the accept length
@@ -40,7 +50,8 @@ class SpeculativeWorker:
     def __init__(self, target: Any, draft: Any, *, num_steps: int, algorithm: str) -> None:
         self.target = target
         self.draft = draft
-        self.num_steps = num_steps
+        self.max_steps = num_steps  # what the pools and request rows were planned for
+        self.num_steps = num_steps  # the chain length of the latest step
         self.algorithm = algorithm
         self.verify_steps = 0
         self.emitted = 0
@@ -49,8 +60,18 @@ class SpeculativeWorker:
 
     @property
     def tokens_per_step(self) -> int:
-        """Most tokens one step may hold KV for beyond a request's length (the verify window)."""
-        return self.num_steps + 1
+        """Most tokens one step may hold KV for beyond a request's length (the planned verify window)."""
+        return self.max_steps + 1
+
+    def chain_length(self, snap: Any) -> int:
+        """Draft tokens per step under the snapshot's settings, within the planned maximum."""
+        if snap is None:
+            return self.max_steps
+        spec = snap.spec
+        steps = int(spec.speculative_num_steps or self.max_steps)
+        if spec.speculative_num_draft_tokens is not None:
+            steps = min(steps, int(spec.speculative_num_draft_tokens) - 1)
+        return max(0, min(steps, self.max_steps))
 
     @property
     def accept_length(self) -> float:
@@ -66,7 +87,7 @@ class SpeculativeWorker:
 
     def step(self, sched: Any) -> None:
         """One draft-and-verify step for every decoding request."""
-        k = self.num_steps
+        k = self.num_steps = self.chain_length(sched.snap)
         while True:
             reqs: list[Req] = sched.decoding
             out = sched.alloc_with_eviction(
@@ -134,6 +155,7 @@ class SpeculativeWorker:
         ids = torch.tensor([t for r, d in zip(reqs, drafts, strict=True) for t in [r.all_ids[-1], *d]], dtype=torch.long)
         positions = torch.cat([torch.arange(r.kv_len, r.kv_len + k + 1) for r in reqs])
         logits = self.target.forward(batch, ids, positions)
+        threshold = float(sched.snap.spec.speculative_accept_threshold_single) if sched.snap is not None else 1.0
         self.verify_steps += 1
         sched.counters["decode_batches"] += 1
         for i, (req, draft) in enumerate(zip(reqs, drafts, strict=True)):
@@ -141,6 +163,10 @@ class SpeculativeWorker:
             emitted = 0
             for j in range(k + 1):
                 token = sample(rows[j], req)
+                if j < k and token != draft[j] and req.temperature > 0 and threshold < 1.0:
+                    prob = torch.softmax(rows[j].float() / req.temperature, dim=-1)[draft[j]]
+                    if float(prob) >= threshold:
+                        token = draft[j]
                 emitted += 1
                 done = sched.emit(req, token)
                 if done or j == k or token != draft[j]:

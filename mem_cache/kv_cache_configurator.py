@@ -92,12 +92,18 @@ def draft_shape_from_snapshot(snap: Any, shape: ModelShape) -> ModelShape:
     return model_shape_from_config(cfg, name="draft")
 
 
+def device_of(snap: Any) -> str:
+    """The torch device this worker runs on: `cuda:<base_gpu_id>` on cuda, else the device name."""
+    dev = str(snap.device.device)
+    return f"cuda:{int(snap.device.base_gpu_id)}" if dev == "cuda" else dev
+
+
 def default_available_bytes(snap: Any, device: str | None = None) -> int:
     """Bytes for the KV cache: the device's free memory (CPU: 4 GiB) times mem_fraction_static."""
     frac = float(snap.schedule.mem_fraction_static or 0.8)
-    dev = device or snap.device.device
+    dev = device or device_of(snap)
     if str(dev).startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info()
+        free, _ = torch.cuda.mem_get_info(torch.device(dev))
         return int(free * frac)
     return int(CPU_DEFAULT_AVAILABLE_BYTES * frac)
 
@@ -165,10 +171,17 @@ class KVCacheConfigurator:
     ) -> None:
         if is_draft_worker and target is None:
             raise ValueError("a draft worker reuses its target's plan and allocator -- pass target=")
-        self.snap = snapshot if snapshot is not None else get_context().snapshot()
+        snap: Any = snapshot if snapshot is not None else get_context().snapshot()  # bags by attribute, per schema
+        self.snap = snap
+        # plans, pools and bytes are per attention rank: each holds its share of the KV heads
+        self.tp_size = int(self.snap.parallel.attn_tp_size)
+        self.model_shape = shape
+        shape = shape.per_rank(self.tp_size)
+        if draft_shape is not None:
+            draft_shape = draft_shape.per_rank(self.tp_size)
         self.shape = shape
         self.inputs = plan_inputs(self.snap, shape)
-        self.device = torch.device(device if device is not None else self.snap.device.device)
+        self.device = torch.device(device if device is not None else device_of(self.snap))
         self.available_bytes = available_bytes if available_bytes is not None else default_available_bytes(self.snap, str(self.device))
         self.budget_flag = budget_flag if available_bytes is not None else None
         self.is_draft_worker = is_draft_worker
@@ -176,7 +189,7 @@ class KVCacheConfigurator:
         self.target = target
         self.draft_shape = draft_shape
         if self.draft_shape is None and self.inputs.has_draft_kv:
-            self.draft_shape = draft_shape_from_snapshot(self.snap, shape)
+            self.draft_shape = draft_shape_from_snapshot(self.snap, self.model_shape).per_rank(self.tp_size)
         self.costs = LayerCosts.of(shape, self.draft_shape, self.inputs)
         self.pool_configurator: PoolConfigurator = choose_pool_configurator(shape, self.inputs)(shape, self.costs, self.inputs)
 
@@ -185,7 +198,13 @@ class KVCacheConfigurator:
         """The memory plan (no tensors); a draft worker returns its target's."""
         if self.target is not None and self.is_draft_worker:
             return self.target.plan
-        return self.pool_configurator.plan(self.available_bytes, budget_flag=self.budget_flag)
+        plan = self.pool_configurator.plan(self.available_bytes, budget_flag=self.budget_flag)
+        return attrs.evolve(
+            plan,
+            tp_size=self.tp_size,
+            kv_heads_per_rank=self.shape.num_key_value_heads,
+            kv_heads_total=self.model_shape.num_key_value_heads,
+        )
 
     # ---- build --------------------------------------------------------------------------
     def build(self) -> KVCacheMemory:

@@ -113,6 +113,28 @@ class ModelShape:
         """Bytes one token costs in one sliding-window layer, with the SWA geometry."""
         return self.swa_kv_heads * (self.swa_k_dim + self.swa_v_dim) * elt
 
+    # ---- tensor parallelism --------------------------------------------------------------
+    def per_rank(self, tp_size: int) -> ModelShape:
+        """What one of `tp_size` attention ranks holds: its share of the KV heads.
+
+        Heads split evenly when there are at least as many KV heads as ranks; with fewer,
+        each rank holds one head and every head is replicated on `tp_size / kv_heads`
+        ranks (as the usual runtimes do), so a rank never holds less than one head.
+        Raises PlanError when neither divides the other.
+        """
+        if tp_size == 1:
+            return self
+        heads = _heads_per_rank(self.num_key_value_heads, tp_size, "num_key_value_heads")
+        swa = None
+        if self.swa_num_key_value_heads is not None:
+            swa = _heads_per_rank(self.swa_num_key_value_heads, tp_size, "swa_num_key_value_heads")
+        return attrs.evolve(
+            self,
+            num_attention_heads=max(1, self.num_attention_heads // tp_size),
+            num_key_value_heads=heads,
+            swa_num_key_value_heads=swa,
+        )
+
     # ---- drafts ------------------------------------------------------------------------
     def mtp_draft_shape(self, num_layers: int | None = None) -> ModelShape:
         """The draft model of the model's own next-token (MTP) layers, with the target's geometry.
@@ -132,6 +154,20 @@ class ModelShape:
             num_nextn_predict_layers=0,
             name=f"{self.name or 'model'}-draft",
         )
+
+
+def _heads_per_rank(heads: int, tp_size: int, key: str) -> int:
+    if heads >= tp_size and heads % tp_size == 0:
+        return heads // tp_size
+    if heads < tp_size and tp_size % heads == 0:
+        return 1
+    from mem_cache.errors import PlanError
+
+    msg = (
+        f"'{key}' {heads} does not split over tp_size {tp_size}: ranks must share heads evenly "
+        f"-- use a tp_size that divides {heads} or is a multiple of it (--tp-size)"
+    )
+    raise PlanError(msg)
 
 
 def _problem(key: str, message: str) -> Problem:

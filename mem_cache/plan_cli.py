@@ -106,6 +106,14 @@ def _n(v: int) -> str:
     return f"{v:,}"
 
 
+def _tp_row(plan: MemoryPoolConfig) -> str:
+    total, per = plan.kv_heads_total, plan.kv_heads_per_rank
+    if plan.tp_size == 1:
+        return f"1 rank, all {total} KV heads"
+    how = "replicated" if plan.tp_size > (total or 0) else "split"
+    return f"{plan.tp_size} ranks, {per} of {total} KV heads per rank ({how}); sizes below are per rank"
+
+
 def render_table(name: str, plan: MemoryPoolConfig) -> str:
     """The plan as aligned `label  value` lines."""
     d: dict[str, Any] = plan.describe()
@@ -115,6 +123,7 @@ def render_table(name: str, plan: MemoryPoolConfig) -> str:
         ("configurator", plan.configurator),
         ("kv cache dtype", plan.kv_cache_dtype),
         ("page size", str(plan.page_size)),
+        ("tensor parallel", _tp_row(plan)),
         ("bytes per token", f"full {_n(per['full'])}  swa {_n(per['swa'])}  draft {_n(per['draft'])}"),
         ("draft layers", f"full {layers['full']}  swa {layers['swa']}  swa full-capacity {layers['swa_full_capacity']}"),
         ("max total tokens", _n(plan.max_total_num_tokens) + ("  (capped by max_total_tokens)" if plan.capped else "")),
@@ -131,7 +140,10 @@ def render_table(name: str, plan: MemoryPoolConfig) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `sgconf plan`; returns the exit status (2 on bad input, message on stderr)."""
+    """Print the KV memory plan for a model and config; returns the exit status (2 on bad input, message on stderr).
+
+    Registered as the `plan` command of the `sgconf` CLI (entry-point group `sgconf.commands`).
+    """
     import sys
 
     return run_cli(lambda: _plan(sys.argv[1:] if argv is None else argv))

@@ -180,6 +180,10 @@ class MemoryPoolConfig:
     max_draft_tokens: int
     alloc_len_per_decode: int
     extra_context_len: int
+    # tensor parallelism: every size above is what ONE attention rank holds
+    tp_size: int = 1
+    kv_heads_per_rank: int | None = None
+    kv_heads_total: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -212,6 +216,13 @@ class MemoryPoolConfig:
             "total_bytes": self.total_bytes,
             "budget_bytes": self.budget_bytes,
             "capped_by_max_total_tokens": self.capped,
+            "tensor_parallel": {
+                "tp_size": self.tp_size,
+                "kv_heads_total": self.kv_heads_total,
+                "kv_heads_per_rank": self.kv_heads_per_rank,
+                "replicated": self.tp_size > (self.kv_heads_total or self.tp_size),
+                "sizes_are": "per rank",
+            },
         }
 
 

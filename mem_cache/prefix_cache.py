@@ -132,29 +132,33 @@ class PrefixCache:
     def root(self) -> _Node:
         return self._root
 
-    def match(self, ids: Sequence[int], *, limit: int | None = None) -> PrefixMatch:
+    def match(self, ids: Sequence[int], *, limit: int | None = None, touch: bool = True) -> PrefixMatch:
         """The longest cached whole-page prefix of `ids`, at most `limit` tokens long.
 
         With a window, the match ends at the last page boundary whose preceding
-        `window - 1` tokens all hold SWA K/V (module docstring).
+        `window - 1` tokens all hold SWA K/V (module docstring). `touch=False` is a
+        probe (a scheduling policy ranking the queue): it neither refreshes the pages'
+        last use nor counts towards the hit statistics.
         """
         p = self.page_size
         n = len(ids) if limit is None else min(limit, len(ids))
         path: list[_Node] = []
         node = self._root
-        now = next(self._clock)
+        now = next(self._clock) if touch else 0
         for start in range(0, n - n % p, p):
             child = node.children.get(tuple(ids[start : start + p]))
             if child is None:
                 break
-            child.last_access = now
+            if touch:
+                child.last_access = now
             path.append(child)
             node = child
         pages = self._usable(path)
         slots = tuple(t for child in path[:pages] for t in child.slots)
         tombstones = frozenset(i for i, child in enumerate(path[:pages]) if not child.swa)
-        self._lookups += n
-        self._hits += len(slots)
+        if touch:
+            self._lookups += n
+            self._hits += len(slots)
         return PrefixMatch(slots, path[pages - 1] if pages else self._root, tombstones)
 
     def _usable(self, path: list[_Node]) -> int:

@@ -26,10 +26,12 @@ Before any `publish()`, every accessor raises `NotPublishedError` saying how to 
 
 from __future__ import annotations
 
-from typing import Any
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from runtime import snapshot as _snapshot
 from runtime.errors import NotPublishedError
+from sgconf import derived as _derived
 from sgconf.namespaces import (
     DeviceConfig,
     DisaggConfig,
@@ -42,6 +44,12 @@ from sgconf.namespaces import (
     ServingConfig,
     SpecConfig,
 )
+from sgconf.schema import PATH_ATTR
+
+if TYPE_CHECKING:
+    from runtime.snapshot import Snapshot
+
+T = TypeVar("T")
 
 
 class _Unpublished:
@@ -52,9 +60,8 @@ class _Unpublished:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # protocol probes (copy, pickle, torch.compile) are not config reads
             raise AttributeError(name)
-        what = f"get_{name}()" if name in _snapshot.BAG_NAMES else f"{name}"
         msg = (
-            f"no runtime config is published: {what} was read before publish() -- call "
+            f"no runtime config is published: get_{name}() was read before publish() -- call "
             "runtime.publish(record, role=...) at startup, or use runtime.override_server_args(...) "
             "or the server_args pytest fixture in tests"
         )
@@ -75,76 +82,112 @@ def _set_view(view: Any) -> None:
     _view = view
 
 
-def get_model() -> ModelConfig:
-    return _view.model
+def _missing(view: Any, path: str) -> Exception:
+    from runtime.snapshot import missing_namespace
+
+    schema = getattr(view, "schema", None)
+    if schema is None:
+        return AttributeError(path)
+    return missing_namespace(schema, path.partition(".")[0])
 
 
-def get_device() -> DeviceConfig:
-    return _view.device
+@overload
+def accessor(namespace: type[T], *, name: str | None = None) -> Callable[[], T]: ...
 
 
-def get_parallel() -> ParallelConfig:
-    return _view.parallel
+@overload
+def accessor(namespace: str, *, name: str | None = None) -> Callable[[], Any]: ...
 
 
-def get_memory() -> MemoryConfig:
-    return _view.memory
+def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable[[], Any]:
+    """A zero-argument accessor for a namespace: `get_lora = accessor(LoraConfig)`; `get_lora().max_loras`.
+
+    Pass the namespace class (typed: mypy knows `get_lora()` is a `LoraConfig`) or its path
+    (`"lora"`, `"exec.kernel"`). The accessor reads the live view of whatever schema is
+    published, overrides included, in one global read and one attribute read per path
+    level, exactly like a hand-written `def get_lora(): return _view.lora`. Raises
+    TypeError for a class no schema declared and ValueError for a malformed path.
+    """
+    if isinstance(namespace, str):
+        path = namespace
+    else:
+        found = getattr(namespace, PATH_ATTR, None)
+        if not isinstance(found, str):
+            msg = (
+                f"{getattr(namespace, '__name__', namespace)!r} is not a namespace class of any schema "
+                "-- declare it with @schema.namespace(...) first, or pass the namespace path"
+            )
+            raise TypeError(msg)
+        path = found
+    parts = path.split(".")
+    if not path or not all(p.isidentifier() and not p.startswith("_") for p in parts):
+        raise ValueError(f"namespace path {path!r} must be dotted identifiers, like 'lora' or 'exec.kernel'")
+    fname = name or "get_" + "_".join(parts)
+    if not fname.isidentifier():
+        raise ValueError(f"accessor name {fname!r} must be an identifier")
+    # compiled against this module's globals: the same bytecode as a hand-written accessor, so
+    # reads cost the same and torch.compile traces through them without a graph break. The
+    # handler costs nothing until a schema without this namespace is published (and no
+    # `__getattr__` on snapshots slows every read down).
+    source = (
+        f"def {fname}():\n"
+        f"    try:\n"
+        f"        return _view.{path}\n"
+        f"    except AttributeError:\n"
+        f"        raise _missing(_view, {path!r}) from None\n"
+    )
+    code = compile(source, f"<accessor {path}>", "exec")
+    fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    fn = types.FunctionType(fn_code, globals(), fname)
+    fn.__qualname__ = fname
+    fn.__module__ = __name__
+    fn.__doc__ = f"The live {path!r} bag of the published config (overrides included)."
+    return fn
 
 
-def get_schedule() -> ScheduleConfig:
-    return _view.schedule
-
-
-def get_spec() -> SpecConfig:
-    return _view.spec
-
-
-def get_disagg() -> DisaggConfig:
-    return _view.disagg
-
-
-def get_serving() -> ServingConfig:
-    return _view.serving
-
-
-def get_observability() -> ObservabilityConfig:
-    return _view.observability
-
-
-def get_exec() -> ExecConfig:
-    return _view.exec
+get_model = accessor(ModelConfig)
+get_device = accessor(DeviceConfig)
+get_parallel = accessor(ParallelConfig)
+get_memory = accessor(MemoryConfig)
+get_schedule = accessor(ScheduleConfig)
+get_spec = accessor(SpecConfig)
+get_disagg = accessor(DisaggConfig)
+get_serving = accessor(ServingConfig)
+get_observability = accessor(ObservabilityConfig)
+get_exec = accessor(ExecConfig)
 
 
 # Derived accessors: computed from the bags, so they follow overrides. Given a snapshot
 # they read that snapshot; without one, the live view.
 
 
-def max_speculative_num_draft_tokens(snapshot: _snapshot.Snapshot | None = None) -> int:
+def max_speculative_num_draft_tokens(snapshot: Snapshot | None = None) -> int:
     """Draft-token bound for buffers: max of the active count and the publish-time capacity (0 without spec)."""
-    return _snapshot.max_speculative_num_draft_tokens(_view if snapshot is None else snapshot)
+    return _derived.max_speculative_num_draft_tokens(_view if snapshot is None else snapshot)
 
 
-def mamba_extra_buffer_enabled(snapshot: _snapshot.Snapshot | None = None) -> bool:
+def mamba_extra_buffer_enabled(snapshot: Snapshot | None = None) -> bool:
     """Whether mamba keeps an extra state buffer (strategy extra_buffer or extra_buffer_lazy)."""
-    return _snapshot.mamba_extra_buffer_enabled(_view if snapshot is None else snapshot)
+    return _derived.mamba_extra_buffer_enabled(_view if snapshot is None else snapshot)
 
 
-def mamba_extra_buffer_lazy_enabled(snapshot: _snapshot.Snapshot | None = None) -> bool:
+def mamba_extra_buffer_lazy_enabled(snapshot: Snapshot | None = None) -> bool:
     """Whether the extra mamba buffer is filled lazily (strategy extra_buffer_lazy)."""
-    return _snapshot.mamba_extra_buffer_lazy_enabled(_view if snapshot is None else snapshot)
+    return _derived.mamba_extra_buffer_lazy_enabled(_view if snapshot is None else snapshot)
 
 
-def configured_pp_size(snapshot: _snapshot.Snapshot | None = None) -> int:
+def configured_pp_size(snapshot: Snapshot | None = None) -> int:
     """The configured pipeline-parallel size."""
-    return _snapshot.configured_pp_size(_view if snapshot is None else snapshot)
+    return _derived.configured_pp_size(_view if snapshot is None else snapshot)
 
 
-def attention_backends(snapshot: _snapshot.Snapshot | None = None) -> tuple[str, str]:
+def attention_backends(snapshot: Snapshot | None = None) -> tuple[str, str]:
     """`(prefill, decode)` attention backends, each falling back to `attention_backend`."""
-    return _snapshot.attention_backends(_view if snapshot is None else snapshot)
+    return _derived.attention_backends(_view if snapshot is None else snapshot)
 
 
 __all__ = [
+    "accessor",
     "attention_backends",
     "configured_pp_size",
     "get_device",

@@ -41,9 +41,12 @@ The promises a context keeps, each stated once:
    and counts what it dropped (`dropped_overrides()`); `explain()` is exact for fields
    whose overrides are still in the window. Older overrides fold into the base and can
    no longer be reverted one by one.
-10. **Role `enforce` covers every read.** Bags, snapshots, `value()` and `explain()` raise
-    `RoleViolation` outside the role's namespaces; `resolved_dict()` and
-    `overrides_log()` leave those namespaces out.
+10. **Role `enforce` covers every read of config.** Bags, snapshots and `value()` raise
+    `RoleViolation` outside the role's namespaces; `resolved_dict()` leaves those
+    namespaces out. The overrides log and `explain()` are the audit trail of what changed
+    (a data-parallel controller commits memory fields it never acts on, and reports
+    them), and the config group compares ranks through `group_values()`; none of these
+    is filtered.
 """
 
 from __future__ import annotations
@@ -79,16 +82,16 @@ from runtime.overrides import (
     inner_source,
     shown,
 )
-from runtime.roles import ROLE_NAMESPACE_SETS, Mode, check_role, make_view, mode_from_env
-from runtime.snapshot import BAG_NAMES, Snapshot
+from runtime.roles import Mode, check_role, make_view, mode_from_env
+from runtime.snapshot import Snapshot, snapshot_class
 from runtime.state import EMPTY, State, Write, fold, stacks_of, with_write, without_write
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.loading import explain as launch_explain
 from sgconf.provenance import Origin
-from sgconf.record import ServerArgs
-from sgconf.registry import FieldInfo, field_info, fields, group_children
+from sgconf.registry import FieldInfo
 from sgconf.resolution import Resolved, resolve_once
 from sgconf.rules import check_rules
+from sgconf.schema import Schema, schema_of
 from sgconf.suggest import did_you_mean
 from sgconf.validation import convert_fields
 
@@ -101,16 +104,6 @@ _current: RuntimeContext | None = None
 # Called (under the lock) by reset(): modules that keep state about the live context
 # register here, so this module never imports them.
 _reset_hooks: list[Callable[[], None]] = []
-
-# namespace path -> (top-level bag, attribute inside a group bag or None), for copy-on-write
-_ROUTES: dict[str, tuple[str, str | None]] = {}
-for _top in BAG_NAMES:
-    _children = group_children(_top)
-    if _children:
-        for _attr, _path in _children.items():
-            _ROUTES[_path] = (_top, _attr)
-    else:
-        _ROUTES[_top] = (_top, None)
 
 _UNRESOLVED = (None, "auto")
 
@@ -172,7 +165,7 @@ class RuntimeContext:
     the promises it keeps under failure, concurrency and scopes.
     """
 
-    __slots__ = ("role", "record", "resolved", "role_mode", "limit", "_model", "_state", "_subscribers")
+    __slots__ = ("role", "record", "resolved", "role_mode", "limit", "schema", "_routes", "_model", "_state", "_subscribers")
 
     def __init__(self, record: Any, resolved: Resolved, *, role: str, role_mode: Mode) -> None:
         self.role = role
@@ -180,7 +173,12 @@ class RuntimeContext:
         self.resolved = resolved
         self._model = copy.deepcopy(resolved.model)
         self.role_mode: Mode = role_mode
-        snapshot = Snapshot.from_bags(0, resolved.bags())
+        schema = schema_of(record)
+        assert schema is not None, "publish() checks the record"
+        self.schema: Schema = schema  # the schema the record belongs to: names, routes, bags and roles
+        # namespace path -> (top-level bag, attribute inside a group bag or None), for copy-on-write
+        self._routes = schema.routes()
+        snapshot = snapshot_class(schema).from_bags(0, resolved.bags())
         flat = types.MappingProxyType(snapshot.flat())
         self.limit = int(flat.get("overrides_log_limit", 256))
         self._state = State(
@@ -193,7 +191,7 @@ class RuntimeContext:
             log=(),
             dropped=0,
             dropped_last=EMPTY,
-            fingerprint=Fingerprint.of(flat),
+            fingerprint=Fingerprint.of(flat, schema),
         )
         self._subscribers: tuple[Subscription, ...] = ()
 
@@ -218,7 +216,7 @@ class RuntimeContext:
 
     def value(self, name: str) -> Any:
         """The current value of one flat field (overrides applied); raises UnknownFieldError, RoleViolation."""
-        info = field_info(name)
+        info = self.schema.field_info(name)
         state = self._state
         self._read(state, info)
         return detached(state.flat[name])
@@ -230,7 +228,7 @@ class RuntimeContext:
         on it. Raises UnknownFieldError for an undeclared name.
         """
         flat = self._state.flat
-        return {name: detached(flat[field_info(name).name]) for name in names}
+        return {name: detached(flat[self.schema.field_info(name).name]) for name in names}
 
     def fingerprint(self) -> str:
         """Stable hex hash of the counted resolved leaves, overrides applied; built at each commit."""
@@ -244,11 +242,11 @@ class RuntimeContext:
         state = self._state
         allowed = self._allowed_tops()
         out: dict[str, Any] = {}
-        for top in BAG_NAMES:
+        for top in state.snapshot.bag_names:
             if top in allowed:
                 getattr(state.view, top)  # record mode notes the read
-        for name, info in fields().items():
-            top, child = _ROUTES[info.namespace]
+        for name, info in self.schema._fields.items():
+            top, child = self._routes[info.namespace]
             if top not in allowed:
                 continue
             target = out.setdefault(top, {})
@@ -256,26 +254,17 @@ class RuntimeContext:
                 target = target.setdefault(child, {})
             value = state.flat[name]
             if redact:
-                value = shown(name, value)
+                value = shown(name, value, self.schema)
             target[name] = _plain(value)
         return out
 
     def overrides_log(self) -> tuple[OverrideRecord, ...]:
         """The newest committed changes, oldest first (at most `overrides_log_limit`); see `dropped_overrides()`.
 
-        In role mode `enforce`, changes of namespaces outside the role's set are left out.
+        Not filtered by role: it is the audit of what this process changed (a data-parallel
+        controller commits memory fields it never reads), with secrets redacted in `as_dict()`.
         """
-        records = self._state.log[-self.limit :]
-        allowed = self._allowed_tops()
-        if len(allowed) == len(BAG_NAMES):
-            return records
-        infos = fields()
-        out = []
-        for rec in records:
-            kept = tuple(c for c in rec.changes if _ROUTES[infos[c.name].namespace][0] in allowed)
-            if kept:
-                out.append(attrs.evolve(rec, changes=kept))
-        return tuple(out)
+        return self._state.log[-self.limit :]
 
     def dropped_overrides(self) -> int:
         """How many records fell out of the overrides log's window since publish."""
@@ -287,11 +276,10 @@ class RuntimeContext:
 
         Exact while the field's overrides are in the log's window; when older ones fell out,
         the newest dropped one stands for them. Raises UnknownFieldError (with a
-        did-you-mean) for an undeclared name, RoleViolation outside the role's set.
+        did-you-mean) for an undeclared name. Like the log, not filtered by role.
         """
-        info = field_info(name)
+        info = self.schema.field_info(name)
         state = self._state
-        self._read(state, info)
         secret = info.spec.secret
         chain = [attrs.evolve(o, value=detached(o.value)) for o in launch_explain(self.record, name, self.resolved)]
         older, window = state.log[: -self.limit], state.log[-self.limit :]
@@ -407,7 +395,7 @@ class RuntimeContext:
         if fields is not None:
             names = [fields] if isinstance(fields, str) else list(fields)
             for name in names:
-                field_info(name)
+                self.schema.field_info(name)
             wanted = frozenset(names)
         sub = Subscription(self, callback, wanted)
         with _lock:
@@ -420,6 +408,9 @@ class RuntimeContext:
         with _lock:
             self._subscribers = tuple(s for s in self._subscribers if s is not sub)
 
+    def _secret(self, name: str) -> bool:
+        return self.schema._fields[name].spec.secret
+
     def _require_current(self) -> None:
         if _current is not self:
             msg = "this runtime context was replaced by a later publish() -- call get_context() for the live one"
@@ -427,12 +418,12 @@ class RuntimeContext:
 
     def _allowed_tops(self) -> frozenset[str] | tuple[str, ...]:
         if self.role_mode == "enforce":
-            return ROLE_NAMESPACE_SETS[self.role]
-        return BAG_NAMES
+            return self.schema.roles()[self.role]
+        return self._state.snapshot.bag_names
 
     def _read(self, state: State, info: FieldInfo) -> None:
         # the view checks (enforce) or records (record) the namespace, as a bag read would
-        getattr(state.view, _ROUTES[info.namespace][0])
+        getattr(state.view, self._routes[info.namespace][0])
 
     def _propose(self, source: str, values: Mapping[str, Any], *, layer: str, check_source: bool) -> OverrideProposal:
         self._require_current()
@@ -442,7 +433,7 @@ class RuntimeContext:
             raise ConfigError([Problem("$", f"override from {source!r} names no fields -- pass field=value pairs")])
         state = self._state
         origin = f"from override {source}"
-        infos = fields()
+        infos = self.schema._fields
         problems: list[Problem] = []
         unknown = refused = False
         converted: dict[str, Any] = {}
@@ -458,7 +449,7 @@ class RuntimeContext:
                 refused = True
                 problems.append(Problem(info.path, _refusal(info, raw, source), origin))
                 continue
-            good, bad = convert_fields({name: raw}, {name: origin})
+            good, bad = convert_fields({name: raw}, {name: origin}, schema=self.schema)
             problems.extend(bad)
             for key, value in good.items():
                 if _is_unresolved(value) and any(d.field == key for d in decided):
@@ -472,11 +463,11 @@ class RuntimeContext:
             raise cls(problems, header=header)
         would = state.flat.copy()
         would.update(converted)
-        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted))
+        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema)
         if broken:
             raise ConfigError(broken, header=header)
-        changes = tuple(FieldChange(name, state.flat[name], new) for name, new in converted.items())
-        snapshot = _evolve(state.snapshot, converted, infos, state.generation + 1)
+        changes = tuple(FieldChange(name, state.flat[name], new, secret=infos[name].spec.secret) for name, new in converted.items())
+        snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
         return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
 
     def _commit_locked(self, proposal: OverrideProposal, scope: Scope | None = None) -> tuple[OverrideReceipt, _Announcement]:
@@ -589,13 +580,13 @@ class RuntimeContext:
             would = state.flat.copy()
             would.update(values)
             origin = f"from override {source}"
-            broken = check_rules(would, dict.fromkeys(values, origin), only_touching=set(values))
+            broken = check_rules(would, dict.fromkeys(values, origin), only_touching=set(values), schema=self.schema)
             if broken:
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         flat = state.flat.copy()
         flat.update(values)
-        snapshot = _evolve(state.snapshot, values, fields(), state.generation + 1)
-        changes = tuple(FieldChange(n, state.flat[n], values[n]) for n in names)
+        snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
+        changes = tuple(FieldChange(n, state.flat[n], values[n], secret=self._secret(n)) for n in names)
         rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove")
         new = self._next_state(state, snapshot, types.MappingProxyType(flat), rec, remove=write)
         news = self._news("config.override", rec, new)
@@ -606,7 +597,7 @@ class RuntimeContext:
         """Show exactly the values of `before` again, as a new generation; logged, subscribers not told."""
         state = self._state
         names = [n for n in before.flat if before.flat[n] is not state.flat[n] and before.flat[n] != state.flat[n]]
-        changes = tuple(FieldChange(n, state.flat[n], before.flat[n]) for n in names)
+        changes = tuple(FieldChange(n, state.flat[n], before.flat[n], secret=self._secret(n)) for n in names)
         snapshot = attrs.evolve(before.snapshot, generation=state.generation + 1)
         rec = OverrideRecord(source, "override", snapshot.generation, time.time(), changes, kind="remove")
         new = attrs.evolve(
@@ -661,9 +652,9 @@ class RuntimeContext:
                     why = f"changed since by {top.record.source!r} at generation {top.record.generation}"
                 else:
                     continue
-                info = field_info(change.name)
+                info = self.schema.field_info(change.name)
                 msg = (
-                    f"cannot revert '{change.name}' to {shown(change.name, change.old)!r}: {why} "
+                    f"cannot revert '{change.name}' to {shown(change.name, change.old, self.schema)!r}: {why} "
                     "-- revert the later override first, or override the field directly"
                 )
                 problems.append(Problem(info.path, msg, f"from override {rec.source}"))
@@ -707,9 +698,13 @@ def _is_unresolved(value: Any) -> bool:
 
 def _unresolving(info: FieldInfo, value: Any, resolved: Any) -> str:
     return (
-        f"'{info.name}' was resolved to {shown(info.name, resolved)!r} at publish and cannot go back to {value!r} "
+        f"'{info.name}' was resolved to {_shown(info, resolved)!r} at publish and cannot go back to {value!r} "
         "-- override it with a concrete value"
     )
+
+
+def _shown(info: FieldInfo, value: Any) -> Any:
+    return "***" if info.spec.secret and value is not None else value
 
 
 def _plain(value: Any) -> Any:
@@ -730,18 +725,24 @@ def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
     )
     return (
         f"'{info.name}' is not hot and source {source!r} is not on its allow-list "
-        f"(got {shown(info.name, raw)!r}) -- {hint}"
+        f"(got {_shown(info, raw)!r}) -- {hint}"
     )
 
 
-def _evolve(snapshot: Snapshot, values: Mapping[str, Any], infos: Mapping[str, FieldInfo], generation: int) -> Snapshot:
+def _evolve(
+    snapshot: Snapshot,
+    values: Mapping[str, Any],
+    infos: Mapping[str, FieldInfo],
+    routes: Mapping[str, tuple[str, str | None]],
+    generation: int,
+) -> Snapshot:
     """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
     by_path: dict[str, dict[str, Any]] = {}
     for name, value in values.items():
         by_path.setdefault(infos[name].namespace, {})[name] = value
     tops: dict[str, Any] = {}
     for path, changed in by_path.items():
-        top, child = _ROUTES[path]
+        top, child = routes[path]
         bag = tops.get(top, getattr(snapshot, top))
         if child is None:
             tops[top] = _replaced(bag, changed)
@@ -776,15 +777,19 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
     overrides it dropped. Raises ConfigError for an unknown role, a bad
     `SGCONF_ROLE_NAMESPACES`, or a `model` other than the one the record was already
     resolved with; ResolutionError when resolution fails; TypeError for anything but a
-    ServerArgs. On any error the previous context stays live.
+    record of a frozen schema (or an instance of a dataclass adopted with
+    `sgconf.from_dataclass`, converted and checked first). On any error the previous
+    context stays live.
     """
-    if not isinstance(record, ServerArgs):
+    schema = schema_of(record)
+    if schema is None:
         msg = (
-            f"publish() takes a ServerArgs record, got {type(record).__name__} "
-            "-- build one with sgconf.loading.load(...) or sgconf.validation.build_record(...)"
+            f"publish() takes a record of an sgconf schema (a ServerArgs), got {type(record).__name__} "
+            "-- build one with sgconf.load(...) or schema.load(...), or adopt your dataclass with sgconf.from_dataclass"
         )
         raise TypeError(msg)
-    check_role(role)
+    record = schema.as_record(record)
+    check_role(role, schema)
     mode = mode_from_env()
     resolved = resolve_once(record, model)
     ctx = RuntimeContext(record, resolved, role=role, role_mode=mode)

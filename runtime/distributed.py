@@ -75,8 +75,6 @@ import torch.distributed as dist
 
 from runtime.overrides import inner_source, shown
 from sgconf.errors import ConfigError, Problem
-from sgconf.registry import field_info
-from sgconf.registry import fields as declared_fields
 
 log = structlog.get_logger(__name__)
 
@@ -323,8 +321,9 @@ class ConfigGroup:
         """Every rank's generation and fingerprint now (plus the named fields' values); silent ranks marked."""
         self._require_coordinator("ranks")
         timeout_s = self.timeout_s() if timeout_s is None else timeout_s
+        schema = self._context().schema
         for name in fields:
-            field_info(name)  # an unknown name fails here, before any rank is asked
+            schema.field_info(name)  # an unknown name fails here, before any rank is asked
         with self._lock:
             n = self._next_round()
             for rank in self._followers():
@@ -612,8 +611,9 @@ class ConfigGroup:
     ) -> int:
         """Commit `values` as one override at generation `target`; returns how many fields side effects saw."""
         problems = []
+        schema = self._context().schema
         for name, source in set_by.items():
-            info = field_info(name)
+            info = schema.field_info(name)
             if not info.spec.source_allowed(inner_source(source)):
                 msg = f"'{name}' was set by {source!r}, which may not set it on this rank -- check its launch config"
                 problems.append(Problem(info.path, msg))
@@ -687,7 +687,7 @@ class ConfigGroup:
 
     def _state(self, names: Sequence[str]) -> dict[str, Any]:
         ctx = self._context()
-        values = {name: shown(name, value) for name, value in ctx.group_values(names).items()}
+        values = {name: shown(name, value, ctx.schema) for name, value in ctx.group_values(names).items()}
         return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
 
     # -- board plumbing --------------------------------------------------------------
@@ -785,7 +785,8 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
 
 
 def _digests(ctx: Any) -> dict[str, str]:
-    return {name: _digest(shown(name, value)) for name, value in ctx.group_values(declared_fields()).items()}
+    schema = ctx.schema
+    return {name: _digest(shown(name, value, schema)) for name, value in ctx.group_values(schema.field_names()).items()}
 
 
 def _quietly(step: Callable[[], object], what: str) -> bool:

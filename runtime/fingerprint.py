@@ -13,11 +13,14 @@ import json
 import math
 import types
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.registry import fields
+from sgconf.registry import serving
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 
 def canonical(value: Any) -> Any:
@@ -45,8 +48,8 @@ def fragment(name: str, value: Any) -> str:
     return json.dumps([name, canonical(value)], sort_keys=True, separators=(",", ":"))
 
 
-def _counted() -> frozenset[str]:
-    return frozenset(name for name, info in fields().items() if info.spec.fingerprint)
+def _counted(schema: Schema | None) -> frozenset[str]:
+    return frozenset(name for name, info in (schema or serving())._fields.items() if info.spec.fingerprint)
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -57,8 +60,9 @@ class Fingerprint:
     digest: str
 
     @classmethod
-    def of(cls, flat: Mapping[str, Any]) -> Fingerprint:
-        counted = _counted()
+    def of(cls, flat: Mapping[str, Any], schema: Schema | None = None) -> Fingerprint:
+        """The fingerprint of the counted fields of `schema` (the serving one) in `flat`."""
+        counted = _counted(schema)
         parts = {name: fragment(name, flat[name]) for name in sorted(counted)}
         return cls(types.MappingProxyType(parts), _hash(parts))
 
@@ -83,9 +87,9 @@ def _hash(parts: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def fingerprint_of(flat: Mapping[str, Any]) -> str:
-    """SHA-256 over the counted leaves (declared `fingerprint=True`), sorted by name, in canonical form."""
-    return Fingerprint.of(flat).digest
+def fingerprint_of(flat: Mapping[str, Any], schema: Schema | None = None) -> str:
+    """SHA-256 over the counted leaves (declared `fingerprint=True`) of `schema`, sorted by name, in canonical form."""
+    return Fingerprint.of(flat, schema).digest
 
 
 __all__ = ["Fingerprint", "canonical", "fingerprint_of"]

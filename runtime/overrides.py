@@ -10,11 +10,15 @@ from __future__ import annotations
 import copy
 import types
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from sgconf.registry import fields
+from sgconf.frozen import thaw
+from sgconf.registry import serving
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 REVERT_PREFIX = "revert:"
 
@@ -34,9 +38,9 @@ def inner_source(source: str) -> str:
     return source
 
 
-def shown(name: str, value: Any) -> Any:
-    """A value as it may be logged or served: secrets that are set become `'***'`."""
-    info = fields().get(name)
+def shown(name: str, value: Any, schema: Schema | None = None) -> Any:
+    """A value as it may be logged or served: secrets of `schema` (the serving one) that are set become `'***'`."""
+    info = (schema or serving())._fields.get(name)
     if info is not None and info.spec.secret and value is not None:
         return "***"
     return value
@@ -59,9 +63,16 @@ class FieldChange:
     name: str
     old: Any
     new: Any
+    # whether the field is secret in its schema (None: look it up in the serving schema)
+    secret: bool | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     def redacted(self) -> dict[str, Any]:
-        return {"old": detached(shown(self.name, self.old)), "new": detached(shown(self.name, self.new))}
+        """`{"old": ..., "new": ...}` as plain data (lists and dicts, deep copies), secrets `'***'`."""
+        if self.secret is None:
+            return {"old": thaw(shown(self.name, self.old)), "new": thaw(shown(self.name, self.new))}
+        if self.secret:
+            return {"old": None if self.old is None else "***", "new": None if self.new is None else "***"}
+        return {"old": thaw(self.old), "new": thaw(self.new)}
 
 
 @attrs.frozen(slots=True)

@@ -8,36 +8,52 @@
   it (a publish without cleanup, overrides left on a shared context, a subscriber or an
   install left behind), the plugin restores the previous state and fails the test at
   teardown, so one test's config can never leak into the next.
+- `sgconf_schema` fixture: the schema the fixture and marker publish (None: the published
+  one, else the serving schema). A runtime with a schema of its own overrides it in its
+  `conftest.py`; a marker may also pass `schema=` itself.
+
+The plugin is installed wherever sgconf is, so in a project that never publishes it must
+cost nothing: the guard only looks at the runtime context once `runtime.context` has been
+imported by someone (nothing can be published before), and imports nothing itself.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import pytest
 
-from runtime import context as _context
-from runtime import testing as _testing
-from runtime.context import RuntimeContext
-from sgconf.errors import ConfigError
+if TYPE_CHECKING:
+    from runtime.context import RuntimeContext
 
 MARKER = "server_args"
+_CONTEXT = "runtime.context"
 SHARED_MARKER = "server_args_shared"
 
 
-@attrs.frozen(slots=True, eq=False)
+def _modules() -> tuple[Any, Any]:
+    # through sys.modules, not package attributes: a pytester run may drop and re-import them
+    return importlib.import_module(_CONTEXT), importlib.import_module("runtime.testing")
+
+
 class _Baseline:
     """The runtime state a test started with."""
 
-    context: RuntimeContext | None
-    state: Any
-    subscribers: tuple[Any, ...]
-    depth: int
+    __slots__ = ("context", "state", "subscribers", "depth")
+
+    def __init__(self, context: RuntimeContext | None, state: Any, subscribers: tuple[Any, ...], depth: int) -> None:
+        self.context = context
+        self.state = state
+        self.subscribers = subscribers
+        self.depth = depth
 
     @classmethod
     def capture(cls) -> _Baseline:
+        _context, _testing = _modules()
+
         ctx = _context._current
         return cls(
             ctx,
@@ -48,6 +64,8 @@ class _Baseline:
 
     def leaks(self) -> list[str]:
         """What differs from this baseline now, in words; empty when nothing leaked."""
+        _context, _testing = _modules()
+
         now = _context._current
         found = []
         if _testing.install_depth() > self.depth:
@@ -67,6 +85,8 @@ class _Baseline:
         return found
 
     def restore(self) -> None:
+        _context, _testing = _modules()
+
         with _context._lock:
             _testing._forget_installs(self.depth)
             _context._install(self.context)
@@ -92,13 +112,25 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Apply the marker, then fail the test at teardown if it leaked runtime state."""
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None and _CONTEXT not in sys.modules:
+        # nothing can be published yet; only a context this test publishes can leak
+        yield
+        if _CONTEXT in sys.modules:
+            _check(_Baseline(None, None, (), 0))
+        return
+    from sgconf.errors import ConfigError
+
+    _, _testing = _modules()
+
     baseline = _Baseline.capture()
     install = None
-    marker = request.node.get_closest_marker(MARKER)
     if marker is not None:
         if marker.args:
             raise pytest.UsageError(f"@pytest.mark.{MARKER} takes field=value keywords only, got {marker.args!r}")
-        install = _testing.override_server_args(**marker.kwargs)
+        kwargs = dict(marker.kwargs)
+        schema = kwargs.pop("schema", None) or request.getfixturevalue("sgconf_schema")
+        install = _testing.override_server_args(kwargs, schema=schema)
         bad = None
         try:
             install.install()
@@ -111,6 +143,10 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         install.restore()
     if request.node.get_closest_marker(SHARED_MARKER) is not None:
         return
+    _check(baseline)
+
+
+def _check(baseline: _Baseline) -> None:
     leaks = baseline.leaks()
     if leaks:
         baseline.restore()
@@ -123,10 +159,20 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def server_args(request: pytest.FixtureRequest) -> Iterator[RuntimeContext]:
+def sgconf_schema() -> Any:
+    """The schema `server_args` and the marker publish; None: the published one, else the serving schema.
+
+    Override it in a `conftest.py` to test a runtime with a schema of its own.
+    """
+    return None
+
+
+@pytest.fixture
+def server_args(request: pytest.FixtureRequest, sgconf_schema: Any) -> Iterator[RuntimeContext]:
     """The published test config (with the `server_args` marker's fields when present); restored after the test."""
+    _context, _testing = _modules()
     if request.node.get_closest_marker(MARKER) is not None:
         yield _context.get_context()  # the guard installed the marker's config and restores it
         return
-    with _testing.override_server_args() as ctx:
+    with _testing.override_server_args(schema=sgconf_schema) as ctx:
         yield ctx

@@ -1,5 +1,8 @@
 """Role namespace sets: which config namespaces each process role may read.
 
+The sets belong to the schema (`schema.role("lora_worker", namespaces=["lora", "api"])`);
+every schema has a `test` role that reads everything. This module checks and enforces them.
+
 `SGCONF_ROLE_NAMESPACES` chooses the mode when a context is published:
 
 - `off` (default): accessors hand out the snapshot itself; zero cost.
@@ -18,38 +21,34 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.errors import RoleViolation
-from runtime.snapshot import BAG_NAMES, DerivedValues
 from sgconf.errors import ConfigError, Problem
+from sgconf.registry import serving
 from sgconf.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 Mode = Literal["off", "record", "enforce"]
 MODES: tuple[Mode, ...] = ("off", "record", "enforce")
 MODE_ENV = "SGCONF_ROLE_NAMESPACES"
 OUT_ENV = "SGCONF_ROLE_NAMESPACES_OUT"
 
-_ALL = frozenset(BAG_NAMES)
-
-ROLE_NAMESPACE_SETS: Mapping[str, frozenset[str]] = {
-    # the scheduler owns the model, the pools and the kernels: it reads everything
-    "scheduler": _ALL,
-    # one process running scheduler, pools and model together (the embedded engine)
-    "engine": _ALL,
-    "tokenizer": frozenset({"model", "serving", "observability", "spec", "disagg"}),
-    "detokenizer": frozenset({"model", "serving", "observability"}),
-    "dp_controller": frozenset({"model", "parallel", "serving", "observability", "disagg"}),
-    "test": _ALL,
-}
 
 
-def check_role(role: str) -> str:
-    """Return `role` when it is declared; raise ConfigError with a did-you-mean otherwise."""
-    if role in ROLE_NAMESPACE_SETS:
+# The serving schema's role sets: a live read-only view (`SERVING.role(...)` adds to it).
+ROLE_NAMESPACE_SETS: Mapping[str, frozenset[str]] = serving().roles()
+
+
+def check_role(role: str, schema: Schema | None = None) -> str:
+    """Return `role` when `schema` (the serving one) declares it; raise ConfigError with a did-you-mean otherwise."""
+    sets = (schema or serving()).roles()
+    if role in sets:
         return role
-    known = ", ".join(sorted(ROLE_NAMESPACE_SETS))
-    msg = f"unknown role {role!r}{did_you_mean(str(role), ROLE_NAMESPACE_SETS)} -- use one of {known}"
+    known = ", ".join(sorted(sets))
+    msg = f"unknown role {role!r}{did_you_mean(str(role), sets)} -- use one of {known}"
     raise ConfigError([Problem("$role", msg)], header="cannot publish")
 
 
@@ -81,25 +80,28 @@ def make_view(snapshot: Any, role: str, mode: Mode) -> Any:
     """What accessors hand out for `snapshot`: the snapshot itself when off, a checking view otherwise."""
     if mode == "off":
         return snapshot
-    return GuardedView(snapshot, role, mode)
+    return guarded_view_class(snapshot.schema)(snapshot, role, mode)
 
 
-class GuardedView(DerivedValues):
+class GuardedView:
     """A snapshot seen through a role: each bag read is recorded or checked first.
 
-    Same attribute and method names as `Snapshot`; only used in record/enforce mode.
+    Same attribute and method names as the schema's snapshot class; only used in
+    record/enforce mode. Each schema gets a subclass (`guarded_view_class`).
     """
 
-    __slots__ = ("_snapshot", "_role", "_mode")
+    __slots__ = ("_snapshot", "_role", "_mode", "_allowed")
+    schema: Any = None
 
     def __init__(self, snapshot: Any, role: str, mode: Mode) -> None:
         self._snapshot = snapshot
         self._role = role
         self._mode = mode
+        self._allowed = snapshot.schema.roles()[role]
 
     @property
     def generation(self) -> int:
-        return self._snapshot.generation
+        return self._snapshot.generation  # type: ignore[no-any-return]
 
     @property
     def snapshot(self) -> Any:
@@ -107,11 +109,12 @@ class GuardedView(DerivedValues):
         return self._snapshot
 
     def _read(self, namespace: str) -> Any:
-        if self._mode == "enforce" and namespace not in ROLE_NAMESPACE_SETS[self._role]:
-            allowed = ", ".join(repr(n) for n in sorted(ROLE_NAMESPACE_SETS[self._role]))
+        if self._mode == "enforce" and namespace not in self._allowed:
+            allowed = ", ".join(repr(n) for n in sorted(self._allowed))
             msg = (
                 f"role {self._role!r} read namespace {namespace!r} (get_{namespace}()), outside its set ({allowed}) "
-                f"-- read it in a role that owns it, or add {namespace!r} to ROLE_NAMESPACE_SETS[{self._role!r}]"
+                f"-- read it in a role that owns it, or add {namespace!r} to the role with "
+                f"schema.role({self._role!r}, namespaces=[...])"
             )
             raise RoleViolation(msg)
         if self._mode == "record":
@@ -119,19 +122,19 @@ class GuardedView(DerivedValues):
         return getattr(self._snapshot, namespace)
 
     def bags(self) -> dict[str, Any]:
-        return {name: self._read(name) for name in BAG_NAMES}
+        return {name: self._read(name) for name in self._snapshot.bag_names}
 
     def flat(self) -> dict[str, Any]:
         self.bags()
-        return self._snapshot.flat()
+        return self._snapshot.flat()  # type: ignore[no-any-return]
 
     def fingerprint(self) -> str:
-        return self._snapshot.fingerprint()
+        return self._snapshot.fingerprint()  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, GuardedView):
             other = other._snapshot
-        return self._snapshot == other
+        return self._snapshot == other  # type: ignore[no-any-return]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -147,9 +150,25 @@ def _bag_property(name: str) -> property:
     return property(read, doc=f"The {name!r} bag, checked against the role.")
 
 
-for _name in BAG_NAMES:
-    setattr(GuardedView, _name, _bag_property(_name))
-del _name
+def _derived_method(name: str, fn: Any) -> Any:
+    def method(self: GuardedView) -> Any:
+        return fn(self)
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method
+
+
+def guarded_view_class(schema: Schema) -> type[GuardedView]:
+    """The role-checking view class of `schema`: one checked property per top-level bag, its derived values."""
+    cls = schema._cache.get("guarded_view_class")
+    if cls is None:
+        body: dict[str, Any] = {"__slots__": (), "schema": schema, "__module__": __name__}
+        body.update({name: _bag_property(name) for name in schema.top_level_namespaces()})
+        body.update({name: _derived_method(name, fn) for name, fn in schema.derived_values().items()})
+        cls = type("GuardedView", (GuardedView,), body)
+        schema._cache["guarded_view_class"] = cls
+    return cls  # type: ignore[no-any-return]
 
 
 # Record mode: pairs seen so far in this process, reported once each.
@@ -209,6 +228,7 @@ __all__ = [
     "GuardedView",
     "Mode",
     "check_role",
+    "guarded_view_class",
     "clear_recorded",
     "make_view",
     "mode_from_env",

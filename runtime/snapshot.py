@@ -1,147 +1,123 @@
-"""`Snapshot`: every config bag at one generation, plus the values derived from them.
+"""`Snapshot`: every config bag of the published schema at one generation, plus the values derived from them.
 
 A snapshot is immutable. Code that reads several values for one decision (pool sizing,
 a forward pass) takes one snapshot and reads everything from it, so an override landing
 in between cannot hand it half of the old config and half of the new.
+
+Each schema gets its own snapshot class, made when it is first published: one attribute
+per top-level namespace of that schema (`snap.schedule`, `snap.lora`) and one method per
+derived value it declares (`snap.max_speculative_num_draft_tokens()`). Nothing here
+lists namespace names; they come from the schema.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from runtime import fingerprint as _fingerprint
-from sgconf.errors import DeclarationError
-from sgconf.namespaces import (
-    DeviceConfig,
-    DisaggConfig,
-    ExecConfig,
-    MemoryConfig,
-    ModelConfig,
-    ObservabilityConfig,
-    ParallelConfig,
-    ScheduleConfig,
-    ServingConfig,
-    SpecConfig,
-)
+from sgconf import derived as _derived
 from sgconf.record import bags_to_flat
-from sgconf.registry import top_level_namespaces
+from sgconf.registry import serving
 
-# The top-level bags a snapshot holds, in declaration order; checked against the registry below.
-BAG_NAMES: tuple[str, ...] = (
-    "model",
-    "device",
-    "parallel",
-    "memory",
-    "schedule",
-    "spec",
-    "disagg",
-    "serving",
-    "observability",
-    "exec",
-)
-
-if tuple(top_level_namespaces()) != BAG_NAMES:  # pragma: no cover - guards a declaration change
-    raise DeclarationError(
-        f"runtime.snapshot.BAG_NAMES {BAG_NAMES} differs from the declared namespaces "
-        f"{tuple(top_level_namespaces())} -- add the new namespace to Snapshot"
-    )
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 
-class DerivedValues:
-    """The derived accessors as methods (`snap.attention_backends()`), read from this object's own bags.
+class MissingNamespaceError(AttributeError):
+    """Raised when code reads a namespace the published schema does not declare."""
 
-    Shared by `Snapshot` and the role-guarded view, so both answer the same names.
+
+class Snapshot:
+    """All bags at one `generation`; attribute names match the accessors (`snap.schedule` ~ `get_schedule()`).
+
+    The base of every schema's snapshot class (`snapshot_class(schema)`); `isinstance(x, Snapshot)` holds for all.
     """
 
     __slots__ = ()
-
-    def max_speculative_num_draft_tokens(self) -> int:
-        return max_speculative_num_draft_tokens(self)
-
-    def mamba_extra_buffer_enabled(self) -> bool:
-        return mamba_extra_buffer_enabled(self)
-
-    def mamba_extra_buffer_lazy_enabled(self) -> bool:
-        return mamba_extra_buffer_lazy_enabled(self)
-
-    def configured_pp_size(self) -> int:
-        return configured_pp_size(self)
-
-    def attention_backends(self) -> tuple[str, str]:
-        return attention_backends(self)
-
-
-@attrs.frozen(slots=True, weakref_slot=False)
-class Snapshot(DerivedValues):
-    """All bags at one `generation`; attribute names match the accessors (`snap.schedule` ~ `get_schedule()`)."""
-
+    schema: ClassVar[Schema]
+    bag_names: ClassVar[tuple[str, ...]] = ()
     generation: int
-    model: ModelConfig
-    device: DeviceConfig
-    parallel: ParallelConfig
-    memory: MemoryConfig
-    schedule: ScheduleConfig
-    spec: SpecConfig
-    disagg: DisaggConfig
-    serving: ServingConfig
-    observability: ObservabilityConfig
-    exec: ExecConfig
 
     @classmethod
-    def from_bags(cls, generation: int, bags: dict[str, Any]) -> Snapshot:
-        return cls(generation, **{name: bags[name] for name in BAG_NAMES})
+    def from_bags(cls, generation: int, bags: Mapping[str, Any]) -> Snapshot:
+        target = snapshot_class(serving()) if cls is Snapshot else cls
+        return target(generation, **{name: bags[name] for name in target.bag_names})  # type: ignore[call-arg]
 
     def bags(self) -> dict[str, Any]:
         """The top-level bags by namespace name (a fresh dict; the bags themselves are immutable)."""
-        return {name: getattr(self, name) for name in BAG_NAMES}
+        return {name: getattr(self, name) for name in self.bag_names}
 
     def flat(self) -> dict[str, Any]:
         """Every leaf as `{field: value}`."""
-        return bags_to_flat(self.bags())
+        return bags_to_flat(self.bags(), self.schema)
 
     def fingerprint(self) -> str:
         """Stable hex hash of the counted leaves; see `fingerprint_of`."""
-        return fingerprint_of(self.flat())
+        return fingerprint_of(self.flat(), self.schema)
+
+    if TYPE_CHECKING:
+        # the bags are made per schema, so to a type checker any namespace attribute is allowed;
+        # at run time there is no `__getattr__`, which would slow every read down
+        def __getattr__(self, name: str) -> Any: ...
 
 
-# Derived values. Each takes anything with the snapshot's bag attributes (a Snapshot or a
-# role-guarded view of one), so a derived value reads the same generation as its inputs.
+def missing_namespace(schema: Schema, name: str) -> AttributeError:
+    """The error for reading `name` from a view of `schema`: a clear message when it looks like a namespace."""
+    if name.startswith("_"):
+        return AttributeError(name)
+    tops = ", ".join(schema.top_level_namespaces())
+    msg = (
+        f"the published schema {schema.name!r} has no namespace {name!r} (get_{name}()); it has: {tops} "
+        f"-- read a namespace of that schema, or publish a record of a schema that declares {name!r}"
+    )
+    return MissingNamespaceError(msg)
 
 
-def max_speculative_num_draft_tokens(view: Any) -> int:
-    """The larger of the active draft-token count and the capacity kept at publish; 0 without speculation.
+def _derived_method(name: str, fn: Any) -> Any:
+    def method(self: Any) -> Any:
+        return fn(self)
 
-    Buffers sized at publish use the capacity; an override may lower the active count but a
-    consumer must never size below what is already allocated, hence the max.
-    """
-    spec = view.spec
-    return max(spec.speculative_num_draft_tokens or 0, spec.max_speculative_num_draft_tokens or 0)
-
-
-def mamba_extra_buffer_enabled(view: Any) -> bool:
-    """Whether mamba state keeps an extra buffer for prefix reuse (eager or lazy)."""
-    return view.exec.mamba.mamba_radix_cache_strategy in ("extra_buffer", "extra_buffer_lazy")
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method
 
 
-def mamba_extra_buffer_lazy_enabled(view: Any) -> bool:
-    """Whether the extra mamba buffer is filled lazily."""
-    return view.exec.mamba.mamba_radix_cache_strategy == "extra_buffer_lazy"
+def snapshot_class(schema: Schema) -> type[Snapshot]:
+    """The snapshot class of `schema` (frozen first): one attribute per top-level bag, one method per derived value."""
+    schema.freeze()
+    found = schema._cache.get("snapshot_class")
+    if found is None:
+        names = tuple(schema.top_level_namespaces())
+        attributes: dict[str, Any] = {"generation": attrs.field()}
+        attributes.update({name: attrs.field(type=schema.namespace_class(name)) for name in names})
+        cls: Any = attrs.make_class("Snapshot", attributes, bases=(Snapshot,), frozen=True, slots=True, weakref_slot=False)
+        cls.schema = schema
+        cls.bag_names = names
+        cls.__module__ = __name__
+        for name, fn in schema.derived_values().items():
+            setattr(cls, name, _derived_method(name, fn))
+        schema._cache["snapshot_class"] = found = cls
+    return found  # type: ignore[no-any-return]
 
 
-def configured_pp_size(view: Any) -> int:
-    """The pipeline-parallel size the server was configured with."""
-    return view.parallel.pp_size
+def fingerprint_of(flat: Mapping[str, Any], schema: Schema | None = None) -> str:
+    """SHA-256 over the counted leaves of `schema` (the serving one) in canonical form; see `runtime.fingerprint`."""
+    return _fingerprint.fingerprint_of(flat, schema)
 
 
-def attention_backends(view: Any) -> tuple[str, str]:
-    """`(prefill, decode)` backend names; each falls back to `attention_backend`."""
-    kernel = view.exec.kernel
-    base = kernel.attention_backend
-    return (kernel.prefill_attention_backend or base, kernel.decode_attention_backend or base)
+# The serving schema's derived values, as functions of a view (kept here for older imports).
+max_speculative_num_draft_tokens = _derived.max_speculative_num_draft_tokens
+mamba_extra_buffer_enabled = _derived.mamba_extra_buffer_enabled
+mamba_extra_buffer_lazy_enabled = _derived.mamba_extra_buffer_lazy_enabled
+configured_pp_size = _derived.configured_pp_size
+attention_backends = _derived.attention_backends
 
 
-def fingerprint_of(flat: dict[str, Any]) -> str:
-    """SHA-256 over the counted leaves in canonical form; see `runtime.fingerprint`."""
-    return _fingerprint.fingerprint_of(flat)
+def __getattr__(name: str) -> Any:
+    # BAG_NAMES: the serving schema's top-level namespaces, read from the schema
+    if name == "BAG_NAMES":
+        return tuple(serving().top_level_namespaces())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,8 +21,9 @@ from runtime import context as _context
 from runtime.context import RuntimeContext
 from runtime.roles import check_role, mode_from_env
 from sgconf.errors import ConfigError
-from sgconf.registry import fields
+from sgconf.registry import serving
 from sgconf.resolution import resolve_once
+from sgconf.schema import Schema
 from sgconf.validation import build_record
 
 SOURCE = "override_server_args"
@@ -46,20 +47,33 @@ class ServerArgsOverride:
     put back untouched: its record, bags, overrides log, role, generation and subscribers.
     Installs may be restored in any order: restoring one below others rebuilds the ones
     above on what remains, so exactly their own fields stay live (their contexts are new
-    objects, `.context` says which).
+    objects, `.context` says which). `schema` picks the schema (default: the published
+    one, else the serving schema); a published record of another schema is not built upon.
     """
 
-    def __init__(self, fields: Mapping[str, Any], *, role: str = "test", model: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        fields: Mapping[str, Any],
+        *,
+        role: str = "test",
+        model: Mapping[str, Any] | None = None,
+        schema: Schema | None = None,
+    ) -> None:
         self.fields = dict(fields)
         self.role = role
         self.model = model
+        self.schema = schema
         self.context: RuntimeContext | None = None
         self._saved: Any = _NOT_INSTALLED
 
+    def _schema(self, below: RuntimeContext | None) -> Schema:
+        return self.schema or (below.schema if below is not None else serving())
+
     def _build(self, below: RuntimeContext | None) -> RuntimeContext:
-        base = below.record if below is not None else None
+        schema = self._schema(below)
+        base = below.record if below is not None and below.schema is schema else None
         # build and resolve first: a bad name or value fails before anything changes
-        record = build_record(self.fields, dict.fromkeys(self.fields, f"from {SOURCE}"), base=base)
+        record = build_record(self.fields, dict.fromkeys(self.fields, f"from {SOURCE}"), base=base, schema=schema)
         resolved = resolve_once(record, self.model)
         return RuntimeContext(record, resolved, role=self.role, role_mode=mode_from_env())
 
@@ -67,7 +81,7 @@ class ServerArgsOverride:
         """Build, resolve and publish the test record; raises ConfigError (nothing changed) on bad fields."""
         if self._saved is not _NOT_INSTALLED:
             raise RuntimeError("override_server_args is already installed -- restore() it before installing again")
-        check_role(self.role)
+        check_role(self.role, self._schema(_context._current))
         with _context._lock:
             ctx = self._build(_context._current)
             self._saved = _context._install(ctx)
@@ -118,7 +132,7 @@ class ServerArgsOverride:
 
     def _fresh(self) -> ServerArgsOverride:
         # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
-        return ServerArgsOverride(self.fields, role=self.role, model=self.model)
+        return ServerArgsOverride(self.fields, role=self.role, model=self.model, schema=self.schema)
 
     def __call__(self, func: F) -> F:
         """Decorate `func` so each call (or each iteration, for a generator) runs with this config live."""
@@ -187,15 +201,22 @@ class ServerArgsOverride:
 
 
 def override_server_args(
-    *, role: str = "test", model: Mapping[str, Any] | None = None, **fields: Any
+    values: Mapping[str, Any] | None = None,
+    /,
+    *,
+    role: str = "test",
+    model: Mapping[str, Any] | None = None,
+    schema: Schema | None = None,
+    **fields: Any,
 ) -> ServerArgsOverride:
     """A test config with `fields` set; use as a context manager, decorator, or `install()`/`restore()`.
 
     `role` (default "test") and `model` (an HF-style config mapping) are passed to publish;
-    every other keyword is a field. Unknown names and bad values raise ConfigError on
-    install, before anything changes.
+    `schema` chooses the schema when the published one is not it (see ServerArgsOverride);
+    every other keyword is a field, and `values` holds fields whose names clash with these
+    options. Unknown names and bad values raise ConfigError on install, before anything changes.
     """
-    return ServerArgsOverride(fields, role=role, model=model)
+    return ServerArgsOverride({**(values or {}), **fields}, role=role, model=model, schema=schema)
 
 
 def install_depth() -> int:
@@ -211,8 +232,8 @@ def _forget_installs(keep: int = 0) -> None:
 _context.on_reset(_forget_installs)
 
 
-if {"role", "model"} & set(fields()):  # pragma: no cover - guards a future declaration
-    raise TypeError("a field named 'role' or 'model' would clash with override_server_args options")
+if {"role", "model", "schema"} & set(serving().field_names()):  # pragma: no cover - guards a future declaration
+    raise TypeError("a field named 'role', 'model' or 'schema' would clash with override_server_args options")
 
 
 __all__ = ["ServerArgsOverride", "install_depth", "override_server_args"]

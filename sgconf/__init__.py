@@ -1,5 +1,6 @@
 """sgconf: declarations, sources, validation and resolution of a serving runtime's configuration."""
 
+from sgconf.adopt import from_dataclass
 from sgconf.dump import nested
 from sgconf.errors import (
     ConfigError,
@@ -11,9 +12,12 @@ from sgconf.errors import (
     UsageError,
 )
 from sgconf.fields import FieldSpec, setting
+from sgconf.frozen import FrozenDict, deep_freeze
+from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load, provenance_of
 from sgconf.models import builtin_model_config, load_model_config
 from sgconf.namespaces import (
+    SERVING,
     DeviceConfig,
     DisaggConfig,
     ExecConfig,
@@ -33,7 +37,7 @@ from sgconf.record import ServerArgs, record_to_dict, to_bags
 from sgconf.registry import FieldInfo, field_info, field_names, fields, namespace_of
 from sgconf.resolution import Decision, Resolved, resolve_once
 from sgconf.rules import RULES, Rule, check_rules
-from sgconf.schema import config_schema
+from sgconf.schema import Schema, schema_of
 from sgconf.sources import RESERVED_ENV
 from sgconf.validation import build_record, convert_fields
 
@@ -46,6 +50,7 @@ __all__ = [
     "ExecConfig",
     "FieldInfo",
     "FieldSpec",
+    "FrozenDict",
     "GraphConfig",
     "KernelConfig",
     "Loaded",
@@ -62,7 +67,9 @@ __all__ = [
     "ResolutionError",
     "Resolved",
     "Rule",
+    "SERVING",
     "ScheduleConfig",
+    "Schema",
     "ServerArgs",
     "ServingConfig",
     "SpecConfig",
@@ -73,10 +80,12 @@ __all__ = [
     "check_rules",
     "config_schema",
     "convert_fields",
+    "deep_freeze",
     "explain",
     "field_info",
     "field_names",
     "fields",
+    "from_dataclass",
     "load",
     "load_model_config",
     "namespace_of",
@@ -84,6 +93,7 @@ __all__ = [
     "provenance_of",
     "record_to_dict",
     "resolve_once",
+    "schema_of",
     "setting",
     "to_bags",
 ]

@@ -1,61 +1,72 @@
-"""The `sgconf` command: `show`, `schema`, and the `plan` / `serve` commands of the runtime packages.
+"""The `sgconf` command: `show`, `schema`, and the commands other installed packages register.
 
 Bad input never shows a traceback: `run_cli` prints the ConfigError text to stderr
-and returns exit status 2. `plan` and `serve` live in packages that depend on torch
-and FastAPI, so they are imported only when asked for.
+and returns exit status 2. Commands such as `plan` and `serve` live in packages that
+depend on torch and FastAPI, and sgconf names none of them: a package declares
+`[project.entry-points."sgconf.commands"] plan = "pkg.module:main"` (a `main(argv) -> int`
+whose docstring's first line is its help text), and the command is imported only
+when asked for. `Schema.main()` gives another runtime the same `show`/`schema` commands
+for its own declarations, under its own program name.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
 
 from sgconf.dump import nested, plain, redacted, to_toml
 from sgconf.errors import ConfigError
 from sgconf.flags import ConfigArgumentParser, given_fields
 from sgconf.flags import config_parser as config_parser
+from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load_layers
-from sgconf.record import ServerArgs, record_to_dict
-from sgconf.registry import field_info, fields, iter_fields_of, leaf_namespaces
+from sgconf.record import record_to_dict
+from sgconf.registry import serving
 from sgconf.resolution import resolve_once
-from sgconf.schema import config_schema
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 PROG = "sgconf"
+COMMAND_GROUP = "sgconf.commands"
 
-# Commands implemented elsewhere: name -> (module, what it does). Each module has `main(argv) -> int`.
-DELEGATED = {
-    "plan": ("mem_cache.plan_cli", "print the KV memory plan for a model and config"),
-    "serve": ("engine.serve", "run the embedded runtime and its HTTP control plane"),
-}
+
+def commands() -> dict[str, metadata.EntryPoint]:
+    """The commands installed packages register in the `sgconf.commands` entry-point group, by name."""
+    return {ep.name: ep for ep in metadata.entry_points(group=COMMAND_GROUP)}
 
 
 def load_from_args(
-    ns: argparse.Namespace, env: Mapping[str, str] | None = None, *, config_file: str | None = None
+    ns: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+    *,
+    config_file: str | None = None,
+    schema: Schema | None = None,
 ) -> Loaded:
     """Build the record from a namespace parsed by a `config_parser()` parser.
 
     Only the field flags actually given count as the CLI layer; `--config` (or
-    `config_file`, or env SGCONF_CONFIG) names the file layer. Raises ConfigError.
+    `config_file`, or the schema's config variable) names the file layer. Raises ConfigError.
     """
     path = getattr(ns, "config", None) or config_file
-    return load_layers(given_fields(ns), env=env, config_file=path)
+    return load_layers(given_fields(ns, schema), env=env, config_file=path, schema=schema)
 
 
-def run_cli(fn: Callable[[], int]) -> int:
+def run_cli(fn: Callable[[], int], *, prog: str = PROG) -> int:
     """Run `fn`; a ConfigError (bad flags, env, file or values) is printed to stderr and gives 2, no traceback."""
     try:
         return fn()
     except ConfigError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:  # --help and --version end through argparse's exit()
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader went away (`sgconf show | head`): not an error of ours, and no traceback
@@ -65,47 +76,62 @@ def run_cli(fn: Callable[[], int]) -> int:
         return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `sgconf` console script; returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, schema: Schema | None = None) -> int:
+    """Entry point of the `sgconf` console script (or of `schema`'s own CLI); returns the exit status.
+
+    Registered commands are offered for the serving schema only: they are built on it.
+    """
+    schema = schema or serving()
+    prog = schema.name
+    plugins = commands() if schema is serving() else {}
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         stream = sys.stdout if args else sys.stderr
-        print(_usage(), file=stream)
+        print(_usage(prog, plugins), file=stream)
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "show":
-        return run_cli(lambda: _show(rest))
+        return run_cli(lambda: _show(rest, schema), prog=prog)
     if command == "schema":
-        return run_cli(lambda: _schema(rest))
-    if command in DELEGATED:
-        return _delegate(command, rest)
+        return run_cli(lambda: _schema(rest, schema), prog=prog)
+    if command in plugins:
+        return _delegate(command, plugins[command], rest)
     from sgconf.suggest import did_you_mean
 
-    hint = did_you_mean(command, ["show", "schema", *DELEGATED], normalize=False)
-    print(f"{PROG}: unknown command '{command}'{hint} -- see '{PROG} --help'", file=sys.stderr)
+    hint = did_you_mean(command, ["show", "schema", *plugins], normalize=False)
+    print(f"{prog}: unknown command '{command}'{hint} -- see '{prog} --help'", file=sys.stderr)
     return 2
 
 
-def _usage() -> str:
+def _usage(prog: str, plugins: Mapping[str, metadata.EntryPoint]) -> str:
     lines = [
-        f"usage: {PROG} COMMAND [options]",
+        f"usage: {prog} COMMAND [options]",
         "",
         "commands:",
         "  show     print the resolved configuration (--format table|json|toml, --explain FIELD, --diff)",
         "  schema   print the JSON Schema (draft 2020-12) of every setting",
     ]
-    lines.extend(f"  {name:<8} {text}" for name, (_, text) in DELEGATED.items())
-    lines += ["", f"'{PROG} COMMAND --help' lists the options of a command, grouped by namespace."]
+    lines.extend(f"  {name:<8} {_summary(ep)}" for name, ep in sorted(plugins.items()))
+    lines += ["", f"'{prog} COMMAND --help' lists the options of a command, grouped by namespace."]
     return "\n".join(lines)
 
 
-def _delegate(command: str, rest: list[str]) -> int:
-    module_name, _ = DELEGATED[command]
+def _summary(ep: metadata.EntryPoint) -> str:
+    """The help line of a registered command: its docstring's first clause (loading it, so only for --help)."""
     try:
-        module = importlib.import_module(module_name)
-        entry = module.main
+        entry = ep.load()
+    except Exception as exc:  # a command whose package is broken or missing must not break --help
+        return f"unavailable ({ep.value}: {type(exc).__name__}: {exc})"
+    doc = (getattr(entry, "__doc__", None) or "").strip().splitlines()
+    first = doc[0].split(";")[0].rstrip(".") if doc else f"from {ep.value}"
+    return first[:1].lower() + first[1:]
+
+
+def _delegate(command: str, ep: metadata.EntryPoint, rest: list[str]) -> int:
+    try:
+        entry = ep.load()
     except (ImportError, AttributeError) as exc:
-        print(f"{PROG}: the '{command}' command is unavailable ({module_name}: {exc})", file=sys.stderr)
+        print(f"{PROG}: the '{command}' command is unavailable ({ep.value}: {exc})", file=sys.stderr)
         return 2
     return run_cli(lambda: int(entry(rest) or 0))
 
@@ -113,8 +139,10 @@ def _delegate(command: str, rest: list[str]) -> int:
 # -- show ---------------------------------------------------------------------------------------
 
 
-def show_parser() -> argparse.ArgumentParser:
-    parser = config_parser(f"{PROG} show", "Print the resolved configuration, grouped by namespace, secrets redacted.")
+def show_parser(schema: Schema | None = None) -> argparse.ArgumentParser:
+    schema = schema or serving()
+    description = "Print the resolved configuration, grouped by namespace, secrets redacted."
+    parser = config_parser(f"{schema.name} show", description, schema=schema)
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=("table", "json", "toml"), default="table", help="output format (default: table)")
     out.add_argument("--explain", metavar="FIELD", help="print where FIELD's value came from, layer by layer, winner last")
@@ -122,53 +150,58 @@ def show_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show(argv: Sequence[str]) -> int:
-    ns = show_parser().parse_args(argv)
+def _show(argv: Sequence[str], schema: Schema) -> int:
+    ns = show_parser(schema).parse_args(argv)
     if ns.explain is not None:
-        field_info(ns.explain)  # an unknown name fails before any loading work, with a suggestion
-    loaded = load_from_args(ns)
+        schema.field_info(ns.explain)  # an unknown name fails before any loading work, with a suggestion
+    loaded = load_from_args(ns, schema=schema)
     resolved = resolve_once(loaded.record)
     if ns.explain is not None:
         chain = explain(loaded.record, ns.explain, resolved, provenance=loaded.provenance)
-        print(_explain_text(ns.explain, chain) if ns.format != "json" else _explain_json(ns.explain, chain))
+        text = _explain_text(ns.explain, chain, schema) if ns.format != "json" else _explain_json(ns.explain, chain, schema)
+        print(text)
         return 0
     values = record_to_dict(resolved.values)
     only = None
     if ns.diff:
-        base = record_to_dict(resolve_once(ServerArgs()).values)
+        base = record_to_dict(resolve_once(schema.record()).values)
         only = [name for name in values if values[name] != base[name]]
     if ns.format == "json":
-        print(json.dumps(nested(values, only=only), indent=2))
+        print(json.dumps(nested(values, only=only, schema=schema), indent=2))
     elif ns.format == "toml":
-        header = "sgconf resolved configuration" + (" (differences from defaults)" if ns.diff else "")
+        header = f"{schema.name} resolved configuration" + (" (differences from defaults)" if ns.diff else "")
         if loaded.config_file:
             header += f"\nconfig file: {loaded.config_file}"
-        print(to_toml(nested(values, only=only), header=header), end="")
+        print(to_toml(nested(values, only=only, schema=schema), header=header, schema=schema), end="")
     else:
-        print(_table(values, only, lambda name: explain(loaded.record, name, resolved, provenance=loaded.provenance)[-1].describe()))
+
+        def source_of(name: str) -> str:
+            return explain(loaded.record, name, resolved, provenance=loaded.provenance)[-1].describe()
+
+        print(_table(values, only, source_of, schema))
     return 0
 
 
-def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str]) -> str:
+def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str], schema: Schema) -> str:
     keep = None if only is None else set(only)
-    width = max(len(n) for n in fields())
+    width = max(len(n) for n in schema.fields())
     lines: list[str] = []
-    for path in leaf_namespaces():
-        rows = [info for info in iter_fields_of(path) if keep is None or info.name in keep]
+    for path in schema.leaf_namespaces():
+        rows = [info for info in schema.iter_fields_of(path) if keep is None or info.name in keep]
         if not rows:
             continue
         lines.append(f"[{path}]")
         for info in rows:
-            shown = json.dumps(plain(redacted(info.name, values[info.name])))
-            lines.append(f"  {info.name:<{width}}  {shown:<24}  {source_of(info.name)}")
+            shown = json.dumps(plain(redacted(info.name, values[info.name], schema)))
+            lines.append(f"  {info.name:<{width}}  {shown:<24}  {info.spec.apply:<7}  {source_of(info.name)}")
         lines.append("")
     if not lines:
         return "(no differences from the defaults)"
     return "\n".join(lines).rstrip("\n")
 
 
-def _explain_text(name: str, chain: Sequence[Any]) -> str:
-    info = field_info(name)
+def _explain_text(name: str, chain: Sequence[Any], schema: Schema) -> str:
+    info = schema.field_info(name)
     lines = [f"{name} ({info.path}, {info.flag}, env {info.env_var}): {info.spec.help}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
@@ -177,21 +210,21 @@ def _explain_text(name: str, chain: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def _explain_json(name: str, chain: Sequence[Any]) -> str:
+def _explain_json(name: str, chain: Sequence[Any], schema: Schema) -> str:
     items = [
         {"layer": o.layer, "detail": o.detail, "value": plain(o.shown_value()), "source": o.describe()} for o in chain
     ]
-    return json.dumps({"field": name, "path": field_info(name).path, "chain": items}, indent=2, default=str)
+    return json.dumps({"field": name, "path": schema.field_info(name).path, "chain": items}, indent=2, default=str)
 
 
 # -- schema -------------------------------------------------------------------------------------
 
 
-def _schema(argv: Sequence[str]) -> int:
-    parser = ConfigArgumentParser(prog=f"{PROG} schema", description="Print the JSON Schema of every setting.")
+def _schema(argv: Sequence[str], schema: Schema) -> int:
+    parser = ConfigArgumentParser(prog=f"{schema.name} schema", description="Print the JSON Schema of every setting.")
     parser.add_argument("--indent", type=int, default=2, help="JSON indentation (default: 2)")
     ns = parser.parse_args(argv)
-    print(json.dumps(config_schema(), indent=ns.indent))
+    print(json.dumps(config_schema(schema), indent=ns.indent))
     return 0
 
 

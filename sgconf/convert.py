@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import math
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 import cattrs
 
+from sgconf.frozen import deep_freeze
 from sgconf.registry import FieldInfo, literal_choices
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -88,7 +90,7 @@ def _to_dict(value: Any, tp: type) -> dict[str, Any]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ConversionError(f"expected a JSON object ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise ConversionError("expected an object")
     bad = _non_json(value, "")
     if bad is not None:
@@ -157,11 +159,16 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
-def structure(value: Any, info: FieldInfo) -> Any:
-    """Convert one raw value (typed, or a string from env/CLI/HTTP) to the field's type.
+def structure(value: Any, info: FieldInfo, conv: cattrs.Converter | None = None) -> Any:
+    """Convert one raw value (typed, or a string from env/CLI/HTTP) to the field's type, deep-frozen.
 
-    Raises ConversionError with a lowercase message naming what was expected.
+    `conv` is the schema's converter (the shared one when None). Raises ConversionError
+    with a lowercase message naming what was expected.
     """
+    return deep_freeze(_structure(value, info, conv or converter))
+
+
+def _structure(value: Any, info: FieldInfo, conv: cattrs.Converter) -> Any:
     tp = info.type
     args = typing.get_args(tp)
     optional = type(None) in args
@@ -176,7 +183,7 @@ def structure(value: Any, info: FieldInfo) -> Any:
     if choices is not None:
         return _to_choice(value, choices)
     try:
-        return converter.structure(value, inner)
+        return conv.structure(value, inner)
     except ConversionError:
         raise
     except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:

@@ -1,7 +1,7 @@
 """Dumps of flat values: nested by namespace (`exec.kernel` under `exec`), secrets redacted, as data or TOML.
 
 `nested()` is what `sgconf show --format json` prints and what the JSON Schema of
-`sgconf.schema` describes; a runtime's `/server_info` can reuse it for its own values.
+`sgconf.json_schema` describes; a runtime's `/server_info` can reuse it for its own values.
 """
 
 from __future__ import annotations
@@ -9,52 +9,55 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sgconf.frozen import thaw
 from sgconf.provenance import REDACTED
-from sgconf.registry import field_info, group_children, iter_fields_of, top_level_namespaces
+from sgconf.registry import serving
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 
 def plain(value: Any) -> Any:
-    """A JSON-able copy of a field value (tuples become lists, mappings become dicts)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
+    """A JSON-able, mutable copy of a field value (tuples become lists, mappings become dicts)."""
+    return thaw(value)
 
 
-def redacted(name: str, value: Any) -> Any:
+def redacted(name: str, value: Any, schema: Schema | None = None) -> Any:
     """`'***'` for a set secret field, the value otherwise."""
-    return REDACTED if value is not None and field_info(name).spec.secret else value
+    return REDACTED if value is not None and (schema or serving()).field_info(name).spec.secret else value
 
 
-def nested(values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str] | None = None) -> dict[str, Any]:
+def nested(
+    values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str] | None = None, schema: Schema | None = None
+) -> dict[str, Any]:
     """`{"schedule": {"page_size": 1, ...}, "exec": {"kernel": {...}}, ...}` from flat values.
 
     `only` keeps just those fields (namespaces left empty are dropped); secrets are
     redacted unless `redact=False`.
     """
     keep = None if only is None else set(only)
+    schema = schema or serving()
 
     def table(path: str) -> dict[str, Any]:
-        children = group_children(path)
+        children = schema.group_children(path)
         if children:
             out = {attr: table(child) for attr, child in children.items()}
             return {k: v for k, v in out.items() if v or keep is None}
         out = {}
-        for info in iter_fields_of(path):
+        for info in schema.iter_fields_of(path):
             if keep is not None and info.name not in keep:
                 continue
             value = values[info.name]
-            out[info.name] = plain(redacted(info.name, value) if redact else value)
+            out[info.name] = plain(REDACTED if redact and value is not None and info.spec.secret else value)
         return out
 
-    tables = {path: table(path) for path in top_level_namespaces()}
+    tables = {path: table(path) for path in schema.top_level_namespaces()}
     return {k: v for k, v in tables.items() if v or keep is None}
 
 
-def to_toml(data: Mapping[str, Any], *, header: str = "") -> str:
+def to_toml(data: Mapping[str, Any], *, header: str = "", schema: Schema | None = None) -> str:
     """Render `nested()` output as TOML that `tomllib` reads back (and `--config` accepts).
 
     TOML has no null: None values are left out and listed in a comment instead, and an
@@ -64,7 +67,7 @@ def to_toml(data: Mapping[str, Any], *, header: str = "") -> str:
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     unset: list[str] = []
     body: list[str] = []
-    _table(_namespace_tables(data), (), body, unset)
+    _table(_namespace_tables(data, schema or serving()), (), body, unset)
     if unset:
         lines.append("# unset (None) values are omitted: " + ", ".join(unset))
     return "\n".join(lines + body).strip("\n") + "\n"
@@ -108,11 +111,11 @@ class _Namespace(dict):  # type: ignore[type-arg]
     """Marks a dict as a namespace table (as opposed to a dict-valued field)."""
 
 
-def _namespace_tables(data: Mapping[str, Any]) -> _Namespace:
-    top = set(top_level_namespaces())
+def _namespace_tables(data: Mapping[str, Any], schema: Schema) -> _Namespace:
+    top = set(schema.top_level_namespaces())
 
     def mark(path: str, table: Mapping[str, Any]) -> _Namespace:
-        children = group_children(path)
+        children = schema.group_children(path)
         return _Namespace({k: mark(children[k], v) if k in children else v for k, v in table.items()})
 
     return _Namespace({k: mark(k, v) if k in top else v for k, v in data.items()})

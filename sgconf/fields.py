@@ -2,19 +2,29 @@
 
 A declaration says, once, everything about a leaf: its default, help text, choices,
 validators, whether it is secret, whether it may change after publish (`hot`) or only
-from named sources (`allow_sources`), its CLI flag and whether it counts towards the
-context fingerprint.
+from named sources (`allow_sources`), how a change after publish takes effect
+(`apply`), its CLI flag and whether it counts towards the context fingerprint.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
+from sgconf.errors import DeclarationError
+
 META_KEY = "sgconf"
+
+# How a change after publish takes effect; the serving layer decides from this, never from
+# a list of endpoints:
+#   step     between two scheduler steps, under load (no step sees two generations)
+#   drain    needs an idle engine: admission pauses, running requests finish, then it applies
+#   restart  refused after publish; set it at launch
+ApplyMode = Literal["step", "drain", "restart"]
+APPLY_MODES: tuple[ApplyMode, ...] = ("step", "drain", "restart")
 
 
 class FieldValueError(ValueError):
@@ -33,6 +43,7 @@ class FieldSpec:
     fingerprint: bool = True
     choices: tuple[Any, ...] | None = None
     checks: tuple[Callable[[Any], None], ...] = ()
+    apply: ApplyMode = "restart"
 
     def source_allowed(self, source: str) -> bool:
         """Whether `source` may override this field after publish (hot fields allow any)."""
@@ -52,12 +63,24 @@ def setting(
     fingerprint: bool | None = None,
     checks: Sequence[Callable[[Any], None]] = (),
     factory: Callable[[], Any] | None = None,
+    apply: ApplyMode | None = None,
 ) -> Any:
     """Declare a config leaf; see the module docstring for what each option means.
 
     Secrets never count towards the fingerprint unless asked, so a hash of the
-    config never becomes an oracle for an API key.
+    config never becomes an oracle for an API key. `apply` defaults to `step` for a
+    hot field and `restart` otherwise; a field changed only by named sources that
+    need an idle engine (the HiCache attach) says `drain`. Raises DeclarationError
+    for a mode that contradicts `hot` (a hot field cannot need a restart; a field
+    nobody may change after publish cannot apply live).
     """
+    mode: ApplyMode = apply if apply is not None else ("step" if hot else "restart")
+    if mode not in APPLY_MODES:
+        raise DeclarationError(f"apply mode must be one of {', '.join(APPLY_MODES)}, got {mode!r}")
+    if hot and mode == "restart":
+        raise DeclarationError("a hot field cannot declare apply='restart' -- drop hot=True or pick step or drain")
+    if mode != "restart" and not hot and not allow_sources:
+        raise DeclarationError(f"apply={mode!r} needs hot=True or allow_sources: nothing could change the field after publish")
     spec = FieldSpec(
         help=help,
         secret=secret,
@@ -66,6 +89,7 @@ def setting(
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
         checks=tuple(checks),
+        apply=mode,
     )
     validator = _AttrsAdapter(spec.checks) if spec.checks else None
     if factory is not None:

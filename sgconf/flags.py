@@ -2,7 +2,7 @@
 
 Flags carry raw strings: conversion and checks happen in `sgconf.validation`, like for
 every other layer, so `--page-size 12` fails with the same message as
-`SGCONF_PAGE_SIZE=12`. Field flags default to "not given" (argparse's SUPPRESS), which
+`SGCONF_PAGE_SIZE=12` (the prefix is the schema's). Field flags default to "not given" (argparse's SUPPRESS), which
 is how loading tells a flag the user typed from a default.
 """
 
@@ -11,12 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sgconf.convert import _strip_optional
 from sgconf.errors import Problem, UsageError
-from sgconf.registry import FieldInfo, fields, iter_fields_of, leaf_namespaces
+from sgconf.registry import FieldInfo, serving
 from sgconf.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 CLI_SOURCE = "from command line"
 
@@ -52,37 +55,40 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         return problems
 
 
-def config_parser(prog: str, description: str = "") -> argparse.ArgumentParser:
-    """A parser with `--config FILE` and one flag per declared field, grouped by namespace.
+def config_parser(prog: str, description: str = "", *, schema: Schema | None = None) -> argparse.ArgumentParser:
+    """A parser with `--config FILE` and one flag per field of `schema` (the serving one by default), by namespace.
 
     Subcommands add their own options to it. Parse errors raise UsageError (a
     ConfigError): `run_cli` prints them without a traceback and exits 2.
     """
+    schema = schema or serving()
+    example = next(iter(schema.fields().values()))
     parser = ConfigArgumentParser(
         prog=prog,
         usage="%(prog)s [options]",  # ~70 settings: the full synopsis would bury the help
         description=description or None,
         allow_abbrev=False,
         epilog=(
-            "Every setting can also come from the config file or env SGCONF_<FIELD> (e.g. SGCONF_PAGE_SIZE); "
-            "precedence: defaults < config file < env < flags."
+            f"Every setting can also come from the config file or env {schema.env_prefix}<FIELD> "
+            f"(e.g. {example.env_var}); precedence: defaults < config file < env < flags."
         ),
     )
     parser.add_argument(
         "--config",
         metavar="FILE",
         default=None,
-        help="config file (.toml, .json, .yaml), nested by namespace or flat; default: env SGCONF_CONFIG",
+        help=f"config file (.toml, .json, .yaml), nested by namespace or flat; default: env {schema.config_env}",
     )
-    add_field_flags(parser)
+    add_field_flags(parser, schema)
     return parser
 
 
-def add_field_flags(parser: argparse.ArgumentParser) -> None:
+def add_field_flags(parser: argparse.ArgumentParser, schema: Schema | None = None) -> None:
     """Add one argument group per namespace and one flag per field to `parser`."""
-    for path in leaf_namespaces():
+    schema = schema or serving()
+    for path in schema.leaf_namespaces():
         group = parser.add_argument_group(f"{path} settings")
-        for info in iter_fields_of(path):
+        for info in schema.iter_fields_of(path):
             _add_flag(group, info)
 
 
@@ -98,6 +104,8 @@ def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo) -> None:
 
 def _help(info: FieldInfo) -> str:
     marks = [m for m, on in (("secret", info.spec.secret), ("hot", info.spec.hot)) if on]
+    if info.spec.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
+        marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
     text = f"{info.spec.help} (default: {_shown_default(info)}){tail}"
     return text.replace("%", "%%")  # argparse formats help with %-style
@@ -109,7 +117,7 @@ def _shown_default(info: FieldInfo) -> str:
         return "none"
     if isinstance(default, bool):
         return "true" if default else "false"
-    if isinstance(default, (dict, list)):
+    if isinstance(default, (dict, list, tuple)):
         return json.dumps(default)
     return str(default)
 
@@ -123,7 +131,7 @@ def _metavar(info: FieldInfo) -> str:
     return {int: "INT", float: "FLOAT", str: "STR", dict: "JSON", list: "LIST"}.get(origin, "VALUE")
 
 
-def given_fields(ns: argparse.Namespace) -> dict[str, Any]:
+def given_fields(ns: argparse.Namespace, schema: Schema | None = None) -> dict[str, Any]:
     """The field flags actually given on the command line: `{field: raw value}`."""
     given = vars(ns)
-    return {name: given[name] for name in fields() if name in given}
+    return {name: given[name] for name in (schema or serving()).field_names() if name in given}

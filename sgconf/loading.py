@@ -1,4 +1,4 @@
-"""Loading: defaults < config file < `SGCONF_*` env < CLI flags, into one validated `ServerArgs`.
+"""Loading: defaults < config file < prefixed env (`SGCONF_*`) < CLI flags, into one validated record.
 
 Every layer is read first, then every value of every layer is converted by the one
 converter, and only then is anything raised: one ConfigError lists every problem of
@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import config_parser, given_fields
 from sgconf.provenance import Origin
-from sgconf.record import ServerArgs
-from sgconf.registry import field_info, fields
+from sgconf.registry import serving
 from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
@@ -32,6 +32,9 @@ from sgconf.sources import (
     read_env,
 )
 from sgconf.validation import convert_fields
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 Provenance = Mapping[str, tuple[Origin, ...]]
 
@@ -65,35 +68,36 @@ def load(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
+    *,
+    schema: Schema | None = None,
 ) -> Loaded:
-    """Load a record from defaults, a config file, `SGCONF_*` env vars and CLI flags.
+    """Load a record of `schema` (the serving one by default) from defaults, a config file, env vars and CLI flags.
 
     `argv` holds field flags and `--config FILE` (None: no CLI layer; sys.argv is never
-    read implicitly). `env` defaults to `os.environ`. The config file is, in order,
-    `--config` in argv, `config_file`, then env `SGCONF_CONFIG`.
+    read implicitly). `env` defaults to `os.environ`; only variables with the schema's
+    prefix (`SGCONF_`) count. The config file is, in order, `--config` in argv,
+    `config_file`, then the schema's config variable (`SGCONF_CONFIG`).
     Raises ConfigError listing every problem of every layer.
     """
+    schema = schema or serving()
     given: dict[str, Any] = {}
     problems: list[Problem] = []
     if argv is not None:
-        parser = _argv_parser()
+        parser = _argv_parser(schema)
         ns, extra = parser.parse_known_args(list(argv))
         if extra:
-            problems.extend(parser._unknown(extra))  # type: ignore[attr-defined]
-        given = given_fields(ns)
+            problems.extend(parser._unknown(extra))
+        given = given_fields(ns, schema)
         config_file = ns.config or config_file
-    return load_layers(given, env=env, config_file=config_file, problems=problems)
+    return load_layers(given, env=env, config_file=config_file, problems=problems, schema=schema)
 
 
-_parsers: dict[int, Any] = {}
-
-
-def _argv_parser() -> Any:
-    # Building ~70 flags dominates a load; parsing leaves the parser unchanged, so keep one per field set.
-    key = len(fields())
-    parser = _parsers.get(key)
+def _argv_parser(schema: Schema) -> Any:
+    # Building ~70 flags dominates a load; parsing leaves the parser unchanged, so a frozen schema keeps one.
+    schema.freeze()
+    parser = schema._cache.get("argv_parser")
     if parser is None:
-        parser = _parsers[key] = config_parser("sgconf")
+        parser = schema._cache["argv_parser"] = config_parser(schema.name, schema=schema)
     return parser
 
 
@@ -103,37 +107,39 @@ def load_layers(
     env: Mapping[str, str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
     problems: Sequence[Problem] = (),
+    schema: Schema | None = None,
 ) -> Loaded:
     """Load from already-parsed CLI values (`{field: raw}`); `problems` are carried into the error."""
+    schema = schema or serving()
     env = os.environ if env is None else env
-    path = config_file if config_file is not None else config_path_from_env(env)
+    path = config_file if config_file is not None else config_path_from_env(env, schema)
     layers: list[LayerInput] = []
     file_text = None
     if path is not None and str(path) != "":
-        layer = read_config_file(path)
+        layer = read_config_file(path, schema)
         file_text = str(config_file_path(path))
         layers.append(layer)
-    layers.append(read_env(env))
-    layers.append(cli_layer(cli))
+    layers.append(read_env(env, schema))
+    layers.append(cli_layer(cli, schema))
 
     found = list(problems)
     converted: list[tuple[LayerInput, dict[str, Any]]] = []
     for layer in layers:
-        values, bad = convert_fields(layer.values, layer.sources())
+        values, bad = convert_fields(layer.values, layer.sources(), schema=schema)
         found.extend(layer.problems)
         found.extend(bad)
         converted.append((layer, values))
 
-    infos = fields()
+    infos = schema.fields()
     merged = {name: info.default for name, info in infos.items()}
     for _, values in converted:
         merged.update(values)
     if not found:
         # rules only judge a complete, converted record: a failed field would be judged on a stale value
-        found.extend(check_rules(merged, layer_sources(layers)))
+        found.extend(check_rules(merged, layer_sources(layers), schema=schema))
     if found:
         raise ConfigError(found)
-    record = ServerArgs(**merged)
+    record = schema.record(**merged)
 
     chains: dict[str, tuple[Origin, ...]] = {}
     for name, info in infos.items():
@@ -152,7 +158,7 @@ def explain(
 
     Raises UnknownFieldError for an undeclared name.
     """
-    info = field_info(name)
+    info = (schema_of(record) or serving()).field_info(name)
     known = provenance if provenance is not None else provenance_of(record)
     if known is not None:
         chain = list(known[name])

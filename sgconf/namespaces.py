@@ -8,8 +8,28 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, positive, power_of_two, setting
-from sgconf.registry import group, namespace
+from sgconf.registry import set_serving
+from sgconf.rules import RULES
+from sgconf.schema import Schema
+from sgconf.sources import SERVING_RESERVED_ENV
+from sgconf.steps import STEPS
+
+# The built-in serving schema: what `sgconf show`, `sgconf.load`, `override_server_args` and the
+# engine use. Its rules and steps are the module lists, so an embedding that appends to
+# `sgconf.RULES` or `sgconf.resolution.STEPS` changes this schema.
+SERVING = Schema(
+    "sgconf",
+    env_prefix="SGCONF_",
+    record_name="ServerArgs",
+    description="Every sgconf setting, nested by namespace (exec nests exec.kernel, exec.graph, exec.mamba).",
+    rules=RULES,
+    steps=STEPS,
+)
+SERVING.reserved_env |= SERVING_RESERVED_ENV
+set_serving(SERVING)
+namespace = SERVING.namespace
 
 DType = Literal["auto", "float16", "bfloat16", "float32"]
 KVCacheDType = Literal["auto", "float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"]
@@ -74,34 +94,34 @@ class ParallelConfig:
 class MemoryConfig:
     enable_hierarchical_cache: bool = setting(False, help="enable the HiCache host tier")
     hicache_ratio: float = setting(
-        2.0, help="host pool size as a multiple of the device pool", checks=[positive()], allow_sources=HICACHE_SOURCES
+        2.0, help="host pool size as a multiple of the device pool", checks=[positive()], allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_size: int = setting(
-        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[at_least(0)], allow_sources=HICACHE_SOURCES
+        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[at_least(0)], allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_write_policy: Literal["write_through", "write_back", "write_through_selective"] = setting(
-        "write_through", help="when device pages are copied to the host tier", allow_sources=HICACHE_SOURCES
+        "write_through", help="when device pages are copied to the host tier", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_io_backend: Literal["direct", "kernel"] = setting(
-        "direct", help="copy engine between device and host", allow_sources=HICACHE_SOURCES
+        "direct", help="copy engine between device and host", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_mem_layout: Literal["layer_first", "page_first"] = setting(
-        "layer_first", help="host pool memory layout", allow_sources=HICACHE_SOURCES
+        "layer_first", help="host pool memory layout", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_storage_backend: Literal["file", "memory"] | None = setting(
-        None, help="storage tier behind the host pool; attachable at runtime", allow_sources=HICACHE_SOURCES
+        None, help="storage tier behind the host pool; attachable at runtime", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_storage_prefetch_policy: Literal["best_effort", "wait_complete", "timeout"] = setting(
-        "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES
+        "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     hicache_storage_prefetch_timeout_s: float = setting(
         2.0,
         help="seconds the 'timeout' prefetch policy waits for storage before serving what arrived",
         checks=[positive()],
-        allow_sources=HICACHE_SOURCES,
+        allow_sources=HICACHE_SOURCES, apply="drain",
     )
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
-        None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES
+        None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES, apply="drain"
     )
     disable_radix_cache: bool = setting(False, help="disable prefix reuse")
 
@@ -112,13 +132,20 @@ class ScheduleConfig:
         None, help="fraction of device memory for weights and KV pools; default by device", checks=[interval(0, 1, low_open=True, high_open=True)]
     )
     max_running_requests: int | None = setting(
-        None, help="cap on concurrently running requests", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
+        None,
+        help="cap on concurrently running requests; hot up to the capacity planned at start-up",
+        checks=[positive()],
+        allow_sources=MEMORY_POOL_SOURCES,
+        hot=True,
     )
     max_total_tokens: int | None = setting(
         None, help="cap on the KV pool size in tokens", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
     )
     chunked_prefill_size: int | None = setting(
-        None, help="max tokens of one prefill chunk; default by device", checks=[positive()]
+        None,
+        help="max tokens of one prefill chunk; default by device; hot up to the value planned at start-up",
+        checks=[positive()],
+        hot=True,
     )
     max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
     page_size: int | None = setting(None, help="tokens per KV page; default 1", checks=[power_of_two()])
@@ -129,7 +156,17 @@ class ScheduleConfig:
     disable_hybrid_swa_memory: bool = setting(False, help="size SWA layers like full layers")
     schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting("fcfs", help="request ordering policy", hot=True)
     schedule_conservativeness: float = setting(
-        1.0, help="how conservatively new requests are admitted", checks=[at_least(0)], hot=True
+        1.0,
+        help="how much of running requests' future tokens admission keeps free (0: admit whatever fits now)",
+        checks=[at_least(0)],
+        hot=True,
+    )
+    drain_timeout_s: float = setting(
+        30.0,
+        help="seconds a change that needs an idle engine waits for running requests to finish before it is refused",
+        checks=[interval(0, 600, low_open=True)],
+        hot=True,
+        fingerprint=False,
     )
 
 
@@ -188,12 +225,13 @@ class KernelConfig:
     attention_backend: str | None = setting(None, help="attention backend for prefill and decode; default by device")
     prefill_attention_backend: str | None = setting(None, help="prefill attention backend; default attention_backend")
     decode_attention_backend: str | None = setting(None, help="decode attention backend; default attention_backend")
-    sampling_backend: Literal["pytorch", "flashinfer"] | None = setting(None, help="sampling kernels; default pytorch")
 
 
 @namespace("exec.graph")
 class GraphConfig:
-    enable_torch_compile: bool = setting(False, help="compile the model forward with torch.compile")
+    enable_torch_compile: bool = setting(
+        False, help="compile the model forward with torch.compile (one compiled graph per config fingerprint)", hot=True
+    )
     cuda_graph_max_bs: int | None = setting(None, help="largest batch captured in a CUDA graph", checks=[positive()])
     disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture")
 
@@ -208,7 +246,7 @@ class MambaConfig:
     )
 
 
-@group("exec", {"kernel": "exec.kernel", "graph": "exec.graph", "mamba": "exec.mamba"})
+@SERVING.group("exec", {"kernel": "exec.kernel", "graph": "exec.graph", "mamba": "exec.mamba"})
 class ExecConfig:
     """Execution settings, nested: `get_exec().kernel.attention_backend`."""
 
@@ -217,7 +255,21 @@ class ExecConfig:
     mamba: MambaConfig = MambaConfig()
 
 
+# Role namespace sets: which top-level namespaces each process role reads ("test" reads all).
+SERVING.role("scheduler")  # owns the model, the pools and the kernels: reads everything
+SERVING.role("engine")  # scheduler, pools and model in one process (the embedded engine)
+SERVING.role("tokenizer", namespaces=["model", "serving", "observability", "spec", "disagg"])
+SERVING.role("detokenizer", namespaces=["model", "serving", "observability"])
+SERVING.role("dp_controller", namespaces=["model", "parallel", "serving", "observability", "disagg"])
+
+for _name, _fn in derived.SERVING_DERIVED.items():
+    SERVING.derived(_name)(_fn)
+
+SERVING.freeze()
+
+
 __all__ = [
+    "SERVING",
     "DeviceConfig",
     "DisaggConfig",
     "ExecConfig",

@@ -1,21 +1,23 @@
-"""The namespace registry: which class owns which path, and which namespace owns each field.
+"""Field metadata (`FieldInfo`) and the lookups of the built-in serving schema by flat name.
 
 Routing of overrides, env vars and CLI flags is by flat field name, so a name may be
-declared once across all namespaces; a duplicate fails at import with both owners named.
+declared once across all namespaces of a schema; a duplicate fails at declaration with
+both owners named. The module-level functions answer for the built-in serving schema
+(`sgconf.SERVING`); a runtime with a schema of its own asks its `Schema` the same questions.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.errors import DeclarationError
-from sgconf.fields import FieldSpec, spec_of
+from sgconf.fields import FieldSpec
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 
 @attrs.frozen(slots=True)
@@ -28,6 +30,8 @@ class FieldInfo:
     type: Any
     default: Any
     spec: FieldSpec
+    env_prefix: str = attrs.field(default="SGCONF_", kw_only=True)
+    accessor_module: str = attrs.field(default="runtime", kw_only=True)
 
     @property
     def path(self) -> str:
@@ -40,7 +44,7 @@ class FieldInfo:
 
     @property
     def env_var(self) -> str:
-        return "SGCONF_" + self.name.upper()
+        return self.env_prefix + self.name.upper()
 
     @property
     def choices(self) -> tuple[Any, ...] | None:
@@ -52,68 +56,6 @@ class FieldInfo:
         top, _, rest = self.namespace.partition(".")
         chain = f".{rest}" if rest else ""
         return f"get_{top}(){chain}.{self.name}"
-
-
-# path -> class, in declaration order; top-level paths have no dot.
-_NAMESPACES: dict[str, type] = {}
-# group path -> {child attribute name: child path}
-_GROUPS: dict[str, dict[str, str]] = {}
-_FIELDS: dict[str, FieldInfo] = {}
-
-
-def namespace(path: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: make `cls` a frozen slotted attrs bag registered at `path`."""
-
-    def wrap(cls: type[T]) -> type[T]:
-        bag = attrs.frozen(slots=True)(cls)
-        attrs.resolve_types(bag)  # type: ignore[type-var]
-        if path in _NAMESPACES:
-            raise DeclarationError(f"namespace '{path}' declared twice ({_NAMESPACES[path].__name__}, {bag.__name__})")
-        new: dict[str, FieldInfo] = {}
-        for a in attrs.fields(bag):  # type: ignore[arg-type]
-            spec = spec_of(a)
-            if spec is None:
-                raise DeclarationError(
-                    f"field '{a.name}' of {bag.__name__} is not declared with setting() -- use sgconf.fields.setting"
-                )
-            if a.name in _FIELDS:  # (attrs already refuses a name twice within one class)
-                msg = (
-                    f"field '{a.name}' is declared in both {_FIELDS[a.name].owner.__name__} and {bag.__name__} -- "
-                    "field names are routed flat and must be unique across namespaces"
-                )
-                raise DeclarationError(msg)
-            default = a.default.factory() if isinstance(a.default, attrs.Factory) else a.default  # type: ignore[union-attr,arg-type]
-            new[a.name] = FieldInfo(a.name, path, bag, a.type, default, spec)
-        if any(info.spec.secret for info in new.values()):
-            bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign]
-        _NAMESPACES[path] = bag
-        _FIELDS.update(new)
-        return bag
-
-    return wrap
-
-
-def _redacted_bag_repr(self: Any) -> str:
-    parts = []
-    for a in attrs.fields(type(self)):
-        value = getattr(self, a.name)
-        spec = spec_of(a)
-        shown = "'***'" if spec is not None and spec.secret and value is not None else repr(value)
-        parts.append(f"{a.name}={shown}")
-    return f"{type(self).__name__}({', '.join(parts)})"
-
-
-def group(path: str, children: dict[str, str]) -> Callable[[type[T]], type[T]]:
-    """Class decorator for a bag that only nests sub-namespaces (`exec` holds `exec.kernel`, ...)."""
-
-    def wrap(cls: type[T]) -> type[T]:
-        bag = attrs.frozen(slots=True)(cls)
-        attrs.resolve_types(bag)  # type: ignore[type-var]
-        _NAMESPACES[path] = bag
-        _GROUPS[path] = dict(children)
-        return bag
-
-    return wrap
 
 
 def literal_choices(tp: Any) -> tuple[Any, ...] | None:
@@ -135,57 +77,76 @@ except ImportError:  # pragma: no cover - python < 3.10 is unsupported anyway
     _UnionType = typing.Union  # type: ignore[misc,assignment]
 
 
+# The built-in serving schema, set by `sgconf.namespaces` when it is declared (importing any
+# sgconf module runs the package front door, which declares it first). Held here, not
+# imported, so the modules below the schema never import the modules above them.
+_serving: list[Schema] = []
+
+
+def set_serving(schema: Schema) -> None:
+    """Make `schema` the one the module-level lookups (and every `schema=None` default) answer for."""
+    _serving[:] = [schema]
+
+
+def serving() -> Schema:
+    """The built-in serving schema (declared in `sgconf.namespaces`)."""
+    if not _serving:
+        raise RuntimeError("the serving schema is not declared yet -- import sgconf first")
+    return _serving[0]
+
+
 def fields() -> dict[str, FieldInfo]:
-    """All declared fields by flat name, in declaration order (a fresh dict; safe to mutate)."""
-    return dict(_FIELDS)
+    """All fields of the serving schema by flat name, in declaration order (a fresh dict)."""
+    return serving().fields()
 
 
 def field_names() -> list[str]:
-    """Every declared field name; `tools.ratchet` reads this as its default field source."""
-    return list(_FIELDS)
+    """Every serving field name; `tools.ratchet` reads this as its default field source."""
+    return serving().field_names()
 
 
 def field_info(name: str) -> FieldInfo:
-    """Look up one field; raises UnknownFieldError with a did-you-mean suggestion."""
-    try:
-        return _FIELDS[name]
-    except KeyError:
-        from sgconf.errors import Problem, UnknownFieldError
-        from sgconf.suggest import did_you_mean
+    """Look up one serving field; raises UnknownFieldError with a did-you-mean suggestion."""
+    return serving().field_info(name)
 
-        msg = f"unknown field '{name}'{did_you_mean(name, _FIELDS)}"
-        raise UnknownFieldError([Problem(f"$.{name}", msg)], header="unknown configuration field") from None
+
+def apply_mode(names: Iterable[str]) -> str:
+    """How a change to all of `names` at once applies: the strictest declared mode (restart > drain > step).
+
+    Raises UnknownFieldError for an undeclared name.
+    """
+    order = {"step": 0, "drain": 1, "restart": 2}
+    modes = [field_info(name).spec.apply for name in names]
+    return max(modes, key=order.__getitem__) if modes else "step"
 
 
 def namespace_of(name: str) -> str:
     """The namespace path that declares `name`, e.g. `"exec.kernel"` for `attention_backend`."""
-    return field_info(name).namespace
+    return serving().namespace_of(name)
 
 
 def namespace_class(path: str) -> type:
-    return _NAMESPACES[path]
+    return serving().namespace_class(path)
 
 
 def namespaces() -> dict[str, type]:
     """Every namespace path (groups and leaves) -> class, in declaration order."""
-    return dict(_NAMESPACES)
+    return serving().namespaces()
 
 
 def leaf_namespaces() -> list[str]:
     """Paths of namespaces that declare fields (not pure groups)."""
-    return [p for p in _NAMESPACES if p not in _GROUPS]
+    return serving().leaf_namespaces()
 
 
 def top_level_namespaces() -> list[str]:
-    """The bag names a context exposes: `model`, `device`, ..., `exec`."""
-    return [p for p in _NAMESPACES if "." not in p]
+    """The bag names a context of the serving schema exposes: `model`, `device`, ..., `exec`."""
+    return serving().top_level_namespaces()
 
 
 def group_children(path: str) -> dict[str, str]:
-    return dict(_GROUPS.get(path, {}))
+    return serving().group_children(path)
 
 
 def iter_fields_of(path: str) -> Iterator[FieldInfo]:
-    for info in _FIELDS.values():
-        if info.namespace == path:
-            yield info
+    return serving().iter_fields_of(path)

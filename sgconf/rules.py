@@ -10,12 +10,15 @@ on its own; resolution fills it in and the rules run again on the result.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from sgconf.errors import Problem
 from sgconf.registry import field_info
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
 
 Values = Mapping[str, Any]
 
@@ -179,20 +182,24 @@ def check_rules(
     *,
     rules: Sequence[Rule] | None = None,
     only_touching: set[str] | None = None,
+    schema: Schema | None = None,
 ) -> list[Problem]:
-    """Run the cross-field rules over flat values; return one Problem per violated rule.
+    """Run the cross-field rules (`rules`, else the schema's, else `RULES`) over flat values; one Problem per violation.
 
     `only_touching` limits the check to rules that involve at least one of those fields
     (an override re-checks what it could have broken, not unrelated launch choices).
     """
     sources = sources or {}
     problems = []
-    for rule in RULES if rules is None else rules:
+    if rules is None:
+        rules = RULES if schema is None else schema.rules
+    lookup = field_info if schema is None else schema.field_info
+    for rule in rules:
         if only_touching is not None and (rule.launch_only or not only_touching.intersection(rule.fields)):
             continue
         message = rule(values)
         if message is None:
             continue
         origin = "; ".join(dict.fromkeys(sources[n] for n in rule.fields if n in sources)) or None
-        problems.append(Problem(field_info(rule.fields[0]).path, message, origin))
+        problems.append(Problem(lookup(rule.fields[0]).path, message, origin))
     return problems

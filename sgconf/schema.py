@@ -1,69 +1,91 @@
-"""JSON Schema (draft 2020-12) of every declared field, nested by namespace like the config file.
+"""`Schema`: one runtime's namespace declarations and everything derived from them.
 
-The same shape validates a nested config file (flat files are not described) and the output of
-`sgconf show --format json`; editors can use it for completion of config files.
+A schema is declared, then frozen. Declaring adds namespace classes
+(`@schema.namespace("lora")`), more fields for a namespace it has
+(`@schema.extend("schedule")`), groups of sub-namespaces, roles and derived values.
+Freezing assembles the flat record class; from then on the declarations cannot change,
+and the record, the converter, the env prefix and config-file variable, the CLI parser,
+the JSON Schema and the ratchet's field list are all read from it. The built-in serving
+schema (`sgconf.SERVING`) is one instance; a runtime declares its own, from nothing or
+from a `copy()` of the serving one with namespaces left out and defaults changed.
+
+Nothing outside a schema lists namespace names: loading, dumps, the runtime's snapshots,
+accessors, role sets and override routing all ask the schema of the record at hand.
+The declaring half lives in `sgconf.declarations`; this class adds what uses it.
 """
 
 from __future__ import annotations
 
-import typing
+import types
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sgconf.convert import _strip_optional
-from sgconf.dump import plain
-from sgconf.fields import _Interval
-from sgconf.registry import FieldInfo, group_children, iter_fields_of, top_level_namespaces
-
-DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", dict: "object", list: "array"}
-
-
-def field_schema(info: FieldInfo) -> dict[str, Any]:
-    """The schema of one field: type (with "null" when optional), enum, bounds, description, default."""
-    optional = _strip_optional(info.type) is not info.type
-    out: dict[str, Any] = {"description": info.spec.help}
-    choices = info.choices
-    if choices is not None:
-        out["enum"] = [*choices, None] if optional else list(choices)
-    else:
-        inner = _strip_optional(info.type)
-        name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
-        if name is not None:
-            out["type"] = [name, "null"] if optional else name
-    for check in info.spec.checks:
-        if isinstance(check, _Interval):
-            if check.low is not None:
-                out["exclusiveMinimum" if check.low_open else "minimum"] = check.low
-            if check.high is not None:
-                out["exclusiveMaximum" if check.high_open else "maximum"] = check.high
-    out["default"] = plain(info.default)
-    if info.spec.secret:
-        out["writeOnly"] = True  # dumps redact it
-    out["x-flag"] = info.flag
-    out["x-env"] = info.env_var
-    if info.spec.hot:
-        out["x-hot"] = True
-    return out
+from sgconf.cli import main
+from sgconf.declarations import PATH_ATTR, SCHEMA_ATTR, TEST_ROLE, Declarations, schema_of
+from sgconf.flags import config_parser
+from sgconf.json_schema import config_schema
+from sgconf.loading import load
+from sgconf.provenance import Origin
+from sgconf.validation import build_record
 
 
-def _namespace_schema(path: str) -> dict[str, Any]:
-    children = group_children(path)
-    props = (
-        {attr: _namespace_schema(child) for attr, child in children.items()}
-        if children
-        else {info.name: field_schema(info) for info in iter_fields_of(path)}
-    )
-    return {"type": "object", "title": path, "properties": props, "additionalProperties": False}
+class Schema(Declarations):
+    """A runtime's declarations plus loading, validation, its JSON Schema and its CLI; see the module docstring.
+
+    `name` is the program name (CLI prog, JSON Schema title, messages); `env_prefix`
+    defaults to `NAME_` and `config_env` to `<prefix>CONFIG`. `record_name` names the flat
+    record class (`ServerArgs` by default, so the read ratchet finds it).
+    """
+
+    # -- using it ----------------------------------------------------------------------
+
+    def load(
+        self, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None, config_file: Any = None
+    ) -> Any:
+        """`sgconf.load` with this schema's fields, prefix and config variable; returns a Loaded."""
+        return load(argv, env, config_file, schema=self)
+
+    def build(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> Any:
+        """A validated record from field values (strings are converted like env/CLI values); raises ConfigError."""
+        raw = {**(values or {}), **fields}
+        return build_record(raw, dict.fromkeys(raw, f"from {self.name} build()"), schema=self)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON Schema (draft 2020-12) of this schema's settings, nested by namespace."""
+        return config_schema(self)
+
+    def parser(self, prog: str | None = None, description: str = "") -> Any:
+        """An argparse parser with `--config` and one flag per field; parse errors raise UsageError."""
+        return config_parser(prog or self.name, description, schema=self)
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """A `show`/`schema` command line for this schema (a runtime's `python -m` entry); returns the exit status."""
+        return main(argv, schema=self)
+
+    def as_record(self, obj: Any) -> Any:
+        """`obj` as this schema's record: a record passes through; an instance of the adopted dataclass is converted.
+
+        Raises TypeError for anything else, ConfigError when an adopted instance holds a bad value.
+        """
+        record = self.record
+        if isinstance(obj, record):
+            return obj
+        if self._adopted is not None and isinstance(obj, self._adopted):
+            raw = {name: getattr(obj, name) for name in self._fields}
+            detail = f"{type(obj).__name__} instance"
+            given = {n: v for n, v in raw.items() if v != self._fields[n].default}
+            built = build_record(given, dict.fromkeys(given, f"from {detail}"), schema=self)
+            # provenance: the dataclass's defaults, then what the adopter's own loading set
+            chains = {}
+            for n, info in self._fields.items():
+                chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+                if n in given:
+                    chain.append(Origin("record", detail, getattr(built, n), secret=info.spec.secret))
+                chains[n] = tuple(chain)
+            object.__setattr__(built, "_sgconf_provenance", types.MappingProxyType(chains))
+            return built
+        raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
 
 
-def config_schema() -> dict[str, Any]:
-    """The whole schema: one object per top-level namespace, unknown keys rejected."""
-    return {
-        "$schema": DIALECT,
-        "title": "sgconf configuration",
-        "description": "Every sgconf setting, nested by namespace (exec nests exec.kernel, exec.graph, exec.mamba).",
-        "type": "object",
-        "properties": {path: _namespace_schema(path) for path in top_level_namespaces()},
-        "additionalProperties": False,
-    }
+
+__all__ = ["PATH_ATTR", "SCHEMA_ATTR", "TEST_ROLE", "Schema", "schema_of"]

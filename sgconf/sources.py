@@ -1,4 +1,4 @@
-"""Source layers: a config file, `SGCONF_*` environment variables and CLI flags, each read into raw values.
+"""Source layers: a config file, prefixed environment variables (`SGCONF_*`) and CLI flags, each read into raw values.
 
 A layer only finds out *which* field a key names and *where* it came from; it does not
 convert values. Conversion happens once, for every layer, in `sgconf.validation`, so a
@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -25,15 +25,26 @@ except ImportError:  # python 3.10: the same parser, packaged separately
 
 from sgconf.errors import Problem
 from sgconf.provenance import Origin
-from sgconf.registry import field_info, fields, group_children, iter_fields_of, top_level_namespaces
+from sgconf.registry import serving
 from sgconf.suggest import did_you_mean
 
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
+
+# The serving schema's names; another schema has its own (`Schema.env_prefix`, `.config_env`).
 ENV_PREFIX = "SGCONF_"
 CONFIG_ENV = "SGCONF_CONFIG"
 
-# Control variables that share the prefix but are not fields. Other packages add their own
-# (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`) so loading does not reject them as typos.
-RESERVED_ENV: set[str] = {"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV}
+# Control variables of the runtime that share the serving prefix but are not fields.
+SERVING_RESERVED_ENV = frozenset({"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV, "SGCONF_HICACHE_FILE_DIR"})
+
+
+def __getattr__(name: str) -> Any:
+    # RESERVED_ENV is the serving schema's live set: packages add their own switches to it
+    # (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`) so loading does not reject them as typos.
+    if name == "RESERVED_ENV":
+        return serving().reserved_env
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
@@ -46,10 +57,12 @@ class LayerInput:
     values: Mapping[str, Any] = attrs.field(factory=dict)
     details: Mapping[str, str] = attrs.field(factory=dict)
     problems: tuple[Problem, ...] = ()
+    schema: Any = attrs.field(default=None, eq=False, repr=False)
 
     def origin(self, name: str, value: Any) -> Origin:
         """The provenance entry of field `name` set by this layer to the converted `value`."""
-        return Origin(self.layer, self.details[name], value, secret=field_info(name).spec.secret)
+        info = (self.schema or serving()).field_info(name)
+        return Origin(self.layer, self.details[name], value, secret=info.spec.secret)
 
     def sources(self) -> dict[str, str]:
         """`{field: "from env SGCONF_PAGE_SIZE"}` for every value of this layer."""
@@ -59,47 +72,49 @@ class LayerInput:
 # -- environment ----------------------------------------------------------------------------
 
 
-def read_env(env: Mapping[str, str]) -> LayerInput:
-    """Pick the `SGCONF_<FIELD>` variables out of `env`; unknown ones are problems with a suggestion."""
-    infos = fields()
+def read_env(env: Mapping[str, str], schema: Schema | None = None) -> LayerInput:
+    """Pick the `<PREFIX><FIELD>` variables out of `env`; unknown ones are problems with a suggestion."""
+    schema = schema or serving()
+    infos = schema.fields()
+    prefix, reserved = schema.env_prefix, schema.reserved_env
     by_var = {info.env_var: name for name, info in infos.items()}
     values: dict[str, Any] = {}
     details: dict[str, str] = {}
     problems: list[Problem] = []
     for var in sorted(env):
-        if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
+        if not var.startswith(prefix) or var in reserved:
             continue
         name = by_var.get(var)
         if name is None:
-            hint = did_you_mean(var, [*by_var, *sorted(RESERVED_ENV)], normalize=False)
-            path = f"$.{var[len(ENV_PREFIX):].lower()}"
+            hint = did_you_mean(var, [*by_var, *sorted(reserved)], normalize=False)
+            path = f"$.{var[len(prefix):].lower()}"
             problems.append(Problem(path, f"unknown environment variable '{var}'{hint}", f"from env {var}"))
             continue
         values[name] = env[var]
         details[name] = var
-    return LayerInput("env", values, details, tuple(problems))
+    return LayerInput("env", values, details, tuple(problems), schema)
 
 
-def config_path_from_env(env: Mapping[str, str]) -> str | None:
-    """The config file named by `SGCONF_CONFIG`, or None when unset or empty."""
-    return env.get(CONFIG_ENV) or None
+def config_path_from_env(env: Mapping[str, str], schema: Schema | None = None) -> str | None:
+    """The config file named by the schema's config variable (`SGCONF_CONFIG`), or None when unset or empty."""
+    return env.get((schema or serving()).config_env) or None
 
 
 # -- CLI --------------------------------------------------------------------------------------
 
 
-def cli_layer(given: Mapping[str, Any]) -> LayerInput:
+def cli_layer(given: Mapping[str, Any], schema: Schema | None = None) -> LayerInput:
     """The CLI layer from the field flags actually given (`{field: raw value}`).
 
     An undeclared name is kept, so conversion reports it with a suggestion instead of
     dropping a caller's typo silently.
     """
-    infos = fields()
+    infos = (schema or serving()).fields()
     details = {
         name: _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
         for name, value in given.items()
     }
-    return LayerInput("cli", dict(given), details)
+    return LayerInput("cli", dict(given), details, (), schema)
 
 
 def _flag_given(flag: str, value: Any) -> str:
@@ -110,24 +125,26 @@ def _flag_given(flag: str, value: Any) -> str:
 # -- config files -----------------------------------------------------------------------------
 
 
-def read_config_file(path: str | os.PathLike[str]) -> LayerInput:
+def read_config_file(path: str | os.PathLike[str], schema: Schema | None = None) -> LayerInput:
     """Read a TOML, JSON or YAML config file, nested by namespace and/or flat by field name.
 
     Never raises for bad input: a missing file, a parse error (with its position),
     unknown keys (with a suggestion) and keys under the wrong namespace come back as
     problems naming the file.
     """
+    schema = schema or serving()
     file = config_file_path(path)
     where = f"from {file}"
-    data, problem = _parse(file)
+    data, problem = _parse(file, schema)
     if problem is not None:
-        return LayerInput("file", problems=(Problem("$", problem, where),))
+        return LayerInput("file", problems=(Problem("$", problem, where),), schema=schema)
     if not isinstance(data, Mapping):
         kind = type(data).__name__
-        return LayerInput("file", problems=(Problem("$", f"a config file must hold a table of settings, got {kind}", where),))
-    walker = _FileWalker(str(file))
+        msg = f"a config file must hold a table of settings, got {kind}"
+        return LayerInput("file", problems=(Problem("$", msg, where),), schema=schema)
+    walker = _FileWalker(str(file), schema)
     walker.top(data)
-    return LayerInput("file", walker.values, walker.details, tuple(walker.problems))
+    return LayerInput("file", walker.values, walker.details, tuple(walker.problems), schema)
 
 
 def config_file_path(path: str | os.PathLike[str]) -> Path:
@@ -135,7 +152,7 @@ def config_file_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _parse(file: Path) -> tuple[Any, str | None]:
+def _parse(file: Path, schema: Schema) -> tuple[Any, str | None]:
     suffix = file.suffix.lower()
     if suffix not in FILE_SUFFIXES:
         return None, f"unsupported config file type '{suffix or file.name}' -- use .toml, .json or .yaml"
@@ -147,7 +164,7 @@ def _parse(file: Path) -> tuple[Any, str | None]:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return None, "config file not found -- check the --config path or SGCONF_CONFIG"
+        return None, f"config file not found -- check the --config path or {schema.config_env}"
     except IsADirectoryError:
         return None, "config path is a directory -- pass a .toml, .json or .yaml file"
     except (OSError, UnicodeDecodeError) as exc:
@@ -219,17 +236,18 @@ def _unique_yaml_loader(yaml: Any) -> Any:
 class _FileWalker:
     """Collects field values from a (possibly nested) mapping, checking each key's namespace."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, schema: Schema) -> None:
         self.file = file
+        self.schema = schema
         self.where = f"from {file}"
-        self.infos = fields()
+        self.infos = schema.fields()
         self.values: dict[str, Any] = {}
         self.details: dict[str, str] = {}
         self.problems: list[Problem] = []
         self.given_at: dict[str, str] = {}
 
     def top(self, data: Mapping[str, Any]) -> None:
-        tops = top_level_namespaces()
+        tops = self.schema.top_level_namespaces()
         for key, value in data.items():
             key = str(key)
             if key in tops and isinstance(value, Mapping):
@@ -244,7 +262,7 @@ class _FileWalker:
                 self.problem(f"$.{key}", f"unknown key '{key}'{hint}")
 
     def namespace(self, path: str, data: Mapping[str, Any]) -> None:
-        children = group_children(path)
+        children = self.schema.group_children(path)
         for key, value in data.items():
             key = str(key)
             here = f"$.{path}.{key}"
@@ -256,7 +274,7 @@ class _FileWalker:
             elif key in self.infos:
                 self.field(key, value, here, path)
             else:
-                local = [*children, *(i.name for i in iter_fields_of(path))]
+                local = [*children, *(i.name for i in self.schema.iter_fields_of(path))]
                 hint = did_you_mean(key, local) or did_you_mean(key, self.infos)
                 self.problem(here, f"unknown key '{key}' in [{path}]{hint}")
 

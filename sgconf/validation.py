@@ -7,15 +7,21 @@ value from HTTP is held to exactly the same rules as one from the command line.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sgconf.convert import ConversionError, structure
+from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fields import FieldValueError
-from sgconf.record import ServerArgs, record_to_dict
-from sgconf.registry import FieldInfo, fields
+from sgconf.record import record_to_dict
+from sgconf.registry import FieldInfo, serving
 from sgconf.rules import check_rules
 from sgconf.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    import cattrs
+
+    from sgconf.schema import Schema
 
 
 def shown(info: FieldInfo, value: Any) -> str:
@@ -25,10 +31,12 @@ def shown(info: FieldInfo, value: Any) -> str:
     return repr(value)
 
 
-def _convert(info: FieldInfo, raw: Any, source: str | None) -> tuple[Any, Problem | None]:
+def _convert(
+    info: FieldInfo, raw: Any, source: str | None, converter: cattrs.Converter | None = None
+) -> tuple[Any, Problem | None]:
     """The structured value, or the problem that stops it (structured once: this runs per override)."""
     try:
-        value = structure(raw, info)
+        value = structure(raw, info, converter)
     except ConversionError as exc:
         return None, Problem(info.path, f"{exc}, got {shown(info, raw)}", source)
     for check in info.spec.checks:
@@ -39,10 +47,14 @@ def _convert(info: FieldInfo, raw: Any, source: str | None) -> tuple[Any, Proble
     return value, None
 
 
-def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
-    """Structure every given value; unknown names become problems with a did-you-mean hint."""
+def convert_fields(
+    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, schema: Schema | None = None
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Structure every given value with the schema's converter; unknown names become problems with a did-you-mean hint."""
     sources = sources or {}
-    infos = fields()
+    schema = schema or serving()
+    infos = schema._fields
+    conv = schema.converter
     out: dict[str, Any] = {}
     problems: list[Problem] = []
     for name, value in raw.items():
@@ -50,7 +62,7 @@ def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = N
         if info is None:
             problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", sources.get(name)))
             continue
-        converted, problem = _convert(info, value, sources.get(name))
+        converted, problem = _convert(info, value, sources.get(name), conv)
         if problem is not None:
             problems.append(problem)
         else:
@@ -58,16 +70,19 @@ def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = N
     return out, problems
 
 
-def build_record(raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, base: Any = None) -> Any:
-    """Build a `ServerArgs` from raw values on top of `base` (defaults when None).
+def build_record(
+    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, base: Any = None, schema: Schema | None = None
+) -> Any:
+    """Build a record of `schema` (the base's, else the serving one) from raw values on top of `base` (defaults when None).
 
     Raises one ConfigError listing every bad field and every violated cross-field rule.
     """
-    values, problems = convert_fields(raw, sources)
-    merged = record_to_dict(base) if base is not None else {n: i.default for n, i in fields().items()}
+    schema = schema or (schema_of(base) if base is not None else None) or serving()
+    values, problems = convert_fields(raw, sources, schema=schema)
+    merged = record_to_dict(base, schema) if base is not None else {n: i.default for n, i in schema.fields().items()}
     merged.update(values)
     if not problems:
-        problems.extend(check_rules(merged, sources))
+        problems.extend(check_rules(merged, sources, schema=schema))
     if problems:
         raise ConfigError(problems)
-    return ServerArgs(**merged)
+    return schema.record(**merged)

@@ -73,45 +73,6 @@ def test_the_import_check_catches_a_lazy_import() -> None:
     assert not allowed("runtime", "engine") and not allowed("tools", "runtime") and allowed("attention", "mem_cache")
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def test_no_module_level_import_cycle_inside_a_package() -> None:
-    """Modules import each other one way at module level (function-level imports excepted)."""
-    graph: dict[str, set[str]] = {}
-    for package in PACKAGES:
-        for path in source_files(package):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            name = _module_name(path)
-            deps = graph.setdefault(name, set())
-            for n in tree.body:  # module level only (`if TYPE_CHECKING:` blocks never run)
-                if isinstance(n, ast.Import):
-                    deps.update(a.name for a in n.names)
-                elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
-                    deps.add(n.module)
-                    deps.update(f"{n.module}.{a.name}" for a in n.names)
-    known = set(graph)
-    edges = {m: {d for d in deps if d in known and d != m and not m.startswith(d + ".")} for m, deps in graph.items()}
-    cycles = []
-    state: dict[str, int] = {}
-
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        for dep in sorted(edges[node]):
-            if state.get(dep) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(dep):], dep]))
-            elif dep not in state:
-                visit(dep, [*stack, dep])
-        state[node] = 2
-
-    for module in sorted(edges):
-        if module not in state:
-            visit(module, [module])
-    assert cycles == []
-
-
 @pytest.mark.parametrize("modules", ["runtime", "sgconf", "runtime, sgconf, engine"])
 def test_config_core_imports_no_torch_or_web_stack(modules: str) -> None:
     """`import runtime`, `import sgconf` (and the `engine` package itself) leave torch, fastapi and uvicorn out."""

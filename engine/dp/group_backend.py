@@ -1,8 +1,10 @@
 """`ReplicaGroupBackend`: the HTTP app's backend for a group of replica processes.
 
 Requests go to one replica (`DPController.pick`); config changes go to every rank
-through the config group, all or nothing. Attach and detach need every replica idle,
-as they do on one engine.
+through the config group, all or nothing. Each replica applies a round between two of
+its scheduler steps, after a drain when a field declares `drain` (attach, detach), as
+one engine does; a drain that cannot finish on some replica refuses the round there,
+and the group answers like one engine would: `DrainTimeout` (409 with Retry-After).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
-from engine.errors import EngineBusy
+from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout
 from engine.http.backend import Applied
 from runtime.context import get_context
+from runtime.distributed import PropagationFailed, RanksSilent
+from runtime.overrides import shown
 
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
 STORAGE_STATUS_FIELDS = (*STORAGE_FIELDS, "hicache_storage_prefetch_policy", "hicache_write_policy")
@@ -52,37 +56,44 @@ class ReplicaGroupBackend:
         first: dict[str, Any] = next((r["values"] for r in ranks if r.get("rank") and r.get("alive") and r.get("values")), {})
         return {name: first.get(name) for name in STORAGE_STATUS_FIELDS} | {"ranks": ranks}
 
-    def _require_idle(self, what: str) -> None:
-        replicas, requests = self.controller.busy()
-        if requests:
-            msg = f"cannot {what} while requests run ({requests} in flight on {replicas} replicas) -- retry when idle"
-            raise EngineBusy(msg, queued=0, running=requests)
-
     def _propagate(self, source: str, fields: dict[str, Any]) -> Applied:
-        result = self.controller.propagate(source, **fields)
+        try:
+            result = self.controller.propagate(source, **fields)
+        except PropagationFailed as exc:
+            drains = [r for reasons in exc.refusals.values() for r in reasons if BOUNDARY_TIMEOUT_MARK in r]
+            if drains and not isinstance(exc, RanksSilent):
+                _replicas, running = self.controller.busy()
+                # the controller's role reads no schedule bag; the flat value is the same setting
+                timeout = float(get_context().value("drain_timeout_s"))
+                msg = f"{exc.header}: {'; '.join(drains)}"
+                raise DrainTimeout(msg, queued=0, running=running, retry_after_s=timeout) from None
+            raise
         ranks = []
         for state in result.ranks:
             row = state.to_dict()
             row["role"] = ROLE if state.rank == 0 else "scheduler"
             ranks.append(row)
-        # the controller (rank 0) committed the same override: its log has the old values
-        last = get_context().overrides_log()[-1]
-        changes = {c.name: c.redacted() for c in last.changes} if last.generation == result.generation else {}
+        # the controller (rank 0) committed the same override: its log has the old values of
+        # the fields its role may read; the others are shown with their new value only
+        log = [rec for rec in get_context().overrides_log() if rec.generation == result.generation]
+        changes: dict[str, Any] = {name: {"new": shown(name, value)} for name, value in fields.items()}
+        changes.update({c.name: c.redacted() for rec in log for c in rec.changes})
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:
-        self._require_idle("attach a storage backend")
+        from mem_cache.hicache.file_storage import with_default_dir
+
+        extra = with_default_dir(fields.get("hicache_storage_backend"), fields.get("hicache_storage_backend_extra_config"))
+        fields = {**fields, "hicache_storage_backend_extra_config": extra}
         return self._propagate("hicache.attach", fields)
 
     def detach(self) -> Applied | None:
-        self._require_idle("detach the storage backend")
         ranks = self.controller.ranks("hicache_storage_backend")
         if all(r.get("values", {}).get("hicache_storage_backend") is None for r in ranks if r.get("rank")):
             return None
         return self._propagate("hicache.detach", dict.fromkeys(STORAGE_FIELDS))
 
     def override(self, source: str, fields: dict[str, Any]) -> Applied:
-        self._require_idle("override config")
         return self._propagate(source, fields)
 
     def restart_replica(self, index: int) -> dict[str, Any]:

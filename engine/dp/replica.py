@@ -7,9 +7,11 @@ controller says stop or the pipe closes (the controller died): a replica never
 outlives its controller. SIGINT is ignored so a Ctrl-C in the terminal reaches the
 controller, which then stops every replica in order.
 
-`StorageEffect` is the replica's side of a propagated HiCache attach or detach: the
-backend is opened on every replica before anyone commits (`prepare_attach`), made live
-on commit and released on abort, so replicas end all attached or all detached.
+`BoundaryEffect` is the replica's side of every propagated override: the engine loop is
+parked between two steps (after a drain when a field declares `drain`) before the
+replica votes, and a HiCache backend is opened on every replica before anyone commits
+(`prepare_attach`), made live on commit and released on abort, so replicas end all
+attached or all detached and no step runs across a round.
 """
 
 from __future__ import annotations
@@ -32,19 +34,36 @@ MAX_CONCURRENT = 64
 CLEANUP_TIMEOUT_S = 30.0
 
 
-class StorageEffect:
-    """Prepare a HiCache attach or detach with every propagated override that sets the storage backend."""
+class BoundaryEffect:
+    """Prepare every propagated override at a step boundary of this replica's engine, as its fields declare.
+
+    Prepare parks the engine loop between two steps (after a drain for `drain` fields,
+    bounded by `drain_timeout_s` and by half the vote timeout, so a slow drain is a
+    refusal rather than a silent rank) and, for a storage change, opens the backend;
+    the group commits the config while the loop is parked, then `commit` makes the
+    storage change live and resumes the loop. `abort` releases both. So a round never
+    lands inside a step, and a drain that cannot finish refuses the round on every rank.
+    """
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
 
     def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
-        if "hicache_storage_backend" not in values:
-            return None
-        queued, running = self.engine.busy_counts()
-        if queued or running:
-            msg = f"{queued} queued and {running} running requests -- retry when idle"
-            raise RuntimeError(f"cannot change the storage backend while requests run: {msg}")
+        from runtime.accessors import get_parallel, get_schedule
+        from sgconf.registry import apply_mode
+
+        self.engine.capacity.check(values, source)
+        drain = apply_mode(values) == "drain"
+        timeout = min(float(get_schedule().drain_timeout_s), float(get_parallel().config_sync_timeout_s) / 2)
+        held = self.engine.hold_boundary(drain=drain, what=f"apply the override from {source!r}", timeout_s=timeout)
+        try:
+            storage = self._storage(values) if "hicache_storage_backend" in values else None
+        except BaseException:
+            held.close()
+            raise
+        return _Held(held, storage)
+
+    def _storage(self, values: Mapping[str, Any]) -> Any:
         hicache = self.engine.hicache
         if hicache is None:
             msg = "the hierarchical cache is off on this replica -- start with --enable-hierarchical-cache"
@@ -65,6 +84,28 @@ class StorageEffect:
 
             raise storage_refused(exc) from None
         return _Attach(controller, prepared)
+
+
+class _Held:
+    """A prepared round: the parked loop, and the storage change that goes with it (if any)."""
+
+    def __init__(self, held: Any, storage: Any) -> None:
+        self.held = held
+        self.storage = storage
+
+    def commit(self) -> None:
+        try:
+            if self.storage is not None:
+                self.storage.commit()
+        finally:
+            self.held.close()
+
+    def abort(self) -> None:
+        try:
+            if self.storage is not None:
+                self.storage.abort()
+        finally:
+            self.held.close()
 
 
 class _Attach:
@@ -119,7 +160,7 @@ def replica_main(
             "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
         )
     group = ConfigGroup(None, rank, world_size, address=address)
-    group.add_effect(StorageEffect(engine))
+    group.add_effect(BoundaryEffect(engine))
     group.start()
     sender = _Sender(conn)
     sender.send(("ready", rank, os.getpid()))

@@ -18,6 +18,13 @@ Admin routes need `Authorization: Bearer <admin_api_key>` (compared in constant 
 no admin key at all. Bad bodies get 400 (not JSON) or 422 with one `$.namespace.field:
 reason` line per problem; nothing changes then. Every other failure is answered by the
 type of its exception (`engine.http.problems`); no traceback ever reaches a client.
+
+Config changes are applied by the backend as each field declares (`step`, `drain`,
+`restart`); `/server_info` lists every field's mode under `apply_modes`. Every request
+is logged as `http.request` (method, path, status, duration); with `log_requests` on,
+each `/generate` also logs what was asked (`generate.request`: prompt size and sampling
+parameters) and what it cost (`generate.done`) at info, else at debug. The setting is
+read per request, so an override applies to the next one.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from engine.http.bodies import (
 )
 from engine.http.problems import HTTPProblem, install_error_handlers
 from runtime.context import get_context
-from sgconf.registry import field_info
+from sgconf.registry import field_info, fields
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +86,18 @@ def _install_request_log(app: FastAPI) -> None:
         return response
 
 
+def _request_log() -> Any:
+    """The log method for the details of a request: info with `log_requests`, else debug."""
+    from runtime.accessors import get_observability
+    from runtime.errors import NotPublishedError
+
+    try:
+        on = get_observability().log_requests
+    except NotPublishedError:  # the engine stopped and took its config: still log what is answered
+        on = True
+    return log.info if on else log.debug
+
+
 def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -95,9 +114,14 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend) -> None:
     async def generate(request: Request) -> dict[str, Any]:
         require_api_key(request)
         args = generate_args(await json_object(request, GENERATE_FIELDS, "generate"))
+        detail = _request_log()
+        prompt = args["prompt_or_ids"]
+        detail("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+               prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
+               temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
         body = await backend.generate(args)
         meta = body["meta_info"]
-        log.info("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
+        detail("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
                  cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
         return body
 
@@ -174,6 +198,7 @@ def config_report() -> dict[str, Any]:
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],
         "provenance": provenance,
         "startup_values": startup,
+        "apply_modes": {name: info.spec.apply for name, info in fields().items()},
     }
 
 

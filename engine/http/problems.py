@@ -8,6 +8,7 @@ happened and, for config problems, one `$.namespace.field: reason` line each.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import structlog
@@ -93,9 +94,13 @@ def problem_of(exc: BaseException) -> HTTPProblem:
     if isinstance(exc, ConfigError):
         return HTTPProblem(status, exc.header, errors=exc.lines())
     extra: dict[str, Any] = {}
+    headers = None
     if isinstance(exc, EngineBusy):
         extra = {"queued": exc.queued, "running": exc.running}
-    return HTTPProblem(status, str(exc), extra=extra)
+        if exc.retry_after_s is not None:
+            # whole seconds (RFC 9110); never 0, which would invite a tight retry loop
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    return HTTPProblem(status, str(exc), extra=extra, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

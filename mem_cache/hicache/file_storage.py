@@ -11,9 +11,14 @@ bytes) fail the checksum, are counted, removed and read as missing. (Processes s
 a directory may race here: a page rewritten between the failed read and the removal
 is lost too. That costs a recompute, never a wrong page.)
 
-Options (`hicache_storage_backend_extra_config`): `dir` (required), `fsync`
-(default true; false trades durability for speed, e.g. on tmpfs), `stale_temp_s`
-(default 600).
+Options (`hicache_storage_backend_extra_config`): `dir`, `fsync` (default true; false
+trades durability for speed, e.g. on tmpfs), `stale_temp_s` (default 600).
+
+Without `dir` the pages go to `$SGCONF_HICACHE_FILE_DIR` when that is set, else to
+`sgconf-hicache-<uid>` under the system temp directory (`tempfile.gettempdir()`),
+created with mode 0700. A default directory that exists already must be a directory
+owned by this user and closed to others, or it is refused: pages read back from a
+directory anyone can write would be trusted KV.
 """
 
 from __future__ import annotations
@@ -43,6 +48,45 @@ SUFFIX = ".kvpage"
 TEMP_SUFFIX = ".tmp"
 _KEY_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]*$")
 DIR_FIELD = f"{EXTRA_CONFIG_FIELD}.dir"
+DIR_ENV = "SGCONF_HICACHE_FILE_DIR"
+
+
+def default_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The directory used when no `dir` is given: `$SGCONF_HICACHE_FILE_DIR`, else one under the temp dir."""
+    env = os.environ if env is None else env
+    given = env.get(DIR_ENV, "").strip()
+    if given:
+        return Path(os.path.expanduser(given)).absolute()
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"sgconf-hicache-{uid}"
+
+
+def with_default_dir(backend: str | None, extra_config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`extra_config` with the default `dir` filled in for the file backend (unchanged otherwise).
+
+    Attach calls this before validating, so the override records the directory in use and
+    `/server_info` and the storage status show it.
+    """
+    if backend != "file" or (extra_config is not None and "dir" in extra_config):
+        return None if extra_config is None else dict(extra_config)
+    return {**(extra_config or {}), "dir": str(default_dir())}
+
+
+def _prepare_default_dir(root: Path) -> None:
+    """Create the default directory 0700, or check that the existing one is ours and private."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = root.stat()
+    except OSError as exc:
+        msg = f"cannot create the default storage directory {str(root)!r} ({exc.strerror}) -- pass {{\"dir\": \"/path\"}} or set {DIR_ENV}"
+        raise StorageAttachError(msg, field=DIR_FIELD, value=str(root)) from None
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if not root.is_dir() or not mine or st.st_mode & 0o077:
+        msg = (
+            f"the default storage directory {str(root)!r} is not a private directory of this user "
+            f"(mode {st.st_mode & 0o777:o}) -- pass {{\"dir\": \"/path\"}}, set {DIR_ENV}, or chmod 700 it"
+        )
+        raise StorageAttachError(msg, field=DIR_FIELD, value=str(root))
 
 
 class FileStorage(StorageBase):
@@ -152,8 +196,7 @@ def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
     """Factory for backend name `file`; raises StorageAttachError naming the bad option."""
     check_options("file", extra_config, OPTIONS)
     if "dir" not in extra_config:
-        msg = f"the file storage backend needs '{DIR_FIELD}' -- pass {{\"dir\": \"/path/to/cache\"}}"
-        raise StorageAttachError(msg, field=DIR_FIELD, value=None)
+        extra_config = {**extra_config, "dir": str(default_dir())}
     raw = extra_config["dir"]
     if not isinstance(raw, str | os.PathLike) or not str(raw).strip():
         msg = f"'{DIR_FIELD}' must be a non-empty path string (got {raw!r}) -- pass {{\"dir\": \"/path/to/cache\"}}"
@@ -167,6 +210,8 @@ def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
         msg = f"'{EXTRA_CONFIG_FIELD}.stale_temp_s' must be a number >= 0 (got {stale!r}) -- omit it for 600 seconds"
         raise StorageAttachError(msg, field=f"{EXTRA_CONFIG_FIELD}.stale_temp_s", value=stale)
     root = Path(os.path.expanduser(os.fspath(raw))).absolute()
+    if DIR_ENV not in os.environ and root == default_dir():
+        _prepare_default_dir(root)  # the shared temp dir: private to this user, or refused
     created = _check_writable(root, os.fspath(raw))
     return FileStorage(root, fsync=fsync, stale_temp_s=float(stale), created=created)
 
@@ -240,4 +285,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FileStorage", "open_file_storage"]
+__all__ = ["DIR_ENV", "FileStorage", "default_dir", "open_file_storage", "with_default_dir"]

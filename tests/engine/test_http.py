@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,26 +110,38 @@ def test_admin_routes_refused_without_admin_key() -> None:
         engine.shutdown()
 
 
-def test_busy_engine_answers_409_with_counts(serve, tmp_path: Path) -> None:
-    """While a request is queued, attach, detach and overrides are refused with the counts."""
+def test_hot_override_applies_at_once_while_a_request_runs(serve) -> None:
+    """A hot override under a running request is applied at the next step boundary: 200, never 409."""
     engine, client = serve()
     engine.pause()
-    worker = threading.Thread(target=engine.generate, args=(PROMPT,), kwargs={"max_new_tokens": 4})
-    worker.start()
-    while engine.busy_counts() != (1, 0):
-        pass
-    for method, path, body in [
-        ("PUT", "/hicache/storage-backend", attach_body(tmp_path)),
-        ("DELETE", "/hicache/storage-backend", None),
-        ("POST", "/config/overrides", {"schedule_conservativeness": 0.5}),
-    ]:
-        r = client.request(method, path, json=body, headers=AUTH)
-        assert r.status_code == 409
-        assert r.json()["queued"] == 1 and r.json()["running"] == 0
-        assert "while requests run (1 queued, 0 running) -- retry when idle" in r.json()["detail"]
+    req = engine.submit(PROMPT, max_new_tokens=4)
+    engine.step()  # admitted and prefilled: it runs now
+    assert engine.busy_counts() == (0, 1)
+    r = client.post("/config/overrides", json={"schedule_conservativeness": 0.5}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["generation"] == 1 and r.json()["fields"] == {"schedule_conservativeness": {"old": 1.0, "new": 0.5}}
     engine.resume()
-    worker.join(timeout=60)
-    assert engine.context.generation == 0
+    assert len(engine.wait(req, timeout=60).token_ids) == 4
+
+
+def test_drain_that_cannot_finish_answers_409_and_changes_nothing(serve, tmp_path: Path) -> None:
+    """Attach and detach drain; a request that cannot finish (the loop is paused) makes them 409 with Retry-After."""
+    engine, client = serve("--drain-timeout-s", "0.2")
+    engine.pause()
+    req = engine.submit(PROMPT, max_new_tokens=4)
+    engine.step()
+    queued = engine.submit(PROMPT, max_new_tokens=2)  # waits in the queue: a drain does not wait for it
+    for method, path, body in [("PUT", "/hicache/storage-backend", attach_body(tmp_path)), ("DELETE", "/hicache/storage-backend", None)]:
+        r = client.request(method, path, json=body, headers=AUTH)
+        assert r.status_code == 409, r.text
+        assert r.headers["retry-after"] == "1"
+        assert (r.json()["queued"], r.json()["running"]) == (1, 1)
+        assert "the drain did not come within 0.2 s (1 queued, 1 running requests); nothing changed" in r.json()["detail"]
+    assert engine.context.generation == 0 and get_memory().hicache_storage_backend is None
+    assert engine.scheduler.admission_paused == 0  # the withdrawn drains resumed admission
+    engine.resume()
+    assert len(engine.wait(req, timeout=60).token_ids) == 4
+    assert len(engine.wait(queued, timeout=60).token_ids) == 2
     assert client.put("/hicache/storage-backend", json=attach_body(tmp_path), headers=AUTH).status_code == 200
 
 
@@ -266,3 +277,24 @@ def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
     assert r.json() == {
         "detail": "the server's config is no longer published (its engine stopped) -- start a new server"
     }
+
+
+def test_attach_file_without_dir_uses_the_default_and_shows_it(serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PUT without a dir attaches under SGCONF_HICACHE_FILE_DIR; the status and /server_info name the directory."""
+    monkeypatch.setenv("SGCONF_HICACHE_FILE_DIR", str(tmp_path / "kv"))
+    engine, client = serve()
+    r = client.put("/hicache/storage-backend", json={"hicache_storage_backend": "file"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert r.json()["storage_dir"] == str(tmp_path / "kv")
+    assert r.json()["hicache_storage_backend_extra_config"] == {"dir": str(tmp_path / "kv")}
+    info = client.get("/server_info").json()
+    assert info["config"]["memory"]["hicache_storage_backend_extra_config"] == {"dir": str(tmp_path / "kv")}
+    assert info["stats"]["hicache"]["storage_dir"] == str(tmp_path / "kv")
+
+
+def test_server_info_lists_how_each_field_applies(serve) -> None:
+    """`apply_modes` says step, drain or restart for every declared field."""
+    _, client = serve()
+    modes = client.get("/server_info").json()["apply_modes"]
+    assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == ("step", "drain", "restart")
+    assert set(modes.values()) == {"step", "drain", "restart"}

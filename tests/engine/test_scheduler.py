@@ -95,7 +95,7 @@ def test_chunked_prefill_takes_at_most_the_chunk_size_per_step(make_scheduler: M
 
 def test_newest_request_is_retracted_when_the_pool_runs_out(make_scheduler: MakeScheduler) -> None:
     """Two decodes that outgrow the pool: the newer is retracted, requeued first, and both finish exactly."""
-    engine, sched = make_scheduler("--max-total-tokens", "64")
+    engine, sched = make_scheduler("--max-total-tokens", "64", "--schedule-conservativeness", "0")
     free = engine.memory.allocator.available_size()
     older, newer = submit(sched, 20, max_new_tokens=30), submit(sched, 20, max_new_tokens=30)
     while not sched.counters["retractions"]:

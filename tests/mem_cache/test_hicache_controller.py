@@ -374,7 +374,7 @@ def test_prepared_attach_commits_once(controllers, tmp_path):
 @pytest.mark.parametrize(
     ("args", "field"),
     [
-        (("file", {}), "hicache_storage_backend_extra_config.dir"),
+        (("file", {"dir": ""}), "hicache_storage_backend_extra_config.dir"),
         (("nvme", {}), "hicache_storage_backend"),
         (("file", "{not json"), "hicache_storage_backend_extra_config"),
         (("memory", None, "eager"), "hicache_storage_prefetch_policy"),

@@ -33,15 +33,48 @@ def test_unknown_backend_names_the_field_and_the_choices():
     assert isinstance(exc.value, OSError)
 
 
-def test_file_backend_requires_dir():
-    """A missing dir key names hicache_storage_backend_extra_config.dir."""
+def test_file_backend_without_dir_uses_a_private_dir_under_the_temp_dir(tmp_path, monkeypatch):
+    """No dir and no SGCONF_HICACHE_FILE_DIR: sgconf-hicache-<uid> under the system temp dir, created 0700."""
+    import tempfile
+
+    monkeypatch.delenv("SGCONF_HICACHE_FILE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    backend = create_storage_backend("file", {})
+    root = tmp_path / f"sgconf-hicache-{os.getuid()}"
+    assert backend.root == root
+    assert root.is_dir() and root.stat().st_mode & 0o777 == 0o700
+    backend.close()
+
+
+def test_default_dir_open_to_others_is_refused(tmp_path, monkeypatch):
+    """A default dir that already exists with group/other access is refused, naming the fix."""
+    import tempfile
+
+    monkeypatch.delenv("SGCONF_HICACHE_FILE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = tmp_path / f"sgconf-hicache-{os.getuid()}"
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
     with pytest.raises(StorageAttachError) as exc:
         create_storage_backend("file", {})
     assert str(exc.value) == (
-        "the file storage backend needs 'hicache_storage_backend_extra_config.dir'"
-        ' -- pass {"dir": "/path/to/cache"}'
+        f"the default storage directory {str(root)!r} is not a private directory of this user (mode 755)"
+        ' -- pass {"dir": "/path"}, set SGCONF_HICACHE_FILE_DIR, or chmod 700 it'
     )
     assert exc.value.field == "hicache_storage_backend_extra_config.dir"
+
+
+def test_file_backend_dir_from_the_environment(tmp_path, monkeypatch):
+    """SGCONF_HICACHE_FILE_DIR names the default dir; with_default_dir records it for the override."""
+    from mem_cache.hicache.file_storage import with_default_dir
+
+    monkeypatch.setenv("SGCONF_HICACHE_FILE_DIR", str(tmp_path / "kv"))
+    backend = create_storage_backend("file", {"fsync": False})
+    assert backend.root == tmp_path / "kv"
+    backend.close()
+    assert with_default_dir("file", None) == {"dir": str(tmp_path / "kv")}
+    assert with_default_dir("file", {"dir": "/x"}) == {"dir": "/x"}
+    assert with_default_dir("memory", None) is None
 
 
 def test_dir_that_cannot_be_created_is_refused_and_nothing_is_created(tmp_path):

@@ -25,7 +25,8 @@ def test_table_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model-config", "small-dense", "--available-memory", "8MiB", "--page-size", "16"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["configurator", "default"]
-    assert lines[4].split() == ["bytes", "per", "token", "full", "1,024", "swa", "0", "draft", "0"]
+    assert lines[4].split()[:4] == ["tensor", "parallel", "1", "rank,"]
+    assert lines[5].split() == ["bytes", "per", "token", "full", "1,024", "swa", "0", "draft", "0"]
     assert lines[-1].split() == ["bytes", "total", "8,386,544", "of", "8,388,608", "budget", "(99.98%)"]
 
 

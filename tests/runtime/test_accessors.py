@@ -144,3 +144,38 @@ def test_parallel_derived_members(server_args):
     with server_args.scoped(tp_size=4, dp_size=2, enable_dp_attention=True):
         assert get_parallel().attn_tp_size == 2
         assert get_parallel().attn_dp_size == 2
+
+
+def test_accessors_are_typed_for_mypy(tmp_path) -> None:
+    """`accessor(LoraConfig)` is a zero-argument function mypy knows returns a LoraConfig; built-ins are made alike."""
+    import sys
+
+    from mypy import api
+
+    snippet = tmp_path / "typed.py"
+    snippet.write_text(
+        "from sgconf import Schema, setting\n"
+        "from runtime import accessor, get_memory\n"
+        "schema = Schema('typed')\n"
+        "@schema.namespace('lora')\n"
+        "class LoraConfig:\n"
+        "    max_loras: int = setting(4, help='adapters')\n"
+        "get_lora = accessor(LoraConfig)\n"
+        "reveal_type(get_lora)\n"
+        "reveal_type(get_lora().max_loras)\n"
+        "reveal_type(get_memory().hicache_ratio)\n"
+        "get_lora().max_loras + 'x'\n"
+    )
+    limit = sys.getrecursionlimit()
+    try:
+        out, _, status = api.run([str(snippet), "--cache-dir", str(tmp_path / "cache"), "--no-error-summary"])
+    finally:
+        sys.setrecursionlimit(limit)  # mypy raises it for the whole process; later tests rely on the default
+    lines = [line.split(": ", 1)[1] for line in out.splitlines() if ": " in line]
+    assert lines == [
+        'note: Revealed type is "def () -> typed.LoraConfig"',
+        'note: Revealed type is "int"',
+        'note: Revealed type is "float"',
+        'error: Unsupported operand types for + ("int" and "str")  [operator]',
+    ]
+    assert status == 1

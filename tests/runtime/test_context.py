@@ -637,10 +637,10 @@ def test_subscription_as_context_manager(ctx):
 
 
 def test_publish_needs_a_record():
-    """publish() of anything but a ServerArgs is a TypeError naming the fix."""
+    """publish() of anything but a record of a schema is a TypeError naming the fix."""
     with pytest.raises(TypeError) as info:
         publish({"page_size": 16}, role="scheduler")
     assert str(info.value) == (
-        "publish() takes a ServerArgs record, got dict -- build one with sgconf.loading.load(...) "
-        "or sgconf.validation.build_record(...)"
+        "publish() takes a record of an sgconf schema (a ServerArgs), got dict -- build one with sgconf.load(...) "
+        "or schema.load(...), or adopt your dataclass with sgconf.from_dataclass"
     )

@@ -174,3 +174,22 @@ def test_outer_state_is_untouched():
     """After the inner runs, nothing is published in this process."""
     with pytest.raises(NotPublishedError):
         get_schedule()
+
+
+def test_plugin_costs_nothing_where_nothing_is_published(pytester):
+    """In a project that never reads a config, the plugin imports none of our packages and fails nothing."""
+    pytester.makepyfile(
+        test_plain=textwrap.dedent(
+            """
+            import sys
+
+            def test_one():
+                assert "runtime.context" not in sys.modules and "sgconf" not in sys.modules
+
+            def test_two():
+                assert "runtime.accessors" not in sys.modules
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)

@@ -21,8 +21,9 @@ from runtime import (
     reset,
 )
 from runtime.roles import GuardedView, clear_recorded, mode_from_env, recorded_reads
-from runtime.snapshot import BAG_NAMES, Snapshot
+from runtime.snapshot import BAG_NAMES, Snapshot, snapshot_class
 from sgconf.errors import ConfigError
+from sgconf.namespaces import SERVING
 from sgconf.record import ServerArgs
 
 
@@ -66,7 +67,7 @@ def test_off_mode_hands_out_the_snapshot(monkeypatch):
     """In off mode accessors return the snapshot's own bags: no wrapper, no cost."""
     monkeypatch.delenv("SGCONF_ROLE_NAMESPACES", raising=False)
     ctx = publish(ServerArgs(), role="tokenizer")
-    assert type(ctx.snapshot()) is Snapshot
+    assert type(ctx.snapshot()) is snapshot_class(SERVING) and isinstance(ctx.snapshot(), Snapshot)
     get_schedule()  # outside the tokenizer set, but off mode does not check
     assert recorded_reads() == frozenset()
 
@@ -82,7 +83,8 @@ def test_enforce_mode_refuses_reads_outside_the_set(monkeypatch):
         get_schedule()
     assert str(info.value) == (
         "role 'detokenizer' read namespace 'schedule' (get_schedule()), outside its set ('model', 'observability', "
-        "'serving') -- read it in a role that owns it, or add 'schedule' to ROLE_NAMESPACE_SETS['detokenizer']"
+        "'serving') -- read it in a role that owns it, or add 'schedule' to the role with "
+        "schema.role('detokenizer', namespaces=[...])"
     )
     assert isinstance(info.value, PermissionError)
     with pytest.raises(RoleViolation):

@@ -8,6 +8,7 @@ import pytest
 
 from sgconf.convert import ConversionError, structure
 from sgconf.fields import FieldSpec
+from sgconf.frozen import FrozenDict
 from sgconf.registry import FieldInfo, field_info
 
 
@@ -31,11 +32,12 @@ GOOD = [
     (int | None, None, None),
     (int | None, "3", 3),
     (Literal["file", "memory"] | None, "null", None),
-    (list[int], "[1, 2]", [1, 2]),
-    (list[int], "1, 2,3", [1, 2, 3]),
-    (list[str], ["a", "b"], ["a", "b"]),
-    (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', {"dir": "/d", "n": [1, {"k": None}]}),
-    (dict[str, Any] | None, {"a": 1.5}, {"a": 1.5}),
+    # lists and dicts come back deep-frozen: tuples and read-only FrozenDicts
+    (list[int], "[1, 2]", (1, 2)),
+    (list[int], "1, 2,3", (1, 2, 3)),
+    (list[str], ["a", "b"], ("a", "b")),
+    (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', FrozenDict({"dir": "/d", "n": (1, {"k": None})})),
+    (dict[str, Any] | None, {"a": 1.5}, FrozenDict({"a": 1.5})),
 ]
 
 

@@ -7,32 +7,45 @@ import pytest
 
 from sgconf import DeclarationError, ExecConfig, KernelConfig, ServerArgs, namespace_of
 from sgconf.fields import setting
-from sgconf.registry import field_names, fields, namespace, namespaces
+from sgconf.namespaces import SERVING
+from sgconf.registry import field_names, fields, namespaces
 
 
 def test_field_declared_twice_fails_naming_both_classes() -> None:
     """A second namespace declaring an existing field name fails at class creation, naming both owners."""
-    before = (field_names(), list(namespaces()))
+    schema = SERVING.copy("dup")
+    before = (schema.field_names(), list(schema._namespaces))
     with pytest.raises(DeclarationError) as info:
 
-        @namespace("test_dup")
+        @schema.namespace("test_dup")
         class DupConfig:
             fresh_field: int = setting(1, help="fine on its own")
             page_size: int = setting(4, help="already declared in ScheduleConfig")
 
     assert str(info.value) == (
-        "field 'page_size' is declared in both ScheduleConfig and DupConfig -- "
+        "field 'page_size' is declared in both ScheduleConfig and DupConfig of schema 'dup' -- "
         "field names are routed flat and must be unique across namespaces"
     )
     assert isinstance(info.value, TypeError)
-    assert (field_names(), list(namespaces())) == before  # nothing of the failed class was registered
+    assert (schema.field_names(), list(schema._namespaces)) == before  # nothing of the failed class was registered
+
+
+def test_the_serving_schema_is_frozen() -> None:
+    """Declaring into the built-in schema after import is refused: copy it instead."""
+    with pytest.raises(DeclarationError, match="cannot declare namespace 'lora' in schema 'sgconf': it is frozen"):
+
+        @SERVING.namespace("lora")
+        class LoraConfig:
+            max_loras: int = setting(4, help="adapters")
+
+    assert "lora" not in namespaces() and "max_loras" not in field_names()
 
 
 def test_undeclared_member_is_refused() -> None:
     """A field not declared with setting() is refused with the fix."""
     with pytest.raises(DeclarationError, match="field 'plain' of PlainConfig is not declared with setting"):
 
-        @namespace("test_plain")
+        @SERVING.copy("plain").namespace("test_plain")
         class PlainConfig:
             plain: int = 1
 

@@ -22,7 +22,6 @@ def test_decisions_are_named_steps_with_values() -> None:
         "mem_fraction_static": "schedule_defaults",
         "chunked_prefill_size": "schedule_defaults",
         "attention_backend": "attention_backend",
-        "sampling_backend": "attention_backend",
         "served_model_name": "serving_defaults",
         "random_seed": "serving_defaults",
         "mamba_radix_cache_strategy": "serving_defaults",

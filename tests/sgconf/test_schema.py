@@ -1,70 +1,157 @@
-"""The JSON Schema of all fields: valid draft 2020-12, and it accepts what `show` and config files hold."""
+"""`sgconf.Schema`: a runtime's own namespaces, prefix, record, CLI and JSON Schema, and copies of the serving one."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-import jsonschema
 import pytest
 
-from sgconf import config_schema, load, nested, record_to_dict, resolve_once
-from sgconf.cli import main
-from sgconf.registry import fields, top_level_namespaces
+import sgconf
+from sgconf import ConfigError, DeclarationError, Schema, setting
+from sgconf.fields import positive
 
 
-def test_schema_is_valid_draft_2020_12() -> None:
-    """The schema itself passes the 2020-12 metaschema."""
-    schema = config_schema()
-    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    jsonschema.Draft202012Validator.check_schema(schema)
-    assert list(schema["properties"]) == top_level_namespaces()
+class Size(int):
+    """A byte count that a schema's own converter hook parses from `4k`."""
 
 
-def test_field_entries_carry_types_enums_defaults_and_bounds() -> None:
-    """Each field says its type (nullable where optional), enum, default, description and bounds."""
-    props = config_schema()["properties"]
-    page = props["schedule"]["properties"]["page_size"]
-    assert page == {
-        "description": "tokens per KV page; default 1",
-        "type": ["integer", "null"],
-        "default": None,
-        "x-flag": "--page-size",
-        "x-env": "SGCONF_PAGE_SIZE",
-    }
-    policy = props["schedule"]["properties"]["schedule_policy"]
-    assert policy["enum"] == ["fcfs", "lpm", "random", "dfs-weight"] and policy["default"] == "fcfs"
-    assert policy["x-hot"] is True
-    backend = props["memory"]["properties"]["hicache_storage_backend"]
-    assert backend["enum"] == ["file", "memory", None]
-    mem = props["schedule"]["properties"]["mem_fraction_static"]
-    assert (mem["exclusiveMinimum"], mem["exclusiveMaximum"]) == (0, 1)
-    assert props["serving"]["properties"]["port"]["maximum"] == 65535
-    assert props["serving"]["properties"]["api_key"]["writeOnly"] is True
-    assert props["exec"]["properties"]["kernel"]["properties"]["attention_backend"]["type"] == ["string", "null"]
-    leaves = sum(len(ns["properties"]) for ns in props.values() if "kernel" not in ns["properties"])
-    leaves += sum(len(sub["properties"]) for sub in props["exec"]["properties"].values())
-    assert leaves == len(fields())
+def make_schema() -> Schema:
+    """Three namespaces of our own, a MYRT_ prefix, no built-in field."""
+    schema = Schema("myrt", env_prefix="MYRT_")
+
+    @schema.namespace("lora")
+    class LoraConfig:
+        max_loras: int = setting(4, help="adapters resident at once", hot=True, checks=[positive()])
+        lora_paths: list[str] = setting(factory=list, help="adapter directories")
+
+    @schema.namespace("cache")
+    class CacheConfig:
+        page_size: int = setting(16, help="tokens per cache page")
+        policy: str = setting("lru", help="eviction policy")
+
+    @schema.namespace("api")
+    class ApiConfig:
+        port: int = setting(8000, help="HTTP port")
+        token: str | None = setting(None, help="bearer token", secret=True)
+
+    schema.role("lora_worker", namespaces=["lora"])
+    return schema.freeze()
 
 
-def test_show_json_dump_validates(capsys: pytest.CaptureFixture[str]) -> None:
-    """The JSON of `sgconf show --format json` validates against `sgconf schema`."""
-    assert main(["schema"]) == 0
-    schema = json.loads(capsys.readouterr().out)
-    assert main(["show", "--format", "json", "--speculative-algorithm", "EAGLE", "--api-key", "k",
-                 "--enable-hierarchical-cache", "--hicache-storage-backend-extra-config", '{"dir": "/x"}']) == 0
-    dump = json.loads(capsys.readouterr().out)
-    jsonschema.Draft202012Validator(schema).validate(dump)
+@pytest.fixture
+def myrt() -> Schema:
+    return make_schema()
 
 
-def test_defaults_and_bad_dumps() -> None:
-    """Unresolved defaults validate; a wrong type, a bad choice or an unknown key does not."""
-    validator = jsonschema.Draft202012Validator(config_schema())
-    values = record_to_dict(load(env={}).record)
-    validator.validate(nested(values, redact=False))
-    resolved = nested(record_to_dict(resolve_once(load(env={}).record).values))
-    validator.validate(resolved)
-    for path, bad in ((("schedule", "page_size"), "16"), (("schedule", "schedule_policy"), "lifo"),
-                      (("schedule", "page_sise"), 16), (("parallel", "tp_size"), 0)):
-        doc = json.loads(json.dumps(resolved))
-        doc[path[0]][path[1]] = bad
-        assert not validator.is_valid(doc), path
+def test_load_from_file_env_and_flags_with_provenance(myrt: Schema, tmp_path: Path) -> None:
+    """A TOML file, MYRT_* env and flags layer in order; SGCONF_* variables are not this schema's business."""
+    cfg = tmp_path / "myrt.toml"
+    cfg.write_text('[lora]\nmax_loras = 2\n[cache]\npolicy = "lfu"\n')
+    env = {"MYRT_CONFIG": str(cfg), "MYRT_MAX_LORAS": "6", "SGCONF_PAGE_SIZE": "x", "MYRT_LORA_PATHS": "a,b"}
+    loaded = myrt.load(["--port", "9000"], env=env)
+    record = loaded.record
+    assert type(record) is myrt.record and sgconf.schema_of(record) is myrt
+    assert (record.max_loras, record.policy, record.port, record.page_size) == (6, "lfu", 9000, 16)
+    assert record.lora_paths == ("a", "b")
+    assert [o.describe() for o in loaded.chain("max_loras")] == [
+        "from defaults", f"from {cfg}", "from env MYRT_MAX_LORAS"
+    ]
+    assert loaded.winner("port").describe() == "from --port"
+
+
+def test_bad_input_names_field_value_and_source(myrt: Schema) -> None:
+    """Every problem is reported at once with its path and this schema's env names; did-you-mean uses its names."""
+    with pytest.raises(ConfigError) as info:
+        myrt.load(["--max-loras", "0"], env={"MYRT_PAGESIZE": "8"})
+    assert info.value.lines() == [
+        "$.pagesize: unknown environment variable 'MYRT_PAGESIZE' -- did you mean 'MYRT_PAGE_SIZE'? (from env MYRT_PAGESIZE)",
+        "$.lora.max_loras: must be > 0, got 0 (from --max-loras)",
+    ]
+
+
+def test_json_schema_and_help_name_only_its_fields(myrt: Schema, capsys: pytest.CaptureFixture[str]) -> None:
+    """`schema` and `show --help` of the schema's CLI name its fields, its prefix and its program only."""
+    doc = myrt.json_schema()
+    assert doc["title"] == "myrt configuration"
+    assert list(doc["properties"]) == ["lora", "cache", "api"]
+    assert doc["properties"]["lora"]["properties"]["max_loras"]["x-env"] == "MYRT_MAX_LORAS"
+    assert myrt.main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == doc
+    assert myrt.main(["show", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: myrt show [options]")
+    assert "lora settings:" in out and "--max-loras INT" in out and "env MYRT_<FIELD>" in out
+    assert "SGCONF" not in out and "--tp-size" not in out and "hicache" not in out
+
+
+def test_show_prints_the_schema_values(myrt: Schema, capsys: pytest.CaptureFixture[str]) -> None:
+    """`show --format json` of the schema's CLI nests its values and redacts its secrets."""
+    assert myrt.main(["show", "--format", "json", "--token", "k", "--max-loras", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lora"] == {"max_loras": 2, "lora_paths": []} and data["api"]["token"] == "***"
+
+
+def test_declaring_after_freeze_is_an_error(myrt: Schema) -> None:
+    """A frozen schema refuses new namespaces and extensions with the fix."""
+    with pytest.raises(DeclarationError, match="cannot declare namespace 'late' in schema 'myrt': it is frozen"):
+
+        @myrt.namespace("late")
+        class Late:
+            x: int = setting(1, help="x")
+
+
+def test_a_name_clash_names_both_owners() -> None:
+    """Two namespaces of one schema may not declare the same field name."""
+    schema = Schema("clash")
+
+    @schema.namespace("a")
+    class AConfig:
+        port: int = setting(1, help="p")
+
+    with pytest.raises(DeclarationError) as info:
+
+        @schema.namespace("b")
+        class BConfig:
+            port: int = setting(2, help="p")
+
+    assert str(info.value) == (
+        "field 'port' is declared in both AConfig and BConfig of schema 'clash' -- "
+        "field names are routed flat and must be unique across namespaces"
+    )
+
+
+def test_two_schemas_may_share_field_names(myrt: Schema) -> None:
+    """`page_size` and `port` are the serving schema's and myrt's, each with its own type and default."""
+    assert myrt.field_info("port").default == 8000 and sgconf.field_info("port").default == 30000
+    assert myrt.field_info("page_size").namespace == "cache"
+
+
+def test_copy_refuses_unknown_names() -> None:
+    """Leaving out or re-defaulting what the schema does not have is a declaration error naming it."""
+    with pytest.raises(DeclarationError, match="cannot leave out namespace\\(s\\) 'lora'"):
+        sgconf.SERVING.copy("x", without=["lora"])
+    with pytest.raises(DeclarationError, match="unknown field 'prot' -- did you mean 'port'"):
+        sgconf.SERVING.copy("x", defaults={"prot": 1})
+
+
+def test_extend_needs_an_existing_namespace() -> None:
+    """Extending a namespace the schema lacks says how to declare it."""
+    schema = Schema("ext")
+    with pytest.raises(DeclarationError, match="use @schema.namespace\\('lora'\\)|declare it with @schema.namespace"):
+
+        @schema.extend("lora")
+        class More:
+            x: int = setting(1, help="x")
+
+
+def test_schema_converter_takes_extra_hooks() -> None:
+    """A hook registered on one schema's converter changes that schema only."""
+    schema = Schema("hooks")
+
+    @schema.namespace("mem")
+    class Mem:
+        budget: Size = setting(Size(1), help="bytes")
+
+    schema.converter.register_structure_hook(Size, lambda v, _: Size(int(str(v).rstrip("k")) * 1000))
+    assert schema.load(["--budget", "4k"], env={}).record.budget == 4000

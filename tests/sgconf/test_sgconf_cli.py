@@ -56,7 +56,7 @@ def test_show_toml_parses_and_loads_back_to_the_same_resolution(
     assert code == 0
     data = tomllib.loads(out)
     assert data["schedule"]["page_size"] == 4
-    assert data["exec"]["kernel"]["sampling_backend"] == "pytorch"
+    assert data["exec"]["kernel"]["attention_backend"] == "torch_native"
     assert "# unset (None) values are omitted: model.model_config, " in out
     assert "model_config" not in data["model"]
     cfg = tmp_path / "again.toml"
@@ -73,10 +73,11 @@ def test_show_table_groups_by_namespace_with_sources(capsys: pytest.CaptureFixtu
     headers = [line for line in out.splitlines() if line.startswith("[")]
     assert headers[:3] == ["[model]", "[device]", "[parallel]"]
     assert headers[-3:] == ["[exec.kernel]", "[exec.graph]", "[exec.mamba]"]
-    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines() if line.startswith("  ")}
-    assert rows["page_size"] == ["8", "from --page-size"]
-    assert rows["port"] == ["30000", "from defaults"]
-    assert rows["chunked_prefill_size"] == ["2048", "from resolution:schedule_defaults (default for cpu)"]
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in out.splitlines() if line.startswith("  ")}
+    assert rows["page_size"] == ["8", "restart", "from --page-size"]
+    assert rows["port"] == ["30000", "restart", "from defaults"]
+    assert rows["chunked_prefill_size"] == ["2048", "step", "from resolution:schedule_defaults (default for cpu)"]
+    assert rows["hicache_storage_backend"][1] == "drain"
 
 
 def test_show_diff_lists_only_changes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,11 +180,11 @@ def test_delegated_command_missing_is_one_line(capsys: pytest.CaptureFixture[str
     monkeypatch.setitem(sys.modules, "mem_cache.plan_cli", None)
     code, out, err = run(capsys, "plan", "--model-config", "x.json")
     assert (code, out) == (2, "")
-    assert len(err.splitlines()) == 1 and err.startswith("sgconf: the 'plan' command is unavailable (mem_cache.plan_cli: ")
+    assert len(err.splitlines()) == 1 and err.startswith("sgconf: the 'plan' command is unavailable (mem_cache.plan_cli:main: ")
 
 
 def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """`sgconf serve ...` calls engine.serve.main with the arguments after the command name."""
+    """`sgconf serve ...` calls the registered command's main with the arguments after the command name."""
     import types
 
     seen: list[list[str]] = []
@@ -192,6 +193,30 @@ def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[s
     monkeypatch.setitem(sys.modules, "engine.serve", fake)
     assert run(capsys, "serve", "--port", "9")[0] == 7
     assert seen == [["--port", "9"]]
+
+
+def test_commands_come_from_the_entry_point_group(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package registers a command in `sgconf.commands`; sgconf offers it without naming the package."""
+    import importlib.metadata as md
+    import types
+
+    from sgconf import cli
+
+    fake = types.ModuleType("fake_cmds")
+
+    def hello(argv: list[str]) -> int:
+        """Say hello to the arguments; returns 0."""
+        print("hello", *argv)
+        return 0
+
+    fake.hello = hello  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_cmds", fake)
+    ep = md.EntryPoint("hello", "fake_cmds:hello", cli.COMMAND_GROUP)
+    monkeypatch.setattr(cli, "commands", lambda: {"hello": ep})
+    assert run(capsys, "hello", "a", "b")[:2] == (0, "hello a b\n")
+    assert "  hello    say hello to the arguments" in run(capsys, "--help")[1]
+    source = open(cli.__file__).read()
+    assert "mem_cache" not in source and "runtime." not in source
 
 
 def test_config_parser_and_load_from_args_count_only_given_flags(tmp_path: Path) -> None:

@@ -1,0 +1,70 @@
+"""minirt on sgconf: its own schema, prefix and CLI, a hot override that evicts, and the test helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from minirt import SCHEMA, AdapterPool, get_api, get_lora
+
+from runtime import RoleViolation, get_context, override_server_args, publish, reset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_override_server_args_and_a_hot_override_evict() -> None:
+    """A test config with three slots; lowering max_loras evicts the oldest adapters at once."""
+    with override_server_args(schema=SCHEMA, max_loras=3, preload=["a", "b"]) as ctx:
+        pool = AdapterPool()
+        pool.use("c")
+        assert pool.resident() == ["a", "b", "c"]
+        receipt = ctx.override("autoscaler", max_loras=1)
+        assert pool.resident() == ["c"] and pool.evicted == ["a", "b"]
+        receipt.revert()
+        pool.use("a")
+        assert get_lora().max_loras == 3 and pool.resident() == ["c", "a"]
+        pool.close()
+
+
+def test_the_fixture_publishes_the_minirt_schema(server_args) -> None:
+    """The plugin's fixture publishes minirt's defaults (conftest names the schema)."""
+    assert server_args.schema is SCHEMA and get_lora().max_loras == 2
+    assert server_args.resolved_dict()["api"] == {"host": "127.0.0.1", "port": 8100, "token": None}
+
+
+@pytest.mark.server_args(max_loras=5, policy="fifo")
+def test_the_marker_sets_fields() -> None:
+    """The marker's fields are live for the whole test."""
+    assert get_lora().max_loras == 5 and get_context().value("policy") == "fifo"
+
+
+def test_the_worker_role_may_not_read_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In enforce mode the adapter worker reads lora and cache, and is refused the api namespace."""
+    monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
+    publish(SCHEMA.load([], env={}).record, role="adapter_worker")
+    try:
+        assert get_lora().max_loras == 2
+        with pytest.raises(RoleViolation, match="role 'adapter_worker' read namespace 'api'"):
+            get_api()
+    finally:
+        reset()
+
+
+def _minirt(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "minirt", *args], capture_output=True, text=True, env=environ,
+                          cwd=ROOT, timeout=120, check=False)
+
+
+def test_python_m_minirt_run_and_show() -> None:
+    """The `python -m minirt` entry loads MINIRT_* env and flags, and reports bad input without a traceback."""
+    out = _minirt("run", "--use", "a,b,c", "--shrink-to", "1", MINIRT_MAX_LORAS="3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["resident: a, b, c (max_loras 3)", "generation 1: max_loras 1, evicted a, b",
+                                       "resident: c"]
+    bad = _minirt("show", "--max-loras", "0")
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == "minirt: invalid configuration: 1 problem\n  $.lora.max_loras: must be > 0, got 0 (from --max-loras)\n"

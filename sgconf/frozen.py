@@ -1,0 +1,121 @@
+"""Deeply immutable containers for list- and dict-valued settings.
+
+A bag is frozen, but a dict held by a frozen bag is not: without this module
+`get_memory().hicache_storage_backend_extra_config["dir"] = "/x"` would change the
+bag and the raw record behind the context's back, with no new generation and the same
+fingerprint. Every value a record or a bag stores goes through `deep_freeze`: lists
+and tuples become tuples, dicts become `FrozenDict`, recursively.
+
+`FrozenDict` subclasses `dict` on purpose: `json.dumps`, FastAPI and every
+`isinstance(value, dict)` check keep treating it as a plain object, so dumps, the HTTP
+layer and other ranks see the same JSON as before; only mutation is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    msg = "config values are read-only: this mapping belongs to a published config bag -- use get_context().override(...) to change it"
+    raise TypeError(msg)
+
+
+class FrozenDict(dict):  # type: ignore[type-arg]
+    """A read-only dict whose values are frozen too; mutation raises TypeError, hashing works."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        items = dict(*args, **kwargs)
+        dict.__init__(self, {key: deep_freeze(value) for key, value in items.items()})
+        self._hash: int | None = None
+
+    __setitem__ = _refuse
+    __delitem__ = _refuse
+    __ior__ = _refuse  # type: ignore[assignment]
+    clear = _refuse
+    pop = _refuse
+    popitem = _refuse
+    setdefault = _refuse
+    update = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        if self._hash is None:
+            self._hash = hash(frozenset(self.items()))
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy rebuild through __init__, never through the refused __setitem__
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+
+def deep_freeze(value: Any) -> Any:
+    """`value` with every list/tuple turned into a tuple and every mapping into a FrozenDict, recursively.
+
+    Scalars and already-frozen values come back as they are (no copy), so freezing a
+    record that holds no containers costs one type check per field.
+    """
+    kind = type(value)
+    if kind in _SCALARS or kind is FrozenDict:
+        return value
+    if kind is tuple:
+        frozen = tuple(deep_freeze(v) for v in value)
+        return value if all(a is b for a, b in zip(frozen, value, strict=True)) else frozen
+    if isinstance(value, Mapping):
+        return FrozenDict(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(deep_freeze(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(deep_freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable copy: FrozenDicts become dicts and tuples lists, recursively (for dumps and JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    if isinstance(value, frozenset):
+        return [thaw(v) for v in sorted(value, key=repr)]
+    return value
+
+
+__all__ = ["FrozenDict", "deep_freeze", "thaw"]
+
+
+def may_hold_container(tp: Any) -> bool:
+    """Whether a field of type `tp` can hold a list or a mapping (and so needs freezing on the way in)."""
+    import typing
+
+    if tp is Any or isinstance(tp, (str, typing.TypeVar)):
+        return True  # unknown or unresolved: freeze to be safe
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return False
+    if origin is not None and typing.get_args(tp) and origin not in (dict, list, tuple, set, frozenset):
+        # a union (Optional[...] included), Annotated, or an abstract collection
+        import collections.abc as cabc
+
+        if isinstance(origin, type) and issubclass(origin, (cabc.Mapping, cabc.Collection)) and origin is not str:
+            return True
+        return any(may_hold_container(arg) for arg in typing.get_args(tp))
+    base = origin or tp
+    if isinstance(base, type):
+        import attrs
+
+        return not issubclass(base, _SCALARS) and not attrs.has(base)
+    return True

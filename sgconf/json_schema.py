@@ -1,0 +1,76 @@
+"""JSON Schema (draft 2020-12) of every declared field, nested by namespace like the config file.
+
+The same shape validates a nested config file (flat files are not described) and the output of
+`sgconf show --format json`; editors can use it for completion of config files.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import TYPE_CHECKING, Any
+
+from sgconf.convert import _strip_optional
+from sgconf.dump import plain
+from sgconf.fields import _Interval
+from sgconf.registry import FieldInfo, serving
+
+if TYPE_CHECKING:
+    from sgconf.schema import Schema
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+_JSON_TYPES = {
+    int: "integer", float: "number", bool: "boolean", str: "string", dict: "object", list: "array", tuple: "array"
+}
+
+
+def field_schema(info: FieldInfo) -> dict[str, Any]:
+    """The schema of one field: type (with "null" when optional), enum, bounds, description, default."""
+    optional = _strip_optional(info.type) is not info.type
+    out: dict[str, Any] = {"description": info.spec.help}
+    choices = info.choices
+    if choices is not None:
+        out["enum"] = [*choices, None] if optional else list(choices)
+    else:
+        inner = _strip_optional(info.type)
+        name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
+        if name is not None:
+            out["type"] = [name, "null"] if optional else name
+    for check in info.spec.checks:
+        if isinstance(check, _Interval):
+            if check.low is not None:
+                out["exclusiveMinimum" if check.low_open else "minimum"] = check.low
+            if check.high is not None:
+                out["exclusiveMaximum" if check.high_open else "maximum"] = check.high
+    out["default"] = plain(info.default)
+    if info.spec.secret:
+        out["writeOnly"] = True  # dumps redact it
+    out["x-flag"] = info.flag
+    out["x-env"] = info.env_var
+    if info.spec.hot:
+        out["x-hot"] = True
+    out["x-apply"] = info.spec.apply  # step | drain | restart: how a change after publish applies
+    return out
+
+
+def _namespace_schema(path: str, schema: Schema) -> dict[str, Any]:
+    children = schema.group_children(path)
+    props = (
+        {attr: _namespace_schema(child, schema) for attr, child in children.items()}
+        if children
+        else {info.name: field_schema(info) for info in schema.iter_fields_of(path)}
+    )
+    return {"type": "object", "title": path, "properties": props, "additionalProperties": False}
+
+
+def config_schema(schema: Schema | None = None) -> dict[str, Any]:
+    """The whole JSON Schema of `schema` (the serving one by default): one object per top-level namespace."""
+    schema = schema or serving()
+    return {
+        "$schema": DIALECT,
+        "title": f"{schema.name} configuration",
+        "description": schema.description,
+        "type": "object",
+        "properties": {path: _namespace_schema(path, schema) for path in schema.top_level_namespaces()},
+        "additionalProperties": False,
+    }

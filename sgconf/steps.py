@@ -1,0 +1,138 @@
+"""The resolution steps of the serving schema: each turns a `None`/`"auto"` into a recorded decision.
+
+A step is a small callable in a plain list (`STEPS`, run in order); `reads` on each names
+the fields it needs, so a copy of the serving schema that leaves a namespace out drops
+the steps that would read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from sgconf.rules import TREE_DRAFT_ALGORITHMS
+
+# Defaults by device kind, chosen to leave room for activations and graphs on GPU.
+MEM_FRACTION_STATIC = {"cuda": 0.88, "cpu": 0.8}
+CHUNKED_PREFILL_SIZE = {"cuda": 8192, "cpu": 2048}
+DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
+MODEL_DTYPES = ("float16", "bfloat16", "float32")  # the checkpoint dtypes `dtype` accepts
+ATTENTION_BACKEND = {"cuda": "torch_native", "cpu": "torch_native"}
+SPEC_DEFAULT_STEPS = 3
+SPEC_DEFAULT_TOPK = 1
+
+
+@attrs.frozen(slots=True)
+class ResolveInputs:
+    """What steps may consult besides the values: the device kind and the model's config."""
+
+    device: str
+    model: Mapping[str, Any] | None
+
+
+Step = Callable[[dict[str, Any], ResolveInputs], dict[str, tuple[Any, str]]]
+
+
+def _step_device(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    if v["device"] == "auto":
+        return {"device": (env.device, "cuda is available" if env.device == "cuda" else "no cuda device found")}
+    return {}
+
+
+def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    out = {}
+    dtype = v["dtype"]
+    if dtype == "auto":
+        # A checkpoint's own dtype beats the device default: a bfloat16 model planned on a CPU
+        # host should not be sized (or run) as float32.
+        declared = env.model.get("torch_dtype") if env.model is not None else None
+        if declared in MODEL_DTYPES:
+            dtype, reason = declared, "model torch_dtype"
+        else:
+            dtype, reason = DTYPE[v["device"]], f"default for {v['device']}"
+        out["dtype"] = (dtype, reason)
+    if v["kv_cache_dtype"] == "auto":
+        out["kv_cache_dtype"] = (dtype, "follows dtype")
+    return out
+
+
+def _step_context_length(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    if v["context_length"] is None and env.model is not None:
+        length = env.model.get("max_position_embeddings")
+        if isinstance(length, int) and length > 0:
+            return {"context_length": (length, "model max_position_embeddings")}
+    return {}
+
+
+def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    out: dict[str, tuple[Any, str]] = {}
+    dev = v["device"]
+    if v["page_size"] is None:
+        out["page_size"] = (1, "default page size")
+    if v["swa_full_tokens_ratio"] is None:
+        out["swa_full_tokens_ratio"] = (0.8, "default SWA/full ratio")
+    if v["mem_fraction_static"] is None:
+        out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
+    if v["chunked_prefill_size"] is None:
+        out["chunked_prefill_size"] = (CHUNKED_PREFILL_SIZE[dev], f"default for {dev}")
+    return out
+
+
+def _step_attention_backend(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    out = {}
+    backend = v["attention_backend"]
+    if backend is None:
+        backend = ATTENTION_BACKEND[v["device"]]
+        out["attention_backend"] = (backend, f"default for {v['device']}")
+    return out
+
+
+def _step_spec_defaults(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    algo = v["speculative_algorithm"]
+    if algo is None:
+        return {}
+    out: dict[str, tuple[Any, str]] = {}
+    steps, topk, draft = v["speculative_num_steps"], v["speculative_eagle_topk"], v["speculative_num_draft_tokens"]
+    if steps is None:
+        steps = SPEC_DEFAULT_STEPS
+        out["speculative_num_steps"] = (steps, f"default for {algo}")
+    if topk is None:
+        topk = SPEC_DEFAULT_TOPK
+        out["speculative_eagle_topk"] = (topk, f"default for {algo}")
+    if draft is None:
+        draft = steps * topk + 1 if algo in TREE_DRAFT_ALGORITHMS else steps + 1
+        out["speculative_num_draft_tokens"] = (draft, "steps * topk + 1" if algo in TREE_DRAFT_ALGORITHMS else "steps + 1")
+    if v["max_speculative_num_draft_tokens"] is None:
+        out["max_speculative_num_draft_tokens"] = (draft, "capacity kept at publish = speculative_num_draft_tokens")
+    return out
+
+
+def _step_serving(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    out = {}
+    if v["served_model_name"] is None:
+        out["served_model_name"] = (v["model_path"], "defaults to model_path")
+    if v["random_seed"] is None:
+        out["random_seed"] = (0, "default seed")
+    if v["mamba_radix_cache_strategy"] == "auto":
+        out["mamba_radix_cache_strategy"] = ("no_buffer", "default strategy")
+    return out
+
+
+def _reads(step: Step, *names: str) -> Step:
+    step.reads = names  # type: ignore[attr-defined]
+    return step
+
+
+STEPS: list[tuple[str, Step]] = [
+    ("device", _reads(_step_device, 'device')),
+    ("dtype", _reads(_step_dtype, 'device', 'dtype', 'kv_cache_dtype')),
+    ("context_length", _reads(_step_context_length, 'context_length')),
+    ("schedule_defaults", _reads(_step_schedule, 'device', 'page_size', 'swa_full_tokens_ratio', 'mem_fraction_static', 'chunked_prefill_size')),
+    ("attention_backend", _reads(_step_attention_backend, 'device', 'attention_backend')),
+    ("spec_defaults", _reads(_step_spec_defaults, 'speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk', 'speculative_num_draft_tokens', 'max_speculative_num_draft_tokens')),
+    ("serving_defaults", _reads(_step_serving, 'served_model_name', 'model_path', 'random_seed', 'mamba_radix_cache_strategy')),
+]
+
+

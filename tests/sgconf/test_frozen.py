@@ -1,0 +1,70 @@
+"""Deep immutability: list- and dict-valued settings are stored as tuples and read-only mappings, recursively."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+
+import pytest
+
+from sgconf import SERVING, FrozenDict, deep_freeze, load, nested, record_to_dict, to_bags
+from sgconf.frozen import thaw
+from sgconf.record import ServerArgs
+
+
+def test_deep_freeze_turns_containers_into_frozen_ones() -> None:
+    """Lists become tuples and dicts FrozenDicts at every depth; scalars and frozen values are kept as they are."""
+    value = deep_freeze({"a": [1, {"b": [2, 3]}], "c": "x"})
+    assert value == {"a": (1, {"b": (2, 3)}), "c": "x"}
+    assert type(value) is FrozenDict and type(value["a"]) is tuple and type(value["a"][1]) is FrozenDict
+    assert deep_freeze(value) is value and deep_freeze("s") == "s"
+    assert thaw(value) == {"a": [1, {"b": [2, 3]}], "c": "x"} and type(thaw(value)["a"]) is list
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d.__setitem__("k", 1),
+        lambda d: d.__delitem__("dir"),
+        lambda d: d.update(k=1),
+        lambda d: d.pop("dir"),
+        lambda d: d.popitem(),
+        lambda d: d.setdefault("k", 1),
+        lambda d: d.clear(),
+    ],
+)
+def test_every_mutation_of_a_frozen_dict_raises_type_error(mutate) -> None:
+    """Each mutating method of a FrozenDict raises TypeError with the sanctioned alternative and changes nothing."""
+    d = FrozenDict({"dir": "/a"})
+    with pytest.raises(TypeError, match="config values are read-only.* -- use get_context\\(\\).override"):
+        mutate(d)
+    assert d == {"dir": "/a"}
+
+
+def test_frozen_dicts_hash_copy_pickle_and_dump_like_plain_objects() -> None:
+    """A FrozenDict hashes, copies to itself, pickles, and dumps as a JSON object."""
+    d = FrozenDict({"dir": "/a", "n": [1, 2]})
+    assert hash(d) == hash(FrozenDict({"n": (1, 2), "dir": "/a"}))
+    assert copy.deepcopy(d) is d and copy.copy(d) is d
+    assert pickle.loads(pickle.dumps(d)) == d and type(pickle.loads(pickle.dumps(d))) is FrozenDict
+    assert json.loads(json.dumps(d)) == {"dir": "/a", "n": [1, 2]}
+
+
+def test_record_and_bags_hold_frozen_values() -> None:
+    """A dict given to the record (directly or by loading) is stored frozen in the record and in every bag."""
+    record = ServerArgs(enable_hierarchical_cache=True, hicache_storage_backend_extra_config={"dir": "/a", "l": [1]})
+    extra = record.hicache_storage_backend_extra_config
+    assert type(extra) is FrozenDict and extra["l"] == (1,)
+    assert to_bags(record)["memory"].hicache_storage_backend_extra_config is extra
+    loaded = load(["--enable-hierarchical-cache", "--hicache-storage-backend-extra-config", '{"dir": "/b"}'], env={})
+    assert type(loaded.record.hicache_storage_backend_extra_config) is FrozenDict
+    with pytest.raises(TypeError):
+        loaded.record.hicache_storage_backend_extra_config["dir"] = "/x"
+
+
+def test_dumps_show_plain_lists_and_objects() -> None:
+    """`nested()` (show --format json, /server_info) hands out plain, mutable dicts and lists."""
+    record = ServerArgs(enable_hierarchical_cache=True, hicache_storage_backend_extra_config={"dir": "/a", "l": [1]})
+    out = nested(record_to_dict(record), schema=SERVING)["memory"]["hicache_storage_backend_extra_config"]
+    assert out == {"dir": "/a", "l": [1]} and type(out) is dict and type(out["l"]) is list
