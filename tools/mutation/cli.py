@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MutationError as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the running children were killed on the way out
+        print("mutate: interrupted -- nothing is reported for a partial run", file=sys.stderr)
+        return 130
 
 
 def _compiled(config: MutationConfig, mutants: Sequence[Mutant]) -> tuple[list[Job], int]:
