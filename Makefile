@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint ratchet test run bench clean
+.PHONY: install lint ratchet test run bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ run: install
 
 bench: install
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# mutation testing of the modules in mutation.toml (not part of `make test`); MODULES=path.py limits it
+mutate: install
+	$(BIN)/python -m tools.mutation $(MODULES)
 
 clean:
 	rm -rf $(VENV) .sgconf-ratchet-cache build *.egg-info

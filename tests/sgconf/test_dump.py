@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, packaged separately before 3.11
+    import tomli as tomllib
 
 from sgconf import ServerArgs, nested, record_to_dict
 from sgconf.dump import to_toml

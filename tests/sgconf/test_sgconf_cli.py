@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, packaged separately before 3.11
+    import tomli as tomllib
 
 from sgconf import ConfigError, load, resolve_once
 from sgconf.cli import config_parser, load_from_args, main, run_cli

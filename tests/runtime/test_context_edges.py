@@ -1,0 +1,212 @@
+"""Context behaviour users rely on at its edges: revert events, replaced contexts, reset and installs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from runtime import get_context, is_published, override_server_args, publish, reset
+from runtime.errors import ContextReplacedError, RevertConflict
+from runtime.testing import install_depth
+from sgconf import ServerArgs
+from sgconf.errors import OverrideRefused
+from sgconf.validation import build_record
+
+
+@pytest.fixture
+def ctx() -> Iterator[Any]:
+    context = publish(ServerArgs(), role="scheduler")
+    yield context
+    reset()
+
+
+def test_a_revert_is_announced_to_subscribers(ctx: Any) -> None:
+    """Subscribers hear the override and its revert, each with its source, generation and value."""
+    events: list[Any] = []
+    ctx.subscribe(events.append)
+    receipt = ctx.override("ops", schedule_conservativeness=0.5)
+    undone = receipt.revert()
+    assert [(e.source, e.generation, e.snapshot.schedule.schedule_conservativeness) for e in events] == [
+        ("ops", 1, 0.5),
+        ("revert:ops", 2, 1.0),
+    ]
+    # a revert of the revert puts the value back, and is announced too
+    undone.revert()
+    assert [(e.source, e.generation) for e in events][2:] == [("revert:revert:ops", 3)]
+    assert ctx.value("schedule_conservativeness") == 0.5
+
+
+def test_subscribers_of_other_fields_hear_nothing(ctx: Any) -> None:
+    """A subscription to some fields is not called for a change of others, nor for their revert."""
+    events: list[Any] = []
+    ctx.subscribe(events.append, fields=["stream_interval"])
+    ctx.override("ops", schedule_conservativeness=0.5).revert()
+    assert events == []
+    ctx.override("ops", stream_interval=4)
+    assert [e.fields for e in events] == [("stream_interval",)]
+
+
+def test_a_replaced_context_refuses_validation_and_commits(ctx: Any) -> None:
+    """After a later publish the old context neither validates nor overrides, and the new one is untouched."""
+    proposal = ctx.validate_override("ops", schedule_conservativeness=0.5)
+    live = publish(ServerArgs(), role="scheduler")
+    message = "this runtime context was replaced by a later publish() -- call get_context() for the live one"
+    with pytest.raises(ContextReplacedError) as info:
+        ctx.validate_override("ops", schedule_conservativeness=0.25)
+    assert message in str(info.value)
+    with pytest.raises(ContextReplacedError):
+        ctx.override("ops", schedule_conservativeness=0.25)
+    with pytest.raises(ContextReplacedError):
+        ctx.commit(proposal)
+    assert get_context() is live and live.generation == 0
+    assert live.value("schedule_conservativeness") == 1.0
+
+
+def test_reset_forgets_override_server_args_installs() -> None:
+    """reset() drops every install: nothing is published and a later restore() is a no-op."""
+    outer = override_server_args(page_size=16)
+    inner = override_server_args(tp_size=2)
+    outer.install()
+    inner.install()
+    assert install_depth() == 2 and get_context().record.tp_size == 2
+    reset()
+    assert install_depth() == 0 and not is_published()
+    inner.restore()
+    outer.restore()
+    assert not is_published() and not inner.installed and not outer.installed
+    # and the overrides can be installed again afterwards
+    with override_server_args(page_size=8):
+        assert get_context().record.page_size == 8
+    assert not is_published()
+
+
+def test_a_refused_field_reports_only_the_refusal(ctx: Any) -> None:
+    """A field that may not change is refused before its value is even converted."""
+    with pytest.raises(OverrideRefused) as info:
+        ctx.override("ops", page_size="x")
+    assert info.value.lines() == [
+        "$.schedule.page_size: 'page_size' is not hot and source 'ops' is not on its allow-list (got 'x') "
+        "-- set --page-size at launch (from override ops)"
+    ]
+
+
+def test_every_write_path_checks_the_source_except_catch_up(ctx: Any) -> None:
+    """apply_override and validate_override refuse a field that is not hot; a catch-up is checked by its caller."""
+    with pytest.raises(OverrideRefused):
+        ctx.apply_override("ops", lambda receipt: None, page_size=16)
+    with pytest.raises(OverrideRefused):
+        ctx.validate_override("ops", page_size=16)
+    proposal = ctx.validate_catch_up("group", generation=3, page_size=16)
+    assert proposal.values == {"page_size": 16} and proposal.snapshot.generation == 3
+    assert ctx.generation == 0
+
+
+def test_a_replaced_context_refuses_a_revert(ctx: Any) -> None:
+    """A receipt of a replaced context cannot revert into the live one."""
+    receipt = ctx.override("ops", schedule_conservativeness=0.5)
+    live = publish(ServerArgs(), role="scheduler")
+    with pytest.raises(ContextReplacedError):
+        receipt.revert()
+    assert live.generation == 0
+
+
+def test_scope_states_and_idempotent_exit(ctx: Any) -> None:
+    """A scope reads new, open, closed; exiting twice, or before entering, changes nothing more."""
+    scope = ctx.scoped(stream_interval=3)
+    assert repr(scope) == "Scope(stream_interval; new)"
+    scope.__exit__(None, None, None)
+    assert ctx.generation == 0
+    with scope:
+        assert repr(scope) == "Scope(stream_interval; open)"
+        assert ctx.value("stream_interval") == 3
+    assert repr(scope) == "Scope(stream_interval; closed)"
+    assert (ctx.generation, ctx.value("stream_interval")) == (2, 1)
+    ctx.override("ops", stream_interval=5)
+    scope.__exit__(None, None, None)
+    assert (ctx.generation, ctx.value("stream_interval")) == (3, 5)
+
+
+def test_group_values_and_repr(ctx: Any) -> None:
+    """The config group reads current values by name; the context names its role, generation and overrides."""
+    ctx.override("ops", stream_interval=4)
+    assert ctx.group_values(["page_size", "stream_interval"]) == {"page_size": 1, "stream_interval": 4}
+    assert repr(ctx) == "RuntimeContext(role='scheduler', generation=1, overrides=1)"
+
+
+def test_failing_subscribers_are_named_in_the_log(ctx: Any) -> None:
+    """A failing function is named by its qualified name, a callable object by its repr."""
+
+    def broken(_: Any) -> None:
+        raise ValueError("no")
+
+    class Hook:
+        def __call__(self, _: Any) -> None:
+            raise ValueError("no")
+
+        def __repr__(self) -> str:
+            return "<hook>"
+
+    ctx.subscribe(broken)
+    ctx.subscribe(Hook())
+    with capture_logs() as logs:
+        ctx.override("ops", stream_interval=4)
+    names = [e["subscriber"] for e in logs if e["event"] == "config.subscriber_failed"]
+    assert names == ["test_failing_subscribers_are_named_in_the_log.<locals>.broken", "<hook>"]
+
+
+def test_an_interrupt_from_the_log_sink_propagates_after_the_commit(ctx: Any) -> None:
+    """A KeyboardInterrupt while logging the commit reaches the caller, but the change is live and subscribers heard it."""
+    saved = structlog.get_config()
+
+    def interrupt(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("event") == "config.override":
+            raise KeyboardInterrupt
+        return event
+
+    heard: list[int] = []
+    ctx.subscribe(lambda e: heard.append(e.generation))
+    structlog.configure(processors=[interrupt, structlog.processors.KeyValueRenderer()])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ctx.override("ops", stream_interval=4)
+    finally:
+        structlog.configure(**saved)
+    assert (ctx.generation, ctx.value("stream_interval"), heard) == (1, 4, [1])
+
+
+def test_a_revert_of_a_revert_is_refused_once_the_field_changed_again(ctx: Any) -> None:
+    """Putting an undone override back is refused when a later override covers the field, naming it."""
+    undone = ctx.override("ops", stream_interval=4).revert()
+    ctx.override("http", stream_interval=6)
+    with pytest.raises(RevertConflict) as info:
+        undone.revert()
+    assert "changed since by 'http' at generation 3" in str(info.value)
+    assert ctx.value("stream_interval") == 6
+
+
+def test_explain_and_counts_inside_and_past_the_log_window() -> None:
+    """Within the window nothing is dropped; past it the newest dropped override stands before the ones kept."""
+    context = publish(build_record({"overrides_log_limit": 3}), role="scheduler")
+    try:
+        with capture_logs():
+            context.override("a", stream_interval=2)
+            assert context.dropped_overrides() == 0
+            assert [(o.layer, o.detail, o.value) for o in context.explain("stream_interval")][-1] == ("override", "a", 2)
+            context.override("b", stream_interval=3)
+            for policy in ("lpm", "fcfs", "lpm"):
+                context.override("c", schedule_policy=policy)
+            context.override("d", stream_interval=4)
+        assert [r.generation for r in context.overrides_log()] == [4, 5, 6]
+        assert context.dropped_overrides() == 3
+        *_, dropped, kept = context.explain("stream_interval")
+        assert (dropped.value, dropped.generation, kept.value, kept.generation) == (3, 2, 4, 6)
+        assert dropped.detail == "b (newest of 3 dropped from the log window)"
+        for i in range(20):  # memory stays bounded: the log never holds more than twice its window
+            context.override("e", stream_interval=5 + i)
+            assert len(context._state.log) <= 6
+    finally:
+        reset()

@@ -1,0 +1,161 @@
+"""Every cross-field rule on both sides of its boundary, and how `check_rules` filters and sources them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sgconf.errors import Problem
+from sgconf.registry import fields
+from sgconf.rules import RULES, Rule, check_rules
+
+RULE = {r.name: r for r in RULES}
+SPEC_FLAGS = (
+    "--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens, "
+    "--max-speculative-num-draft-tokens, --speculative-draft-model-path"
+)
+
+
+def values(**changed: Any) -> dict[str, Any]:
+    out = {name: info.default for name, info in fields().items()}
+    out.update(changed)
+    return out
+
+
+EAGLE = {"speculative_algorithm": "EAGLE"}
+
+# (rule, changed values, message or None)
+CASES = [
+    ("dp_attention_divides_tp", {"tp_size": 4, "dp_size": 3}, None),
+    ("dp_attention_divides_tp", {"enable_dp_attention": True, "tp_size": 4, "dp_size": 2}, None),
+    (
+        "dp_attention_divides_tp",
+        {"enable_dp_attention": True, "tp_size": 4, "dp_size": 3},
+        "--tp-size 4 must be divisible by --dp-size 3 when --enable-dp-attention is set -- pick a dp size that divides the tp size",
+    ),
+    ("spec_needs_algorithm", {}, None),
+    ("spec_needs_algorithm", {**EAGLE, "speculative_num_steps": 2}, None),
+    *[
+        (
+            "spec_needs_algorithm",
+            {name: 2},
+            f"{flag} set without --speculative-algorithm -- set an algorithm or drop the speculative flags",
+        )
+        for name, flag in [
+            ("speculative_num_steps", "--speculative-num-steps"),
+            ("speculative_eagle_topk", "--speculative-eagle-topk"),
+            ("speculative_num_draft_tokens", "--speculative-num-draft-tokens"),
+            ("max_speculative_num_draft_tokens", "--max-speculative-num-draft-tokens"),
+            ("speculative_draft_model_path", "--speculative-draft-model-path"),
+        ]
+    ],
+    (
+        "spec_needs_algorithm",
+        {
+            "speculative_num_steps": 1,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 2,
+            "max_speculative_num_draft_tokens": 2,
+            "speculative_draft_model_path": "d",
+        },
+        f"{SPEC_FLAGS} set without --speculative-algorithm -- set an algorithm or drop the speculative flags",
+    ),
+    # the tree rule only judges tree algorithms with all three values known
+    ("spec_tree_consistent", {"speculative_algorithm": "FROZEN_KV_MTP", "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 9}, None),
+    ("spec_tree_consistent", {**EAGLE, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 9}, None),
+    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_num_draft_tokens": 9}, None),
+    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1}, None),
+    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}, None),
+    (
+        "spec_tree_consistent",
+        {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3},
+        "--speculative-num-draft-tokens 3 must equal --speculative-num-steps + 1 = 4 when --speculative-eagle-topk is 1 "
+        "-- drop --speculative-num-draft-tokens to take the default",
+    ),
+    # topk 2, steps 2: anything up to 2*2 + 1 = 5 draft tokens, and not tied to steps + 1
+    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 5}, None),
+    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 2}, None),
+    (
+        "spec_tree_consistent",
+        {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
+        "--speculative-num-draft-tokens 6 exceeds --speculative-num-steps * --speculative-eagle-topk + 1 = 5 "
+        "-- lower it or draft more steps",
+    ),
+    ("spec_capacity", {"speculative_num_draft_tokens": 4, "max_speculative_num_draft_tokens": 4}, None),
+    ("spec_capacity", {"speculative_num_draft_tokens": 4}, None),
+    ("spec_capacity", {"max_speculative_num_draft_tokens": 1}, None),
+    (
+        "spec_capacity",
+        {"speculative_num_draft_tokens": 4, "max_speculative_num_draft_tokens": 3},
+        "--max-speculative-num-draft-tokens 3 is below --speculative-num-draft-tokens 4 "
+        "-- the capacity pools are sized for must cover the draft tokens",
+    ),
+    ("hicache_needs_enable", {}, None),
+    ("hicache_needs_enable", {"enable_hierarchical_cache": True, "hicache_size": 4}, None),
+    (
+        "hicache_needs_enable",
+        {"hicache_size": 4, "hicache_storage_prefetch_timeout_s": 9.0},
+        "--hicache-size, --hicache-storage-prefetch-timeout-s requires --enable-hierarchical-cache "
+        "-- enable the hierarchical cache at launch",
+    ),
+    ("hicache_needs_radix", {"enable_hierarchical_cache": True}, None),
+    ("hicache_needs_radix", {"disable_radix_cache": True}, None),
+    (
+        "hicache_needs_radix",
+        {"enable_hierarchical_cache": True, "disable_radix_cache": True},
+        "--enable-hierarchical-cache needs the radix cache, but --disable-radix-cache is set -- drop one of the two",
+    ),
+    ("node_rank_in_range", {"nnodes": 2, "node_rank": 1}, None),
+    (
+        "node_rank_in_range",
+        {"nnodes": 2, "node_rank": 2},
+        "--node-rank 2 must be below --nnodes 2 -- ranks count from 0; raise the node count or lower the rank",
+    ),
+    ("multi_node_needs_addr", {"nnodes": 1}, None),
+    ("multi_node_needs_addr", {"nnodes": 2, "dist_init_addr": "h:1"}, None),
+    ("multi_node_needs_addr", {"nnodes": 2}, "--nnodes 2 needs --dist-init-addr -- give the rank-0 host:port"),
+    ("extra_slots_need_decode", {"disaggregation_mode": "prefill"}, None),
+    ("extra_slots_need_decode", {"disaggregation_mode": "decode", "disaggregation_decode_extra_slots": 2}, None),
+    (
+        "extra_slots_need_decode",
+        {"disaggregation_mode": "prefill", "disaggregation_decode_extra_slots": 2},
+        "--disaggregation-decode-extra-slots only applies with --disaggregation-mode decode (got 'prefill') "
+        "-- set --disaggregation-mode decode or drop the extra slots",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "changed", "message"), CASES)
+def test_rule_boundaries(rule: str, changed: dict[str, Any], message: str | None) -> None:
+    """Each rule passes just inside its boundary and names its flags just outside it."""
+    assert RULE[rule](values(**changed)) == message
+
+
+def test_check_rules_sources_and_path() -> None:
+    """One problem per violated rule, at the rule's first field, with its fields' sources once each, in order."""
+    bad = values(enable_dp_attention=True, tp_size=4, dp_size=3, nnodes=2)
+    sources = {"tp_size": "from --tp-size", "enable_dp_attention": "from --tp-size", "dp_size": "from env SGCONF_DP_SIZE"}
+    problems = check_rules(bad, sources)
+    assert [(p.path, p.source) for p in problems] == [
+        ("$.parallel.tp_size", "from --tp-size; from env SGCONF_DP_SIZE"),
+        ("$.parallel.nnodes", None),
+    ]
+    assert check_rules(values()) == []
+
+
+def test_check_rules_only_touching_skips_unrelated_and_launch_only_rules() -> None:
+    """An override re-checks only the rules it could break, never the launch-only capacity rule."""
+    bad = values(nnodes=2, speculative_num_draft_tokens=4, max_speculative_num_draft_tokens=3, **EAGLE)
+    assert [p.path for p in check_rules(bad)] == ["$.spec.speculative_num_draft_tokens", "$.parallel.nnodes"]
+    assert [p.path for p in check_rules(bad, only_touching={"dist_init_addr"})] == ["$.parallel.nnodes"]
+    assert check_rules(bad, only_touching={"speculative_num_draft_tokens"}) == []
+    assert check_rules(bad, only_touching=set()) == []
+
+
+def test_check_rules_takes_a_rule_list() -> None:
+    """A runtime's own rule list replaces the built-in one; its message is reported at its first field."""
+    mine = Rule("page_even", ("page_size", "tp_size"), lambda v: "odd" if v["page_size"] % 2 else None)
+    assert mine.launch_only is False
+    assert check_rules(values(page_size=3, nnodes=2), {"tp_size": "from t"}, rules=[mine]) == [Problem("$.schedule.page_size", "odd", "from t")]
+    assert check_rules(values(page_size=3), rules=[]) == []

@@ -1,0 +1,70 @@
+"""Field conversion and `build_record`: every problem collected, secrets redacted, cross-field rules applied."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgconf import ConfigError, ServerArgs
+from sgconf.errors import Problem
+from sgconf.registry import field_info
+from sgconf.validation import build_record, convert_fields, shown
+
+
+def test_convert_fields_structures_every_value() -> None:
+    """Strings from env or HTTP become typed values; nothing is reported for good input."""
+    values, problems = convert_fields({"page_size": "16", "tp_size": 2, "disable_radix_cache": "true"})
+    assert (values, problems) == ({"page_size": 16, "tp_size": 2, "disable_radix_cache": True}, [])
+
+
+def test_convert_fields_collects_every_problem_in_order_with_sources() -> None:
+    """Conversion errors, failed checks and unknown names are all reported, each with its own source."""
+    values, problems = convert_fields(
+        {"tp_size": "x", "page_size": "12", "tp_sise": 2, "dp_size": 2},
+        {"tp_size": "from --tp-size", "page_size": "from env SGCONF_PAGE_SIZE", "tp_sise": "from app.toml"},
+    )
+    assert values == {"dp_size": 2}
+    assert problems == [
+        Problem("$.parallel.tp_size", "expected an integer, got 'x'", "from --tp-size"),
+        Problem("$.schedule.page_size", "must be a power of two, got 12", "from env SGCONF_PAGE_SIZE"),
+        Problem("$.tp_sise", "unknown field 'tp_sise' -- did you mean 'tp_size'?", "from app.toml"),
+    ]
+
+
+def test_secrets_are_redacted_in_problems() -> None:
+    """A secret's bad value never appears in a message; other values appear as their repr."""
+    _, problems = convert_fields({"api_key": 5})
+    assert problems == [Problem("$.serving.api_key", "expected a string, got '***'", None)]
+    assert shown(field_info("api_key"), "k1") == "'***'"
+    assert shown(field_info("api_key"), None) == "None"
+    assert shown(field_info("page_size"), 12) == "12"
+
+
+def test_build_record_from_defaults_and_on_a_base() -> None:
+    """Raw values go on top of the defaults, or of `base` when given (its other values kept)."""
+    record = build_record({"page_size": "16"})
+    assert record == ServerArgs(page_size=16)
+    base = ServerArgs(tp_size=4, page_size=8)
+    assert build_record({"page_size": 32}, base=base) == ServerArgs(tp_size=4, page_size=32)
+    assert base.page_size == 8
+
+
+def test_build_record_applies_the_cross_field_rules() -> None:
+    """A record whose fields are fine one by one but break a rule is refused, naming the flags and sources."""
+    with pytest.raises(ConfigError) as info:
+        build_record({"nnodes": 2}, {"nnodes": "from --nnodes"})
+    assert info.value.lines() == ["$.parallel.nnodes: --nnodes 2 needs --dist-init-addr -- give the rank-0 host:port (from --nnodes)"]
+    # the rule sees the base's values too
+    with pytest.raises(ConfigError, match="must be divisible by --dp-size 3"):
+        build_record({"dp_size": 3}, base=ServerArgs(enable_dp_attention=True, tp_size=4))
+    assert build_record({"nnodes": 2, "dist_init_addr": "h:1"}).nnodes == 2
+
+
+def test_build_record_reports_field_problems_without_judging_rules_on_them() -> None:
+    """Every bad field is listed; rules are not run on a half-converted record."""
+    with pytest.raises(ConfigError) as info:
+        build_record({"nnodes": 2, "page_size": 12, "tp_size": "x"})
+    assert info.value.lines() == [
+        "$.schedule.page_size: must be a power of two, got 12",
+        "$.parallel.tp_size: expected an integer, got 'x'",
+    ]
+    assert info.value.header == "invalid configuration: 2 problems"
