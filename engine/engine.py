@@ -14,6 +14,10 @@ declares: `step` fields at the next boundary, under load; `drain` fields once
 admission paused and the running requests finished; `restart` fields are refused.
 Fields that size planned memory are bounded by the capacity planned at start-up
 (`engine.capacity`). The call returns once the change is live.
+
+The module is long because the engine is the one owner of the step lock: building,
+the loop, step-boundary overrides, drains and shutdown all take it, and keeping them
+together keeps every place that holds it in view.
 """
 
 from __future__ import annotations

@@ -30,6 +30,10 @@ When memory runs out the prefix cache is evicted first; if a decode step still d
 fit, the newest request is retracted (its KV freed, requeued to recompute), which keeps
 outputs identical because decoding is a pure function of the tokens and the sampler's
 generator.
+
+The module is long because admission, chunked prefill, decode, retraction and the KV
+bookkeeping they share are one state machine over one request set; sampling and the
+admission policies live in their own modules.
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ The promises a context keeps, each stated once:
     (a data-parallel controller commits memory fields it never acts on, and reports
     them), and the config group compares ranks through `group_values()`; none of these
     is filtered.
+
+This module is long because every promise above is kept by one object under one lock:
+splitting publish, override, scopes and reverts apart would spread that lock's invariants
+over several files.
 """
 
 from __future__ import annotations

@@ -56,6 +56,10 @@ gathered; the decision once every rank that voted yes acknowledged it). A key a 
 rank writes after its deadline is remembered and deleted at a later round; after
 `_STALE_ROUNDS` rounds without it the coordinator stops looking (a rank that slow and
 then refusing leaves one key behind).
+
+The module is long because the two-phase round, its store, resync and the timeouts
+share one board and one set of invariants; apart, each piece would need the others'
+internals.
 """
 
 from __future__ import annotations
