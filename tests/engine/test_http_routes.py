@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.http.app import create_app
+from tests.engine.serving import MODES, serve_in_mode
 
 KEY = "admin-secret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -24,32 +24,10 @@ pytestmark = pytest.mark.server_args_shared
 FLAGS = {"max_total_tokens": 1024, "page_size": 4, "enable_hierarchical_cache": True, "admin_api_key": KEY}
 
 
-@pytest.fixture(scope="module", params=["engine", "group"])
+@pytest.fixture(scope="module", params=MODES)
 def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    if request.param == "engine":
-        from engine.engine import Engine
-        from engine.http.engine_backend import EngineBackend
-        from runtime.testing import override_server_args
-
-        with override_server_args(**FLAGS) as ctx:
-            engine = Engine(ctx.record)
-            try:
-                yield TestClient(create_app(EngineBackend(engine)))
-            finally:
-                engine.shutdown(unpublish=False)
-        return
-    from engine.dp.controller import DPController
-    from engine.dp.group_backend import ReplicaGroupBackend
-    from runtime.testing import override_server_args
-
-    work = tmp_path_factory.mktemp("replicas")
-    with override_server_args(role="dp_controller", dp_size=2, **FLAGS):
-        controller = DPController(workdirs=lambda i: str(work))
-        try:
-            with TestClient(create_app(ReplicaGroupBackend(controller))) as c:
-                yield c
-        finally:
-            controller.shutdown()
+    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
+        yield c
 
 
 def generation(client: TestClient) -> int:

@@ -9,38 +9,16 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.http.app import create_app
+from tests.engine.serving import MODES, serve_in_mode
 
 pytestmark = pytest.mark.server_args_shared
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
 
 
-@pytest.fixture(scope="module", params=["engine", "group"])
+@pytest.fixture(scope="module", params=MODES)
 def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    from runtime.testing import override_server_args
-
-    if request.param == "engine":
-        from engine.engine import Engine
-        from engine.http.engine_backend import EngineBackend
-
-        with override_server_args(**FLAGS) as ctx:
-            engine = Engine(ctx.record)
-            try:
-                yield TestClient(create_app(EngineBackend(engine)))
-            finally:
-                engine.shutdown(unpublish=False)
-        return
-    from engine.dp.controller import DPController
-    from engine.dp.group_backend import ReplicaGroupBackend
-
-    work = tmp_path_factory.mktemp("replicas")
-    with override_server_args(role="dp_controller", dp_size=2, **FLAGS):
-        controller = DPController(workdirs=lambda i: str(work))
-        try:
-            with TestClient(create_app(ReplicaGroupBackend(controller))) as c:
-                yield c
-        finally:
-            controller.shutdown()
+    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
+        yield c
 
 
 def events(text: str) -> list[str]:

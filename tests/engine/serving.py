@@ -1,0 +1,45 @@
+"""One HTTP test client per serving mode: one engine in this process, or a two-replica group.
+
+Route suites parametrise a module-scoped fixture over `MODES` and call `serve_in_mode`,
+so every route is checked against both backends of the one HTTP app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from engine.http.app import create_app
+from runtime.testing import override_server_args
+
+MODES = ["engine", "group"]
+
+
+@contextmanager
+def serve_in_mode(mode: str, workdir: Path, **flags: Any) -> Iterator[TestClient]:
+    """A client of the app around one engine (`engine`) or a controller with two replicas (`group`)."""
+    if mode == "engine":
+        from engine.engine import Engine
+        from engine.http.engine_backend import EngineBackend
+
+        with override_server_args(**flags) as ctx:
+            engine = Engine(ctx.record)
+            try:
+                yield TestClient(create_app(EngineBackend(engine)))
+            finally:
+                engine.shutdown(unpublish=False)
+        return
+    from engine.dp.controller import DPController
+    from engine.dp.group_backend import ReplicaGroupBackend
+
+    with override_server_args(role="dp_controller", dp_size=2, **flags):
+        controller = DPController(workdirs=lambda i: str(workdir))
+        try:
+            with TestClient(create_app(ReplicaGroupBackend(controller))) as client:
+                yield client
+        finally:
+            controller.shutdown()
