@@ -210,3 +210,16 @@ def test_explain_and_counts_inside_and_past_the_log_window() -> None:
             assert len(context._state.log) <= 6
     finally:
         reset()
+
+
+def test_refusing_a_secret_override_never_echoes_the_value() -> None:
+    """A refused override of a secret field names the field but shows `***`, not the key."""
+    from runtime import get_context, override_server_args
+    from sgconf.errors import ConfigError
+
+    with override_server_args(api_key="launch-key"):
+        with pytest.raises(ConfigError) as info:
+            get_context().override("http.config_overrides", api_key="leaked-key")
+    text = "\n".join(info.value.lines())
+    assert "'api_key' is not hot" in text and "(got '***')" in text
+    assert "leaked-key" not in text and "launch-key" not in text
