@@ -1,17 +1,8 @@
 """`Schema`: one runtime's namespace declarations and everything derived from them.
 
-A schema is declared, then frozen. Declaring adds namespace classes
-(`@schema.namespace("lora")`), more fields for a namespace it has
-(`@schema.extend("schedule")`), groups of sub-namespaces, roles and derived values.
-Freezing assembles the flat record class; from then on the declarations cannot change,
-and the record, the converter, the env prefix and config-file variable, the CLI parser,
-the JSON Schema and the ratchet's field list are all read from it. The built-in serving
-schema (`sgconf.SERVING`) is one instance; a runtime declares its own, from nothing or
-from a `copy()` of the serving one with namespaces left out and defaults changed.
-
-Nothing outside a schema lists namespace names: loading, dumps, the runtime's snapshots,
-accessors, role sets and override routing all ask the schema of the record at hand.
-The declaring half lives in `sgconf.declarations`; this class adds what uses it.
+How a schema is declared and frozen, and what freezing derives, is told in
+`sgconf.declarations`, which holds the declaring half; this class adds what uses it:
+loading, building records, the JSON Schema, the CLI parser and `main`.
 """
 
 from __future__ import annotations
