@@ -26,7 +26,7 @@ import structlog
 from runtime import accessor, get_context, get_schedule, publish, reset
 from sgconf import Schema, setting
 from sgconf.fields import META_KEY
-from sgconf.record import ServerArgs
+from sgconf import ServerArgs
 
 REPEAT = 7
 

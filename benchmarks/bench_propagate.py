@@ -35,7 +35,7 @@ def _init(rank: int, size: int, port: int) -> None:
 def follower(rank: int, size: int, port: int) -> None:
     from runtime import publish
     from runtime.distributed import ConfigGroup
-    from sgconf.record import ServerArgs
+    from sgconf import ServerArgs
 
     _init(rank, size, port)
     publish(ServerArgs(), role="scheduler")
@@ -56,7 +56,7 @@ def median_us(step, rounds: int = ROUNDS) -> float:
 def measure(size: int) -> float:
     from runtime import publish, reset
     from runtime.distributed import ConfigGroup
-    from sgconf.record import ServerArgs
+    from sgconf import ServerArgs
 
     port = _free_port()
     procs = [
@@ -88,7 +88,7 @@ def main() -> None:
     import structlog
 
     from runtime import get_context, publish, reset
-    from sgconf.record import ServerArgs
+    from sgconf import ServerArgs
 
     structlog.configure(processors=[], logger_factory=structlog.ReturnLoggerFactory())  # measure work, not printing
     publish(ServerArgs(), role="scheduler")

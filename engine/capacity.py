@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from sgconf.errors import ConfigError, Problem
-from sgconf.registry import field_info
+from sgconf.serving import field_info
 
 
 @attrs.frozen(slots=True)

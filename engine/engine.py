@@ -55,11 +55,11 @@ from engine.streaming import TokenStream
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
-from runtime.accessors import attention_backends, get_serving, max_speculative_num_draft_tokens
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
-from sgconf.loading import load
-from sgconf.models import load_model_config
+from runtime.serving import attention_backends, get_serving, max_speculative_num_draft_tokens
+from sgconf.serving import load
+from sgconf.serving.models import load_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -513,11 +513,9 @@ class Engine:
         (and its subclasses) for bad input, DrainTimeout when a drain did not finish
         within `drain_timeout_s`, EngineStopped after shutdown; nothing changes then.
         """
-        from sgconf.registry import apply_mode
-
         proposal = self.context.validate_override(source, **fields)
         self.capacity.check(proposal.values, source)
-        drain = apply_mode(proposal.values) == "drain"
+        drain = self.context.schema.apply_mode(proposal.values) == "drain"
         with self._boundary_hold(drain=drain, what="override config"):
             # re-checked at the boundary: another change may have landed while we waited
             self.capacity.check(self.context.validate_override(source, **fields).values, source)
@@ -536,7 +534,7 @@ class Engine:
 
     @contextlib.contextmanager
     def _boundary_hold(self, *, drain: bool, what: str, timeout_s: float | None = None) -> Iterator[None]:
-        from runtime.accessors import get_schedule
+        from runtime.serving import get_schedule
 
         timeout = float(get_schedule().drain_timeout_s) if timeout_s is None else timeout_s
         with self.boundary.hold(drain=drain, timeout_s=timeout, what=what):
@@ -581,7 +579,7 @@ class Engine:
             return hicache.detach()
 
     def storage_status(self) -> dict[str, Any]:
-        from runtime.accessors import get_memory
+        from runtime.serving import get_memory
 
         mem = get_memory()
         out: dict[str, Any] = {

@@ -171,8 +171,8 @@ class HiCacheBridge:
 
     def detach(self) -> Any:
         """Flush and close the backend, then set it back to None; a no-op (returns None) when none is attached."""
-        from runtime.accessors import get_memory
         from runtime.context import get_context
+        from runtime.serving import get_memory
 
         attached = self.controller.storage_backend is not None
         if not attached and get_memory().hicache_storage_backend is None:

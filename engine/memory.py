@@ -60,7 +60,7 @@ class EngineMemory:
 def draft_config_for(model_config: dict[str, Any], spec: Any) -> dict[str, Any]:
     """The draft model's HF-style config: its own when the spec bag names one, else the target's
     first layer (an early-exit draft that shares the target's embedding and head weights)."""
-    from sgconf.models import load_model_config
+    from sgconf.serving.models import load_model_config
 
     if spec.speculative_draft_model_config is not None or spec.speculative_draft_model_path is not None:
         return load_model_config(spec.speculative_draft_model_path or "", spec.speculative_draft_model_config)

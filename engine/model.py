@@ -3,7 +3,7 @@
 The model exists so that every config consumer (pools, allocators, attention backends,
 the prefix cache, HiCache) is exercised end to end by real generation. Weights are random
 but reproducible: they come from one seed. Sizes come from an HF-style config dict
-(`sgconf.models.load_model_config`), so the same code runs the embedded hybrid-SWA
+(`sgconf.serving.models.load_model_config`), so the same code runs the embedded hybrid-SWA
 `tiny` model and any small config a test writes.
 
 Attention is not computed here: each layer hands its projected q/k/v to an attention

@@ -79,8 +79,8 @@ class ModelRunner:
 
     def _forward_fn(self) -> Any:
         """The eager model, or the compiled one for the current fingerprint (built on first use)."""
-        from runtime.accessors import get_exec
         from runtime.context import get_context
+        from runtime.serving import get_exec
 
         if not get_exec().graph.enable_torch_compile:
             return self.model

@@ -25,14 +25,15 @@ import structlog
 
 from engine.errors import PortUnavailable
 from engine.http.listeners import bind_listeners, close_listeners
-from runtime.accessors import get_serving
 from runtime.context import publish, reset
 from runtime.logs import announce, configure_from_record
+from runtime.serving import get_serving
 from sgconf.cli import config_parser, load_from_args
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import given_fields, typed_flags
 from sgconf.loading import load_layers
 from sgconf.record import to_bags
+from sgconf.serving import SERVING
 
 PROG = "sgconf serve"
 # secrets given as flags are visible to every local user in the process list
@@ -48,20 +49,20 @@ SHOWN_DEFAULTS = {"enable_hierarchical_cache": "true for sgconf serve, unless --
 
 def serve_parser() -> Any:
     """The `serve` parser: every setting's flag and aliases, with serve's own defaults in its help."""
-    return config_parser(PROG, "run the embedded runtime and its HTTP control plane", shown_defaults=SHOWN_DEFAULTS)
+    return config_parser(PROG, "run the embedded runtime and its HTTP control plane", schema=SERVING, shown_defaults=SHOWN_DEFAULTS)
 
 
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
     env = os.environ if env is None else env
     ns = serve_parser().parse_args(list(argv))
-    loaded = load_from_args(ns, env)
+    loaded = load_from_args(ns, env, schema=SERVING)
     winner = loaded.winner("enable_hierarchical_cache")
     radix_off = loaded.winner("disable_radix_cache").value
     if winner.layer == "default" and not radix_off:
-        given = {**given_fields(ns), "enable_hierarchical_cache": True}
+        given = {**given_fields(ns, SERVING), "enable_hierarchical_cache": True}
         typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
-        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), typed=typed)
+        loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), schema=SERVING, typed=typed)
     for name in SECRET_FLAGS_WARNED:
         winner = loaded.winner(name)
         if winner.layer == "cli":

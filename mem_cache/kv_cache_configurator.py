@@ -86,7 +86,7 @@ def draft_shape_from_snapshot(snap: Any, shape: ModelShape) -> ModelShape:
     spec = snap.spec
     if spec.speculative_draft_model_config is None and spec.speculative_draft_model_path is None:
         return shape.mtp_draft_shape()
-    from sgconf.models import load_model_config
+    from sgconf.serving.models import load_model_config
 
     cfg = load_model_config(spec.speculative_draft_model_path or "", spec.speculative_draft_model_config)
     return model_shape_from_config(cfg, name="draft")

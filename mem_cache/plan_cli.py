@@ -1,7 +1,7 @@
 """`sgconf plan`: print the KV memory plan for a model and a configuration, allocating nothing.
 
 `--model-config` (and `--model-path`) take a path to an HF-style config.json or the name of
-a shipped model (`sgconf/builtin_models/`, listed by `mem_cache.examples`). The config is published (role "scheduler") for the command so the
+a shipped model (`sgconf/serving/builtin_models/`, listed by `mem_cache.examples`). The config is published (role "scheduler") for the command so the
 planner reads it exactly as a server would: through one snapshot.
 """
 
@@ -24,7 +24,8 @@ from mem_cache.model_shape import model_shape_from_config
 from mem_cache.pool_configurator import MemoryPoolConfig
 from sgconf.cli import config_parser, load_from_args, run_cli
 from sgconf.errors import UsageError
-from sgconf.models import load_model_config
+from sgconf.serving import SERVING
+from sgconf.serving.models import load_model_config
 
 PROG = "sgconf plan"
 UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
@@ -42,7 +43,7 @@ def parse_size(text: str) -> int:
 
 
 def plan_parser() -> argparse.ArgumentParser:
-    parser = config_parser(PROG, "Print the KV memory plan: pool configurator, per-token bytes, pool sizes and bytes vs the budget.")
+    parser = config_parser(PROG, "Print the KV memory plan: pool configurator, per-token bytes, pool sizes and bytes vs the budget.", schema=SERVING)
     out = parser.add_argument_group("plan")
     out.add_argument(
         "--available-memory",
@@ -66,7 +67,7 @@ def _plan(argv: Sequence[str]) -> int:
 
     ns = plan_parser().parse_args(list(argv))
     available = parse_size(ns.available_memory) if ns.available_memory is not None else None
-    loaded = load_from_args(ns)
+    loaded = load_from_args(ns, schema=SERVING)
     record = loaded.record
     cfg = load_model_config(record.model_path, record.model_config)
     name = _model_name(record.model_config) if record.model_config else record.model_path

@@ -2,7 +2,9 @@
 
 `import runtime` stays light: no torch, FastAPI or uvicorn, and its names load on first
 use (`from runtime import get_memory` imports the accessors then), so the pytest plugin
-that sgconf installs costs nothing in a project that never reads a config.
+that sgconf installs costs nothing in a project that never reads a config. Each public
+name is stated once, in `_EXPORTS` by the module that defines it; `__all__` is derived.
+The serving schema's accessors come from `runtime.serving`, the one module that binds them.
 """
 
 from __future__ import annotations
@@ -10,143 +12,59 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from runtime.accessors import (
-        accessor,
-        attention_backends,
-        configured_pp_size,
-        get_device,
-        get_disagg,
-        get_exec,
-        get_memory,
-        get_model,
-        get_observability,
-        get_parallel,
-        get_schedule,
-        get_serving,
-        get_spec,
-        mamba_extra_buffer_enabled,
-        mamba_extra_buffer_lazy_enabled,
-        max_speculative_num_draft_tokens,
-    )
-    from runtime.context import (
-        RuntimeContext,
-        assert_published,
-        get_context,
-        get_server_args,
-        is_published,
-        publish,
-        reset,
-    )
-    from runtime.errors import (
-        ContextReplacedError,
-        NotPublishedError,
-        RevertConflict,
-        RoleViolation,
-        StaleProposalError,
-    )
-    from runtime.overrides import (
-        ConfigEvent,
-        FieldChange,
-        OverrideProposal,
-        OverrideReceipt,
-        OverrideRecord,
-        Subscription,
-    )
-    from runtime.record_view import RecordView
-    from runtime.roles import ROLE_NAMESPACE_SETS
-    from runtime.snapshot import MissingNamespaceError, Snapshot, snapshot_class
-    from runtime.testing import override_server_args
+if TYPE_CHECKING:  # the same names, for type checkers (each module's `__all__`)
+    from runtime.accessors import *  # noqa: F403
+    from runtime.context import *  # noqa: F403
+    from runtime.errors import *  # noqa: F403
+    from runtime.overrides import *  # noqa: F403
+    from runtime.record_view import *  # noqa: F403
+    from runtime.serving import *  # noqa: F403
+    from runtime.snapshot import *  # noqa: F403
 
-_EXPORTS: dict[str, str] = {
-    "accessor": "runtime.accessors",
-    "attention_backends": "runtime.accessors",
-    "configured_pp_size": "runtime.accessors",
-    "get_device": "runtime.accessors",
-    "get_disagg": "runtime.accessors",
-    "get_exec": "runtime.accessors",
-    "get_memory": "runtime.accessors",
-    "get_model": "runtime.accessors",
-    "get_observability": "runtime.accessors",
-    "get_parallel": "runtime.accessors",
-    "get_schedule": "runtime.accessors",
-    "get_serving": "runtime.accessors",
-    "get_spec": "runtime.accessors",
-    "mamba_extra_buffer_enabled": "runtime.accessors",
-    "mamba_extra_buffer_lazy_enabled": "runtime.accessors",
-    "max_speculative_num_draft_tokens": "runtime.accessors",
-    "RuntimeContext": "runtime.context",
-    "assert_published": "runtime.context",
-    "get_context": "runtime.context",
-    "get_server_args": "runtime.context",
-    "is_published": "runtime.context",
-    "publish": "runtime.context",
-    "reset": "runtime.context",
-    "ContextReplacedError": "runtime.errors",
-    "NotPublishedError": "runtime.errors",
-    "RevertConflict": "runtime.errors",
-    "RoleViolation": "runtime.errors",
-    "StaleProposalError": "runtime.errors",
-    "ConfigEvent": "runtime.overrides",
-    "FieldChange": "runtime.overrides",
-    "OverrideProposal": "runtime.overrides",
-    "OverrideReceipt": "runtime.overrides",
-    "OverrideRecord": "runtime.overrides",
-    "Subscription": "runtime.overrides",
-    "ROLE_NAMESPACE_SETS": "runtime.roles",
-    "MissingNamespaceError": "runtime.snapshot",
-    "Snapshot": "runtime.snapshot",
-    "snapshot_class": "runtime.snapshot",
-    "override_server_args": "runtime.testing",
-    "RecordView": "runtime.record_view",
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "runtime.accessors": ("accessor",),
+    "runtime.context": (
+        "RuntimeContext",
+        "assert_published",
+        "create_context",
+        "get_context",
+        "get_server_args",
+        "is_published",
+        "publish",
+        "reset",
+        "use_context",
+    ),
+    "runtime.errors": ("ContextReplacedError", "NotPublishedError", "RevertConflict", "RoleViolation", "StaleProposalError"),
+    "runtime.overrides": ("ConfigEvent", "FieldChange", "OverrideProposal", "OverrideReceipt", "OverrideRecord", "Subscription"),
+    "runtime.record_view": ("RecordView",),
+    "runtime.serving": (
+        "ROLE_NAMESPACE_SETS",
+        "attention_backends",
+        "configured_pp_size",
+        "get_device",
+        "get_disagg",
+        "get_exec",
+        "get_memory",
+        "get_model",
+        "get_observability",
+        "get_parallel",
+        "get_schedule",
+        "get_serving",
+        "get_spec",
+        "mamba_extra_buffer_enabled",
+        "mamba_extra_buffer_lazy_enabled",
+        "max_speculative_num_draft_tokens",
+        "override_server_args",
+    ),
+    "runtime.snapshot": ("MissingNamespaceError", "Snapshot", "snapshot_class"),
 }
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "ConfigEvent",
-    "ContextReplacedError",
-    "FieldChange",
-    "MissingNamespaceError",
-    "NotPublishedError",
-    "OverrideProposal",
-    "OverrideReceipt",
-    "OverrideRecord",
-    "ROLE_NAMESPACE_SETS",
-    "RecordView",
-    "RevertConflict",
-    "RoleViolation",
-    "RuntimeContext",
-    "Snapshot",
-    "StaleProposalError",
-    "Subscription",
-    "accessor",
-    "assert_published",
-    "attention_backends",
-    "configured_pp_size",
-    "get_context",
-    "get_device",
-    "get_disagg",
-    "get_exec",
-    "get_memory",
-    "get_model",
-    "get_observability",
-    "get_parallel",
-    "get_schedule",
-    "get_server_args",
-    "get_serving",
-    "get_spec",
-    "is_published",
-    "mamba_extra_buffer_enabled",
-    "mamba_extra_buffer_lazy_enabled",
-    "max_speculative_num_draft_tokens",
-    "override_server_args",
-    "publish",
-    "reset",
-    "snapshot_class",
-]
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
     # not cached here: the module in sys.modules stays the one source (a test harness may re-import it)

@@ -28,67 +28,15 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
-from runtime.errors import NotPublishedError
-from sgconf import derived as _derived
-from sgconf.namespaces import (
-    DeviceConfig,
-    DisaggConfig,
-    ExecConfig,
-    MemoryConfig,
-    ModelConfig,
-    ObservabilityConfig,
-    ParallelConfig,
-    ScheduleConfig,
-    ServingConfig,
-    SpecConfig,
-)
+from runtime import process
 from sgconf.schema import PATH_ATTR
-
-if TYPE_CHECKING:
-    from runtime.snapshot import Snapshot
 
 T = TypeVar("T")
 
-
-class _Unpublished:
-    """Stands in for the view before publish: any read raises with the fix."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # protocol probes (copy, pickle, torch.compile) are not config reads
-            raise AttributeError(name)
-        msg = (
-            f"no runtime config is published: get_{name}() was read before publish() -- call "
-            "runtime.publish(record, role=...) at startup, or use runtime.override_server_args(...) "
-            "or the server_args pytest fixture in tests"
-        )
-        raise NotPublishedError(msg)
-
-    def __repr__(self) -> str:
-        return "<unpublished>"
-
-
-UNPUBLISHED: Any = _Unpublished()
-
-# The live view (a Snapshot, or a role-guarded view of one). Only runtime.context assigns it.
-_view: Any = UNPUBLISHED
-
-
-def _set_view(view: Any) -> None:
-    global _view
-    _view = view
-
-
-def _missing(view: Any, path: str) -> Exception:
-    from runtime.snapshot import missing_namespace
-
-    schema = getattr(view, "schema", None)
-    if schema is None:
-        return AttributeError(path)
-    return missing_namespace(schema, path.partition(".")[0])
+# Compiled accessors read `_view` from these globals: the process-wide state's own.
+_GLOBALS = vars(process)
 
 
 @overload
@@ -104,8 +52,9 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
 
     Pass the namespace class (typed: mypy knows `get_lora()` is a `LoraConfig`) or its path
     (`"lora"`, `"exec.kernel"`). The accessor reads the live view of whatever schema is
-    published, overrides included, in one global read and one attribute read per path
-    level, exactly like a hand-written `def get_lora(): return _view.lora`. Raises
+    published (or made active by `use_context()`), overrides included, in one global read
+    and one attribute read per path level, exactly like a hand-written
+    `def get_lora(): return _view.lora`. Raises
     TypeError for a class no schema declared and ValueError for a malformed path.
     """
     if isinstance(namespace, str):
@@ -138,69 +87,11 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
     )
     code = compile(source, f"<accessor {path}>", "exec")
     fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    fn = types.FunctionType(fn_code, globals(), fname)
+    fn = types.FunctionType(fn_code, _GLOBALS, fname)
     fn.__qualname__ = fname
     fn.__module__ = __name__
     fn.__doc__ = f"The live {path!r} bag of the published config (overrides included)."
     return fn
 
 
-get_model = accessor(ModelConfig)
-get_device = accessor(DeviceConfig)
-get_parallel = accessor(ParallelConfig)
-get_memory = accessor(MemoryConfig)
-get_schedule = accessor(ScheduleConfig)
-get_spec = accessor(SpecConfig)
-get_disagg = accessor(DisaggConfig)
-get_serving = accessor(ServingConfig)
-get_observability = accessor(ObservabilityConfig)
-get_exec = accessor(ExecConfig)
-
-
-# Derived accessors: computed from the bags, so they follow overrides. Given a snapshot
-# they read that snapshot; without one, the live view.
-
-
-def max_speculative_num_draft_tokens(snapshot: Snapshot | None = None) -> int:
-    """Draft-token bound for buffers: max of the active count and the publish-time capacity (0 without spec)."""
-    return _derived.max_speculative_num_draft_tokens(_view if snapshot is None else snapshot)
-
-
-def mamba_extra_buffer_enabled(snapshot: Snapshot | None = None) -> bool:
-    """Whether mamba keeps an extra state buffer (strategy extra_buffer or extra_buffer_lazy)."""
-    return _derived.mamba_extra_buffer_enabled(_view if snapshot is None else snapshot)
-
-
-def mamba_extra_buffer_lazy_enabled(snapshot: Snapshot | None = None) -> bool:
-    """Whether the extra mamba buffer is filled lazily (strategy extra_buffer_lazy)."""
-    return _derived.mamba_extra_buffer_lazy_enabled(_view if snapshot is None else snapshot)
-
-
-def configured_pp_size(snapshot: Snapshot | None = None) -> int:
-    """The configured pipeline-parallel size."""
-    return _derived.configured_pp_size(_view if snapshot is None else snapshot)
-
-
-def attention_backends(snapshot: Snapshot | None = None) -> tuple[str, str]:
-    """`(prefill, decode)` attention backends, each falling back to `attention_backend`."""
-    return _derived.attention_backends(_view if snapshot is None else snapshot)
-
-
-__all__ = [
-    "accessor",
-    "attention_backends",
-    "configured_pp_size",
-    "get_device",
-    "get_disagg",
-    "get_exec",
-    "get_memory",
-    "get_model",
-    "get_observability",
-    "get_parallel",
-    "get_schedule",
-    "get_serving",
-    "get_spec",
-    "mamba_extra_buffer_enabled",
-    "mamba_extra_buffer_lazy_enabled",
-    "max_speculative_num_draft_tokens",
-]
+__all__ = ["accessor"]

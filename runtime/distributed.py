@@ -25,7 +25,7 @@ whose own deadline passes without a decision sets it to abort. Whoever writes fi
 wins and everyone reads the same answer, so a late commit can never meet an early
 abort and no rank ever commits alone. The torch.distributed process group is used
 once, at construction, to broadcast the board's address from the coordinator; pass
-a gloo group (`dist.new_group(backend="gloo")` beside NCCL on GPU machines).
+a gloo group (`_dist().new_group(backend="gloo")` beside NCCL on GPU machines).
 
 After each commit every rank posts its generation, fingerprint and per-field digests
 (an all-gather over the board, bounded by the same deadline); a fingerprint that
@@ -56,170 +56,45 @@ gathered; the decision once every rank that voted yes acknowledged it). A key a 
 rank writes after its deadline is remembered and deleted at a later round; after
 `_STALE_ROUNDS` rounds without it the coordinator stops looking (a rank that slow and
 then refusing leaves one key behind).
-
-The module is long because the two-phase round, its store, resync and the timeouts
-share one board and one set of invariants; apart, each piece would need the others'
-internals.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import attrs
-import structlog
-import torch.distributed as dist
+from runtime.group_follower import Following
+from runtime.group_results import (
+    ABORT,
+    COMMIT,
+    PREFIX,
+    Mismatch,
+    PreparedEffect,
+    Propagated,
+    PropagationFailed,
+    RanksSilent,
+    RankState,
+    ResyncFailed,
+    SideEffect,
+    default_host,
+    digests,
+    log,
+    quietly,
+    reasons_of,
+)
 
-from runtime.overrides import inner_source, shown
-from sgconf.errors import ConfigError, Problem
-
-log = structlog.get_logger(__name__)
-
-_PREFIX = "sgconf/config_group/"
 _FOREVER = datetime.timedelta(days=365)
-_COMMIT = "commit"
-_ABORT = "abort"
 _HOST_BYTES = 255
 _CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
 _STALE_ROUNDS = 64  # how long a key a late rank may still write is looked for
-_TIMEOUT_FIELD = "config_sync_timeout_s"
+DEFAULT_SYNC_TIMEOUT_S = 30.0
 
 
-class PreparedEffect(Protocol):
-    """A side effect that is ready to go: `commit()` makes it live, `abort()` releases it."""
-
-    def commit(self) -> None: ...
-
-    def abort(self) -> None: ...
-
-
-# A side effect is a callable taking the source and the proposed values; it prepares
-# what it needs (opens a storage directory) and returns the prepared effect, or None
-# when the override does not concern it. Raising refuses the override on this rank.
-SideEffect = Callable[[str, Mapping[str, Any]], "PreparedEffect | None"]
-
-
-class PropagationFailed(ConfigError):
-    """Raised when a propagated override was applied on no rank; lists each refusing or silent rank."""
-
-    def __init__(
-        self,
-        source: str,
-        refusals: Mapping[int, Sequence[str]],
-        silent: Sequence[int] = (),
-        *,
-        timeout_s: float,
-        late: bool = False,
-    ) -> None:
-        self.source = source
-        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
-        self.silent = tuple(sorted(silent))
-        problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
-        problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
-        if late:
-            msg = f"a rank's deadline ({timeout_s:g}s) passed before the decision reached it -- raise config_sync_timeout_s"
-            problems.append(Problem("$round", msg))
-        ranks = sorted({*self.refusals, *self.silent})
-        who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
-        header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
-        super().__init__(problems, header=header)
-
-
-class RanksSilent(PropagationFailed, TimeoutError):
-    """Raised when a propagated override was applied on no rank because some rank did not answer in time."""
-
-
-class ResyncFailed(ConfigError, RuntimeError):
-    """Raised when a rank that joined late could not be brought to the coordinator's generation."""
-
-    def __init__(self, rank: int, generation: int, reasons: Sequence[str]) -> None:
-        self.rank = rank
-        self.reasons = tuple(reasons)
-        header = (
-            f"rank {rank} could not catch up to generation {generation} -- "
-            "fix the reason below and resync or restart that rank again, or restart the whole group"
-        )
-        super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
-
-
-@attrs.frozen(slots=True)
-class RankState:
-    """What one rank reported: its generation and fingerprint, or that it did not answer."""
-
-    rank: int
-    alive: bool
-    generation: int | None = None
-    fingerprint: str | None = None
-    values: Mapping[str, Any] = attrs.field(factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "alive": self.alive,
-            "generation": self.generation,
-            "fingerprint": self.fingerprint,
-            **({"values": dict(self.values)} if self.values else {}),
-        }
-
-
-@attrs.frozen(slots=True)
-class Mismatch:
-    """Ranks whose fingerprint differed from the coordinator's after a commit, and the fields that differ."""
-
-    round: int
-    source: str
-    ranks: tuple[int, ...]
-    fields: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"round": self.round, "source": self.source, "ranks": list(self.ranks), "fields": list(self.fields)}
-
-
-@attrs.frozen(slots=True)
-class Propagated:
-    """The receipt of a committed round: the shared generation and what every rank reported after it."""
-
-    round: int
-    source: str
-    fields: tuple[str, ...]
-    generation: int
-    ranks: tuple[RankState, ...]
-    mismatch: Mismatch | None
-
-    @property
-    def consistent(self) -> bool:
-        """True when every rank answered with the coordinator's generation and fingerprint."""
-        return self.mismatch is None and all(r.alive for r in self.ranks)
-
-
-@attrs.define(slots=True)
-class _Prepared:
-    proposal: Any
-    effects: list[PreparedEffect]
-
-
-def _default_host() -> str:
-    return os.environ.get("MASTER_ADDR", "127.0.0.1")
-
-
-def _reasons(exc: BaseException) -> list[str]:
-    if isinstance(exc, ConfigError):
-        return exc.lines()
-    return [str(exc) or type(exc).__name__]
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
-
-
-class ConfigGroup:
+class ConfigGroup(Following):
     """One rank's membership in a group whose post-publish overrides are applied everywhere or nowhere.
 
     Construct it on every rank at once (it broadcasts the board's address over
@@ -228,7 +103,8 @@ class ConfigGroup:
     `ranks()`. `context` is a callable returning the rank's runtime context (default:
     `runtime.context.get_context`, looked up on each round so a re-publish is seen).
     `timeout_s` bounds how long a round waits for any rank; None reads
-    `get_parallel().config_sync_timeout_s` when a round starts. A follower that
+    the field the context's schema names as its `sync_timeout` knob when a round starts
+    (30 s when it names none). A follower that
     replaces a dead rank passes the coordinator's `address` instead (no collective),
     and the coordinator then calls `clear_inbox` and `resync` for it.
     """
@@ -242,7 +118,7 @@ class ConfigGroup:
         *,
         context: Callable[[], Any] | None = None,
         coordinator: int = 0,
-        host: str | None = None,
+        bind_host: str | None = None,
         address: tuple[str, int] | None = None,
     ) -> None:
         if not 0 <= rank < world_size or not 0 <= coordinator < world_size:
@@ -261,15 +137,15 @@ class ConfigGroup:
         self._mismatch: Mismatch | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._server: dist.TCPStore | None = None
+        self._server: Any = None
         self.address: tuple[str, int]
         if address is not None:
             if rank == coordinator:
                 raise ValueError(f"the coordinator (rank {rank}) owns the board -- pass address= only to a joining follower")
             self.address = address
         elif rank == coordinator:
-            bind = host or _default_host()
-            self._server = dist.TCPStore(bind, 0, world_size, True, timeout=_FOREVER, wait_for_workers=False)
+            bind = bind_host or default_host()
+            self._server = _dist().TCPStore(bind, 0, world_size, True, timeout=_FOREVER, wait_for_workers=False)
             self.address = (bind, self._server.port)
         else:
             self.address = ("", 0)
@@ -291,9 +167,9 @@ class ConfigGroup:
         """The vote timeout a round started now would use."""
         if self._timeout_s is not None:
             return self._timeout_s
-        from runtime import get_parallel
-
-        return float(get_parallel().config_sync_timeout_s)
+        ctx = self._context()
+        name = ctx.schema.knob("sync_timeout")
+        return float(ctx.value(name)) if name is not None else DEFAULT_SYNC_TIMEOUT_S
 
     def start(self) -> None:
         """Start answering rounds in a daemon thread (followers only; a no-op on the coordinator)."""
@@ -317,7 +193,7 @@ class ConfigGroup:
         Values travel as JSON and are structured by each rank's own converter.
         """
         self._require_coordinator("propagate")
-        timeout_s = _round_timeout(self.timeout_s(), fields)
+        timeout_s = _round_timeout(self.timeout_s(), fields, self._context().schema.knob("sync_timeout"))
         with self._lock:
             self._next_round()
             return self._coordinate(self._round, source, dict(fields), timeout_s)
@@ -402,7 +278,7 @@ class ConfigGroup:
         if ack.get("error"):
             raise ResyncFailed(rank, own["generation"], [ack["error"]])
         if (ack["generation"], ack["fingerprint"]) != (own["generation"], own["fingerprint"]):
-            mine = _digests(self._context())
+            mine = digests(self._context())
             differing = sorted(k for k in mine if ack["digests"].get(k) != mine[k])
             reason = (
                 f"it reached generation {ack['generation']} with a different fingerprint"
@@ -436,7 +312,7 @@ class ConfigGroup:
                 # (a short connect timeout: the board may be gone with the coordinator).
                 self._connect(_CLOSE_TIMEOUT).queue_push(f"inbox/{self.rank}", json.dumps({"kind": "stop"}))
                 self._thread.join(_CLOSE_TIMEOUT.total_seconds())
-        except dist.DistError:
+        except _dist().DistError:
             log.warning("config_group.close_unreachable", rank=self.rank)
 
     # -- coordinator -----------------------------------------------------------------
@@ -457,7 +333,7 @@ class ConfigGroup:
             prepared = self._prepare(source, fields)
         except Exception as exc:
             log.warning("config_group.aborted", round=n, source=source, fields=sorted(fields), refused=[self.rank])
-            raise PropagationFailed(source, {self.rank: _reasons(exc)}, timeout_s=timeout_s) from None
+            raise PropagationFailed(source, {self.rank: reasons_of(exc)}, timeout_s=timeout_s) from None
         try:
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
@@ -466,23 +342,23 @@ class ConfigGroup:
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
-            wanted = _COMMIT if not refusals and not silent else _ABORT
+            wanted = COMMIT if not refusals and not silent else ABORT
             decision = self._decide(n, wanted)
         except BaseException:
-            _quietly(lambda: self._decide(n, _ABORT), "abort")
+            quietly(lambda: self._decide(n, ABORT), "abort")
             self._abort(prepared)
             # who voted is unknown here: every follower may still write its vote, read the decision and ack
             for rank in self._followers():
                 self._stale.setdefault(f"vote/{n}/{rank}", (n, ()))
             self._forget_decision(n, self._followers(), {})
             raise
-        if decision != _COMMIT:
+        if decision != COMMIT:
             self._abort(prepared)
             # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
             ready = [rank for rank, vote in votes.items() if vote["ok"]]
             acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s)
             self._forget_decision(n, [*ready, *silent], acked)
-            late = wanted == _COMMIT  # every rank voted yes, but one's deadline passed before the decision
+            late = wanted == COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
                 "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
             )
@@ -512,9 +388,9 @@ class ConfigGroup:
             states.append(RankState(rank, True, ack["generation"], ack["fingerprint"]))
             if ack["fingerprint"] != own["fingerprint"] or ack["generation"] != own["generation"] or ack.get("error"):
                 bad.append(rank)
-                mine = mine or _digests(self._context())
-                digests = ack["digests"]
-                differing.update(k for k in {*digests, *mine} if digests.get(k) != mine.get(k))
+                mine = mine or digests(self._context())
+                theirs = ack["digests"]
+                differing.update(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
         mismatch = None
         if bad:
             mismatch = Mismatch(n, source, tuple(bad), tuple(sorted(differing)))
@@ -532,176 +408,13 @@ class ConfigGroup:
         log.info("config_group.committed", round=n, source=source, fields=sorted(fields), generation=own["generation"])
         return Propagated(n, source, tuple(sorted(fields)), own["generation"], tuple(states), mismatch)
 
-    # -- follower ----------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        store = self._connect()
-        while True:
-            try:
-                message = json.loads(store.queue_pop(f"inbox/{self.rank}", True))
-            except dist.DistError:
-                if not self._closed:
-                    log.error("config_group.board_lost", rank=self.rank)
-                return
-            kind = message["kind"]
-            if kind == "stop":
-                return
-            try:
-                if kind == "status":
-                    reply = self._state(message["fields"])
-                    store.set(f"status/{message['round']}/{self.rank}", json.dumps(reply, default=repr))
-                elif kind == "override":
-                    self._follow(store, message)
-                elif kind == "catch_up":
-                    store.set(f"ack/{message['round']}/{self.rank}", json.dumps(self._catch_up(message), default=repr))
-            except dist.DistError:
-                log.error("config_group.board_lost", rank=self.rank, round=message.get("round"))
-                return
-            except Exception as exc:  # keep listening: one bad round must not take the rank out of the group
-                log.error("config_group.round_failed", rank=self.rank, round=message.get("round"), error=str(exc))
-
-    def _follow(self, store: Any, message: Mapping[str, Any]) -> None:
-        n, source, fields = message["round"], message["source"], message["fields"]
-        generation = self._context().generation
-        prepared: _Prepared | None = None
-        try:
-            if generation != message["base_generation"]:
-                msg = (
-                    f"this rank is at generation {generation}, the coordinator at {message['base_generation']} "
-                    "-- the ranks diverged; resync this rank from the coordinator"
-                    " (POST /replicas/<index>/resync on a data-parallel server) or publish the same config on every rank"
-                )
-                raise ConfigError([Problem("$generation", msg)])
-            prepared = self._prepare(source, fields)
-            vote: dict[str, Any] = {"ok": True, "generation": generation}
-        except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
-            vote = {"ok": False, "generation": generation, "reasons": _reasons(exc)}
-        store.set(f"vote/{n}/{self.rank}", json.dumps(vote))
-        if prepared is None:
-            return
-        key = f"decision/{n}"
-        try:
-            try:
-                store.wait([key], datetime.timedelta(seconds=float(message["timeout_s"])))
-            except dist.DistStoreError:
-                pass  # our deadline passed; the compare-and-set below settles the round for everyone
-            decision = store.compare_set(key, "", _ABORT).decode()
-        except dist.DistError:
-            self._abort(prepared)  # the board is gone with the coordinator: release, then stop listening
-            raise
-        if decision == _COMMIT:
-            ack = self._commit(prepared)
-            store.set(f"ack/{n}/{self.rank}", json.dumps(ack, default=repr))
-        else:
-            self._abort(prepared)
-            store.set(f"ack/{n}/{self.rank}", json.dumps({"aborted": True}))
-            log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
-
-    def _catch_up(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        at, target = self._context().generation, int(message["generation"])
-        changed = 0
-        error = None
-        try:
-            if at > target:
-                raise ValueError(f"this rank is at generation {at}, ahead of the coordinator at {target}")
-            if at < target:
-                changed = self._apply_catch_up(target, message["values"], message["set_by"], message["sources"])
-        except Exception as exc:  # reported to the coordinator, which raises ResyncFailed with it
-            error = "; ".join(_reasons(exc))
-        state = self._state(())
-        return {**state, "digests": _digests(self._context()), "changed": changed, "error": error}
-
-    def _apply_catch_up(
-        self, target: int, values: Mapping[str, Any], set_by: Mapping[str, str], sources: Sequence[str]
-    ) -> int:
-        """Commit `values` as one override at generation `target`; returns how many fields side effects saw."""
-        problems = []
-        schema = self._context().schema
-        for name, source in set_by.items():
-            info = schema.field_info(name)
-            if not info.spec.source_allowed(inner_source(source)):
-                msg = f"'{name}' was set by {source!r}, which may not set it on this rank -- check its launch config"
-                problems.append(Problem(info.path, msg))
-        if problems:
-            raise ConfigError(problems)
-        label = f"config_group.resync({', '.join(sources)})"  # the original sources stay in the log entry
-        # one validated override carrying every field at once (rules see them together), each field
-        # already checked against its own source above; it lands at the coordinator's generation
-        proposal = self._context().validate_catch_up(label, generation=target, **values)
-        # side effects see only the overrides this rank lacks, each with every field its source set
-        lacking = {set_by.get(c.name) for c in proposal.changes if c.old != c.new}
-        needed = {name: new for name, new in proposal.values.items() if set_by.get(name) in lacking}
-        state = self._commit(_Prepared(proposal, self._prepare_effects(label, needed) if needed else []))
-        if state["error"]:
-            raise RuntimeError(state["error"])
-        return len(needed)
-
-    # -- every rank ------------------------------------------------------------------
-
-    def _prepare(self, source: str, fields: Mapping[str, Any]) -> _Prepared:
-        proposal = self._context().validate_override(source, **fields)
-        values = getattr(proposal, "values", None) or fields
-        return _Prepared(proposal, self._prepare_effects(source, values))
-
-    def _prepare_effects(self, source: str, values: Mapping[str, Any]) -> list[PreparedEffect]:
-        effects: list[PreparedEffect] = []
-        try:
-            for effect in self._effects:
-                done = effect(source, values)
-                if done is not None:
-                    effects.append(done)
-        except BaseException:
-            for done in reversed(effects):
-                _quietly(done.abort, "abort")
-            raise
-        return effects
-
-    def _commit(self, prepared: _Prepared) -> dict[str, Any]:
-        ctx = self._context()
-        error = None
-        released = False
-
-        def switch_over(_: Any) -> None:
-            # the side effects go live right after the config swap; one failing rolls the config back
-            nonlocal released
-            released = True
-            for i, done in enumerate(prepared.effects):
-                try:
-                    done.commit()
-                except BaseException:
-                    for rest in reversed(prepared.effects[i:]):
-                        _quietly(rest.abort, "abort")
-                    raise
-
-        try:
-            ctx.commit(prepared.proposal, effect=switch_over if prepared.effects else None)
-        except Exception as exc:  # kept and reported: the ranks now differ and the coordinator must say so
-            error = f"commit failed on rank {self.rank}: {exc}"
-            log.error("config_group.commit_failed", rank=self.rank, error=str(exc))
-            if not released:  # the swap itself failed: nothing went live, release everything
-                for done in reversed(prepared.effects):
-                    _quietly(done.abort, "abort")
-        state = self._state(())
-        if not self.is_coordinator:  # the coordinator computes its own digests only when a rank differs
-            state["digests"] = _digests(ctx)
-        return {**state, "error": error}
-
-    def _abort(self, prepared: _Prepared) -> None:
-        for done in reversed(prepared.effects):
-            _quietly(done.abort, "abort")
-
-    def _state(self, names: Sequence[str]) -> dict[str, Any]:
-        ctx = self._context()
-        values = {name: shown(name, value, ctx.schema) for name, value in ctx.group_values(names).items()}
-        return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
-
     # -- board plumbing --------------------------------------------------------------
 
     def _connect(self, connect_timeout: datetime.timedelta = datetime.timedelta(seconds=60)) -> Any:
-        host, port = self.address
-        store = dist.TCPStore(host, port, self.world_size, False, timeout=connect_timeout)
+        board_host, board_port = self.address
+        store = _dist().TCPStore(board_host, board_port, self.world_size, False, timeout=connect_timeout)
         store.set_timeout(_FOREVER)  # every wait on the board passes its own deadline
-        return dist.PrefixStore(f"{_PREFIX}{port}/", store)
+        return _dist().PrefixStore(f"{PREFIX}{board_port}/", store)
 
     def _next_round(self) -> int:
         """Start a round (caller holds the lock): first delete what late ranks wrote since."""
@@ -755,7 +468,7 @@ class ConfigGroup:
             if remaining > 0:
                 try:
                     self._store.wait([key], datetime.timedelta(seconds=remaining))
-                except dist.DistStoreError:
+                except _dist().DistStoreError:
                     continue
             elif not self._store.check([key]):
                 continue
@@ -775,46 +488,39 @@ class ConfigGroup:
 
 def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator: int) -> tuple[str, int]:
     # a plain int64 tensor, not broadcast_object_list: that needs numpy, which a CPU install may lack
-    host, port = address
-    data = host.encode()
+    board_host, board_port = address
+    data = board_host.encode()
     if len(data) > _HOST_BYTES:
-        raise ValueError(f"board host name {host!r} is longer than {_HOST_BYTES} bytes -- pass host= an address")
+        raise ValueError(f"board host name {board_host!r} is longer than {_HOST_BYTES} bytes -- pass bind_host= an address")
     import torch
 
     tensor = torch.zeros(2 + _HOST_BYTES, dtype=torch.int64)
-    tensor[0], tensor[1] = port, len(data)
+    tensor[0], tensor[1] = board_port, len(data)
     tensor[2 : 2 + len(data)] = torch.tensor(list(data), dtype=torch.int64)
-    dist.broadcast(tensor, group=process_group, group_src=coordinator)
+    _dist().broadcast(tensor, group=process_group, group_src=coordinator)
     size = int(tensor[1])
     return bytes(tensor[2 : 2 + size].tolist()).decode(), int(tensor[0])
 
 
-def _round_timeout(current: float, fields: Mapping[str, Any]) -> float:
+def _dist() -> Any:
+    """torch.distributed, imported where a group is used: importing this module costs no torch."""
+    import torch.distributed
+
+    return torch.distributed
+
+
+def _round_timeout(current: float, fields: Mapping[str, Any], timeout_field: str | None) -> float:
     """The vote timeout of a round: a round that changes the timeout itself waits the longer of old and new.
 
     So a group whose timeout proved too short can always be given a longer one: the
     round that raises it already waits that long.
     """
-    proposed = fields.get(_TIMEOUT_FIELD)
+    proposed = fields.get(timeout_field) if timeout_field is not None else None
     try:
         wanted = float(proposed) if proposed is not None and not isinstance(proposed, bool) else current
     except (TypeError, ValueError):  # refused by validation; the round runs with the current timeout
         return current
     return max(current, wanted) if wanted == wanted and wanted < float("inf") else current
-
-
-def _digests(ctx: Any) -> dict[str, str]:
-    schema = ctx.schema
-    return {name: _digest(shown(name, value, schema)) for name, value in ctx.group_values(schema.field_names()).items()}
-
-
-def _quietly(step: Callable[[], object], what: str) -> bool:
-    try:
-        step()
-    except Exception as exc:  # one effect failing must not stop the others from being released
-        log.error("config_group.effect_failed", step=what, error=str(exc))
-        return False
-    return True
 
 
 def _runtime_context() -> Any:
@@ -824,6 +530,7 @@ def _runtime_context() -> Any:
 
 
 __all__ = [
+    "DEFAULT_SYNC_TIMEOUT_S",
     "ConfigGroup",
     "Mismatch",
     "PreparedEffect",

@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sgconf.registry import serving
-
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 
 def canonical(value: Any) -> Any:
@@ -48,8 +46,8 @@ def fragment(name: str, value: Any) -> str:
     return json.dumps([name, canonical(value)], sort_keys=True, separators=(",", ":"))
 
 
-def _counted(schema: Schema | None) -> frozenset[str]:
-    return frozenset(name for name, info in (schema or serving())._fields.items() if info.spec.fingerprint)
+def _counted(schema: Declarations) -> frozenset[str]:
+    return frozenset(name for name, info in schema._fields.items() if info.spec.fingerprint)
 
 
 @attrs.frozen(slots=True, eq=False)
@@ -60,8 +58,8 @@ class Fingerprint:
     digest: str
 
     @classmethod
-    def of(cls, flat: Mapping[str, Any], schema: Schema | None = None) -> Fingerprint:
-        """The fingerprint of the counted fields of `schema` (the serving one) in `flat`."""
+    def of(cls, flat: Mapping[str, Any], schema: Declarations) -> Fingerprint:
+        """The fingerprint of the counted fields of `schema` in `flat`."""
         counted = _counted(schema)
         parts = {name: fragment(name, flat[name]) for name in sorted(counted)}
         return cls(types.MappingProxyType(parts), _hash(parts))
@@ -87,7 +85,7 @@ def _hash(parts: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def fingerprint_of(flat: Mapping[str, Any], schema: Schema | None = None) -> str:
+def fingerprint_of(flat: Mapping[str, Any], schema: Declarations) -> str:
     """SHA-256 over the counted leaves (declared `fingerprint=True`) of `schema`, sorted by name, in canonical form."""
     return Fingerprint.of(flat, schema).digest
 

@@ -1,14 +1,15 @@
-"""structlog setup for the server, from the `observability` bag.
+"""structlog setup for a server, from the fields its schema names as the `verbosity` and `log_style` knobs.
 
 Events are names plus fields (`log.info("http.request", method=..., path=..., status=...)`);
-`log_format` picks the renderer: `console` for people, `json` (one object per line) for
+the log style picks the renderer: `console` for people, `json` (one object per line) for
 collectors. Secrets never reach a log: config values are logged through the redacting
 dumps of `runtime.overrides`.
 
-`configure_from_config()` makes `log_level` live: the level is read from the
-`observability` bag at every event (one accessor read), so an override of it changes
-what is logged from the next event on, for structlog and for uvicorn's records alike.
-When no config is published (after the engine stopped) the level at configure time holds.
+`configure_from_config()` makes the level live: it is read from the context at every
+event, so an override of it changes what is logged from the next event on, for
+structlog and for uvicorn's records alike. When no config is published (after the
+engine stopped) the level at configure time holds. What this module configured lives
+in `runtime.process`, so `runtime.reset()` undoes it.
 
 Logs go to stderr, so stdout stays for what a command prints. A process that is one
 replica of a group tags every line, its own and uvicorn's, with its data-parallel rank
@@ -26,22 +27,18 @@ from typing import Any, TextIO
 
 import structlog
 
+from runtime import process
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
-
-
-# process-wide tags added to every event (`dp_rank` in a replica); set before or after configuring
-_TAGS: dict[str, Any] = {}
-# the logger `announce` writes through: the configured stream and renderer, no level filter
-_ANNOUNCER: list[Any] = []
 
 
 def tag_process(**tags: Any) -> None:
     """Tag every later log line of this process with `tags` (e.g. `dp_rank=0` in a replica)."""
-    _TAGS.update(tags)
+    process.log_tags.update(tags)
 
 
 def _add_tags(logger: Any, method_name: str, event_dict: Any) -> Any:
-    for key, value in _TAGS.items():
+    for key, value in process.log_tags.items():
         event_dict.setdefault(key, value)
     return event_dict
 
@@ -63,9 +60,9 @@ class _RankPrefix:
 
 def announce(event: str, **fields: Any) -> None:
     """Log `event` at info whatever the configured level (the listen URL); configures defaults first if needed."""
-    if not _ANNOUNCER:
+    if not process.announcer:
         configure_logging()
-    _ANNOUNCER[0].info(event, **fields)
+    process.announcer[0].info(event, **fields)
 
 
 # structlog method names that are not level names
@@ -134,7 +131,8 @@ def configure_logging(
         logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
-    _ANNOUNCER[:] = [
+    process.logging_configured = True
+    process.announcer[:] = [
         structlog.wrap_logger(
             structlog.WriteLogger(out),
             processors=[*shared, renderer],
@@ -156,27 +154,40 @@ def configure_logging(
         logger.propagate = False
 
 
+def _knob_values(schema: Any, flat: Any) -> tuple[str, str, str | None]:
+    level_field, style_field = schema.knob("verbosity"), schema.knob("log_style")
+    level = flat[level_field] if level_field is not None else "info"
+    style = flat[style_field] if style_field is not None else "console"
+    return level, style, level_field
+
+
 def configure_from_record(record: Any) -> None:
-    """Configure from a record's `observability` values before it is published.
+    """Configure from a record's launch values before it is published.
 
     A server configures this early so that even the publish event goes to stderr in
     the chosen format, rather than to structlog's default (stdout).
     """
+    from sgconf.declarations import schema_of
     from sgconf.record import record_to_dict
 
-    values = record_to_dict(record)  # the launch values, before any bag exists
-    configure_logging(level=values["log_level"], fmt=values["log_format"])
+    level, style, _ = _knob_values(schema_of(record), record_to_dict(record))
+    configure_logging(level=level, fmt=style)
 
 
 def configure_from_config(stream: TextIO | None = None) -> None:
-    """Configure from the published `observability` bag: `log_format` now, `log_level` live (module docstring)."""
-    from runtime.accessors import get_observability
+    """Configure from the context in use: the log style now, the level live (module docstring)."""
+    from runtime.context import get_context
 
-    obs = get_observability()
-    configure_logging(level=obs.log_level, fmt=obs.log_format, stream=stream, live=_live_log_level)
+    ctx = get_context()
+    level, style, level_field = _knob_values(ctx.schema, ctx._state.flat)
+    live = None if level_field is None else _live_level(level_field)
+    configure_logging(level=level, fmt=style, stream=stream, live=live)
 
 
-def _live_log_level() -> str:
-    from runtime.accessors import get_observability
+def _live_level(field: str) -> Callable[[], str]:
+    def level() -> str:
+        from runtime.context import get_context
 
-    return get_observability().log_level
+        return str(get_context()._state.flat[field])
+
+    return level

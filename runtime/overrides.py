@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from sgconf.frozen import thaw
-from sgconf.registry import serving
+from sgconf.redaction import redact
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 REVERT_PREFIX = "revert:"
 
@@ -38,12 +38,10 @@ def inner_source(source: str) -> str:
     return source
 
 
-def shown(name: str, value: Any, schema: Schema | None = None) -> Any:
-    """A value as it may be logged or served: secrets of `schema` (the serving one) that are set become `'***'`."""
-    info = (schema or serving())._fields.get(name)
-    if info is not None and info.spec.secret and value is not None:
-        return "***"
-    return value
+def shown(name: str, value: Any, schema: Declarations) -> Any:
+    """Field `name`'s value as it may be logged or served: redacted when the field is secret."""
+    info = schema._fields.get(name)
+    return value if info is None else info.shown(value)
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -56,23 +54,23 @@ def detached(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, repr=False)
 class FieldChange:
     """One field an override set: its value before and after."""
 
     name: str
     old: Any
     new: Any
-    # whether the field is secret in its schema (None: look it up in the serving schema)
-    secret: bool | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    # whether the field is secret in its schema: every representation redacts it then
+    secret: bool = attrs.field(default=False, kw_only=True, eq=False)
 
     def redacted(self) -> dict[str, Any]:
-        """`{"old": ..., "new": ...}` as plain data (lists and dicts, deep copies), secrets `'***'`."""
-        if self.secret is None:
-            return {"old": thaw(shown(self.name, self.old)), "new": thaw(shown(self.name, self.new))}
-        if self.secret:
-            return {"old": None if self.old is None else "***", "new": None if self.new is None else "***"}
-        return {"old": thaw(self.old), "new": thaw(self.new)}
+        """`{"old": ..., "new": ...}` as plain data (lists and dicts, deep copies), secrets redacted."""
+        return {"old": thaw(redact(self.old, self.secret)), "new": thaw(redact(self.new, self.secret))}
+
+    def __repr__(self) -> str:
+        old, new = redact(self.old, self.secret), redact(self.new, self.secret)
+        return f"FieldChange(name={self.name!r}, old={old!r}, new={new!r})"
 
 
 @attrs.frozen(slots=True)

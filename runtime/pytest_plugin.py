@@ -12,11 +12,13 @@
   install left behind), the plugin restores the previous state and fails the test at
   teardown, so one test's config can never leak into the next.
 - `sgconf_schema` fixture: the schema the fixture and marker publish (None: the published
-  one, else the serving schema). A runtime with a schema of its own overrides it in its
-  `conftest.py`; a marker may also pass `schema=` itself.
+  one, else the project's default schema). A runtime with a schema of its own overrides
+  it in its `conftest.py`; a marker may also pass `schema=` itself. The default schema is
+  named by the `sgconf_schema` ini option (`"package.module:SCHEMA"`), else it is the one
+  schema installed packages register in the `sgconf.schemas` entry-point group.
 
 The plugin is installed wherever sgconf is, so in a project that never publishes it must
-cost nothing: the guard only looks at the runtime context once `runtime.context` has been
+cost nothing: the guard only looks at the runtime state once `runtime.process` has been
 imported by someone (nothing can be published before), and imports nothing itself.
 """
 
@@ -34,13 +36,30 @@ if TYPE_CHECKING:
     from runtime.record_view import RecordView
 
 MARKER = "server_args"
-_CONTEXT = "runtime.context"
+_PROCESS = "runtime.process"
 SHARED_MARKER = "server_args_shared"
+SCHEMA_INI = "sgconf_schema"
+SCHEMA_GROUP = "sgconf.schemas"
 
 
 def _modules() -> tuple[Any, Any]:
     # through sys.modules, not package attributes: a pytester run may drop and re-import them
-    return importlib.import_module(_CONTEXT), importlib.import_module("runtime.testing")
+    return importlib.import_module(_PROCESS), importlib.import_module("runtime.testing")
+
+
+def _default_schema(config: pytest.Config) -> Any:
+    """The schema to publish when a test names none and nothing is published (see the module docstring)."""
+    named = config.getini(SCHEMA_INI)
+    if named:
+        module, _, attr = str(named).partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise pytest.UsageError(f"ini option {SCHEMA_INI} = {named!r} does not name a schema: {exc}") from None
+    from importlib import metadata
+
+    found = list(metadata.entry_points(group=SCHEMA_GROUP))
+    return found[0].load() if len(found) == 1 else None
 
 
 class _Baseline:
@@ -58,7 +77,7 @@ class _Baseline:
     def capture(cls) -> _Baseline:
         _context, _testing = _modules()
 
-        ctx = _context._current
+        ctx = _context.current
         return cls(
             ctx,
             None if ctx is None else ctx._state,
@@ -70,7 +89,7 @@ class _Baseline:
         """What differs from this baseline now, in words; empty when nothing leaked."""
         _context, _testing = _modules()
 
-        now = _context._current
+        now = _context.current
         found = []
         if _testing.install_depth() > self.depth:
             found.append(f"{_testing.install_depth() - self.depth} override_server_args install(s) never restored")
@@ -91,14 +110,18 @@ class _Baseline:
     def restore(self) -> None:
         _context, _testing = _modules()
 
-        with _context._lock:
+        with _context.lock:
             _testing._forget_installs(self.depth)
-            _context._install(self.context)
+            _context.install(self.context)
             if self.context is not None:
                 if not self.context._state.same_changes(self.state):
                     # the values of the baseline again, as a new generation: generations never go back
                     self.context._rollback_locked(self.state, "pytest.restore")
                 self.context._subscribers = self.subscribers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(SCHEMA_INI, "the schema (package.module:ATTR) the server_args fixture and marker publish by default")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -117,10 +140,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Apply the marker, then fail the test at teardown if it leaked runtime state."""
     marker = request.node.get_closest_marker(MARKER)
-    if marker is None and _CONTEXT not in sys.modules:
+    if marker is None and _PROCESS not in sys.modules:
         # nothing can be published yet; only a context this test publishes can leak
         yield
-        if _CONTEXT in sys.modules:
+        if _PROCESS in sys.modules:
             _check(_Baseline(None, None, (), 0))
         return
     from sgconf.errors import ConfigError
@@ -134,7 +157,7 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
             raise pytest.UsageError(f"@pytest.mark.{MARKER} takes field=value keywords only, got {marker.args!r}")
         kwargs = dict(marker.kwargs)
         schema = kwargs.pop("schema", None) or request.getfixturevalue("sgconf_schema")
-        install = _testing.override_server_args(kwargs, schema=schema)
+        install = _testing.override_server_args(kwargs, schema=schema, fallback=_default_schema(request.config))
         bad = None
         try:
             install.install()
@@ -143,7 +166,7 @@ def _sgconf_runtime_guard(request: pytest.FixtureRequest) -> Iterator[None]:
         if bad is not None:
             pytest.fail(f"@pytest.mark.{MARKER}(...) is invalid: {bad}", pytrace=False)
     yield
-    if install is not None and _testing._stack[-1:] == [install]:
+    if install is not None and _modules()[0].installs[-1:] == [install]:
         install.restore()
     if request.node.get_closest_marker(SHARED_MARKER) is not None:
         return
@@ -164,7 +187,7 @@ def _check(baseline: _Baseline) -> None:
 
 @pytest.fixture
 def sgconf_schema() -> Any:
-    """The schema `server_args` and the marker publish; None: the published one, else the serving schema.
+    """The schema `server_args` and the marker publish; None: the published one, else the default schema.
 
     Override it in a `conftest.py` to test a runtime with a schema of its own.
     """
@@ -174,11 +197,11 @@ def sgconf_schema() -> Any:
 @pytest.fixture
 def sgconf_context(request: pytest.FixtureRequest, sgconf_schema: Any) -> Iterator[RuntimeContext]:
     """The published test context (with the `server_args` marker's fields when present); restored after the test."""
-    _context, _testing = _modules()
+    _, _testing = _modules()
     if request.node.get_closest_marker(MARKER) is not None:
-        yield _context.get_context()  # the guard installed the marker's config and restores it
+        yield importlib.import_module("runtime.context").get_context()  # the guard installed the marker's config
         return
-    with _testing.override_server_args(schema=sgconf_schema) as ctx:
+    with _testing.override_server_args(schema=sgconf_schema, fallback=_default_schema(request.config)) as ctx:
         yield ctx
 
 

@@ -80,3 +80,5 @@ def _derived_member(ctx: RuntimeContext, name: str) -> Any:
             bag = getattr(bag, part)
         return getattr(bag, name)
     return _MISSING
+
+__all__ = ["RecordView"]

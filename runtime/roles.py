@@ -19,13 +19,12 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from runtime import process
 from runtime.errors import RoleViolation
 from sgconf.errors import ConfigError, Problem
-from sgconf.registry import serving
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -38,13 +37,9 @@ OUT_ENV = "SGCONF_ROLE_NAMESPACES_OUT"
 
 
 
-# The serving schema's role sets: a live read-only view (`SERVING.role(...)` adds to it).
-ROLE_NAMESPACE_SETS: Mapping[str, frozenset[str]] = serving().roles()
-
-
-def check_role(role: str, schema: Schema | None = None) -> str:
-    """Return `role` when `schema` (the serving one) declares it; raise ConfigError with a did-you-mean otherwise."""
-    sets = (schema or serving()).roles()
+def check_role(role: str, schema: Schema) -> str:
+    """Return `role` when `schema` declares it; raise ConfigError with a did-you-mean otherwise."""
+    sets = schema.roles()
     if role in sets:
         return role
     known = ", ".join(sorted(sets))
@@ -171,25 +166,18 @@ def guarded_view_class(schema: Schema) -> type[GuardedView]:
     return cls  # type: ignore[no-any-return]
 
 
-# Record mode: pairs seen so far in this process, reported once each.
-_recorded: set[tuple[str, str]] = set()
-_record_lock = threading.Lock()
-_atexit_registered = False
-
-
 def record_read(role: str, namespace: str) -> None:
     """Remember that `role` read `namespace`; a new pair is appended to `$SGCONF_ROLE_NAMESPACES_OUT` at once."""
     pair = (role, namespace)
-    if pair in _recorded:  # the common case takes no lock
+    if pair in process.recorded:  # the common case takes no lock
         return
-    global _atexit_registered
-    with _record_lock:
-        if pair in _recorded:
+    with process.record_lock:
+        if pair in process.recorded:
             return
-        _recorded.add(pair)
-        if not _atexit_registered:
+        process.recorded.add(pair)
+        if not process.report_registered:
             atexit.register(_report_at_exit)
-            _atexit_registered = True
+            process.report_registered = True
         out = os.environ.get(OUT_ENV)
         if out:
             # appended at once: a worker killed by its parent never reaches atexit
@@ -199,13 +187,13 @@ def record_read(role: str, namespace: str) -> None:
 
 def recorded_reads() -> frozenset[tuple[str, str]]:
     """The `(role, namespace)` pairs recorded in this process."""
-    return frozenset(_recorded)
+    return frozenset(process.recorded)
 
 
 def clear_recorded() -> None:
     """Forget recorded pairs (tests)."""
-    with _record_lock:
-        _recorded.clear()
+    with process.record_lock:
+        process.recorded.clear()
 
 
 def format_report(pairs: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> str:
@@ -215,8 +203,8 @@ def format_report(pairs: frozenset[tuple[str, str]] | set[tuple[str, str]]) -> s
 
 
 def _report_at_exit() -> None:
-    if _recorded:
-        sys.stderr.write(format_report(_recorded))
+    if process.recorded:
+        sys.stderr.write(format_report(process.recorded))
         sys.stderr.flush()
 
 
@@ -224,7 +212,6 @@ __all__ = [
     "MODES",
     "MODE_ENV",
     "OUT_ENV",
-    "ROLE_NAMESPACE_SETS",
     "GuardedView",
     "Mode",
     "check_role",

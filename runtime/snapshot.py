@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from runtime import fingerprint as _fingerprint
-from sgconf import derived as _derived
 from sgconf.record import bags_to_flat
-from sgconf.registry import serving
 
 if TYPE_CHECKING:
     from sgconf.schema import Schema
@@ -43,7 +41,10 @@ class Snapshot:
 
     @classmethod
     def from_bags(cls, generation: int, bags: Mapping[str, Any]) -> Snapshot:
-        target = snapshot_class(serving()) if cls is Snapshot else cls
+        """A snapshot of this class's schema (call it on `snapshot_class(schema)`) from its top-level bags."""
+        if cls is Snapshot:
+            raise TypeError("Snapshot.from_bags() needs a schema's class -- call snapshot_class(schema).from_bags(...)")
+        target = cls
         return target(generation, **{name: bags[name] for name in target.bag_names})  # type: ignore[call-arg]
 
     def bags(self) -> dict[str, Any]:
@@ -103,21 +104,9 @@ def snapshot_class(schema: Schema) -> type[Snapshot]:
     return found  # type: ignore[no-any-return]
 
 
-def fingerprint_of(flat: Mapping[str, Any], schema: Schema | None = None) -> str:
-    """SHA-256 over the counted leaves of `schema` (the serving one) in canonical form; see `runtime.fingerprint`."""
+def fingerprint_of(flat: Mapping[str, Any], schema: Schema) -> str:
+    """SHA-256 over the counted leaves of `schema` in canonical form; see `runtime.fingerprint`."""
     return _fingerprint.fingerprint_of(flat, schema)
 
 
-# The serving schema's derived values, as functions of a view (kept here for older imports).
-max_speculative_num_draft_tokens = _derived.max_speculative_num_draft_tokens
-mamba_extra_buffer_enabled = _derived.mamba_extra_buffer_enabled
-mamba_extra_buffer_lazy_enabled = _derived.mamba_extra_buffer_lazy_enabled
-configured_pp_size = _derived.configured_pp_size
-attention_backends = _derived.attention_backends
-
-
-def __getattr__(name: str) -> Any:
-    # BAG_NAMES: the serving schema's top-level namespaces, read from the schema
-    if name == "BAG_NAMES":
-        return tuple(serving().top_level_namespaces())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["MissingNamespaceError", "Snapshot", "fingerprint_of", "missing_namespace", "snapshot_class"]

@@ -17,11 +17,10 @@ from typing import Any, TypeVar
 
 import structlog
 
-from runtime import context as _context
+from runtime import process
 from runtime.context import RuntimeContext
 from runtime.roles import check_role, mode_from_env
 from sgconf.errors import ConfigError
-from sgconf.registry import serving
 from sgconf.resolution import resolve_once
 from sgconf.schema import Schema
 from sgconf.validation import build_record
@@ -32,10 +31,9 @@ log = structlog.get_logger("sgconf.runtime")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Installs not yet restored, in install order. Each one knows its own place, so they may
-# be restored in any order: one taken out from the middle rebuilds those above it.
-_stack: list[ServerArgsOverride] = []
-
+# Installs not yet restored live in `runtime.process.installs`, in install order. Each one
+# knows its own place, so they may be restored in any order: one taken out from the middle
+# rebuilds those above it.
 _NOT_INSTALLED: Any = object()
 
 
@@ -48,7 +46,7 @@ class ServerArgsOverride:
     Installs may be restored in any order: restoring one below others rebuilds the ones
     above on what remains, so exactly their own fields stay live (their contexts are new
     objects, `.context` says which). `schema` picks the schema (default: the published
-    one, else the serving schema); a published record of another schema is not built upon.
+    one, else `fallback`); a published record of another schema is not built upon.
     """
 
     def __init__(
@@ -58,16 +56,22 @@ class ServerArgsOverride:
         role: str = "test",
         model: Mapping[str, Any] | None = None,
         schema: Schema | None = None,
+        fallback: Schema | None = None,
     ) -> None:
         self.fields = dict(fields)
         self.role = role
         self.model = model
         self.schema = schema
+        self.fallback = fallback
         self.context: RuntimeContext | None = None
         self._saved: Any = _NOT_INSTALLED
 
     def _schema(self, below: RuntimeContext | None) -> Schema:
-        return self.schema or (below.schema if below is not None else serving())
+        found = self.schema or (below.schema if below is not None else self.fallback)
+        if found is None:
+            msg = "override_server_args() needs schema= when nothing is published -- pass the schema whose record to build"
+            raise TypeError(msg)
+        return found
 
     def _build(self, below: RuntimeContext | None) -> RuntimeContext:
         schema = self._schema(below)
@@ -81,11 +85,11 @@ class ServerArgsOverride:
         """Build, resolve and publish the test record; raises ConfigError (nothing changed) on bad fields."""
         if self._saved is not _NOT_INSTALLED:
             raise RuntimeError("override_server_args is already installed -- restore() it before installing again")
-        check_role(self.role, self._schema(_context._current))
-        with _context._lock:
-            ctx = self._build(_context._current)
-            self._saved = _context._install(ctx)
-            _stack.append(self)
+        check_role(self.role, self._schema(process.current))
+        with process.lock:
+            ctx = self._build(process.current)
+            self._saved = process.install(ctx)
+            process.installs.append(self)
         self.context = ctx
         return ctx
 
@@ -95,26 +99,27 @@ class ServerArgsOverride:
         Restoring an install that others were installed over takes exactly its own fields
         away: those above are rebuilt on what lies below it.
         """
-        with _context._lock:
+        with process.lock:
             if self._saved is _NOT_INSTALLED:
                 raise RuntimeError("override_server_args was not installed -- call install() first")
-            if self not in _stack:  # runtime.reset() forgot every install
+            stack = process.installs
+            if self not in stack:  # runtime.reset() forgot every install
                 self._saved = _NOT_INSTALLED
                 self.context = None
                 return
-            at = _stack.index(self)
-            above = _stack[at + 1 :]
+            at = stack.index(self)
+            above = stack[at + 1 :]
             below = self._saved
-            del _stack[at]
+            del stack[at]
             self._saved = _NOT_INSTALLED
             self.context = None
             if not above:
-                _context._install(below)
+                process.install(below)
                 return
             for later in above:
                 later._rebase(below)
                 below = later.context
-            _context._install(below)
+            process.install(below)
 
     def _rebase(self, below: RuntimeContext | None) -> None:
         try:
@@ -132,7 +137,7 @@ class ServerArgsOverride:
 
     def _fresh(self) -> ServerArgsOverride:
         # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
-        return ServerArgsOverride(self.fields, role=self.role, model=self.model, schema=self.schema)
+        return ServerArgsOverride(self.fields, role=self.role, model=self.model, schema=self.schema, fallback=self.fallback)
 
     def __call__(self, func: F) -> F:
         """Decorate `func` so each call (or each iteration, for a generator) runs with this config live."""
@@ -207,33 +212,28 @@ def override_server_args(
     role: str = "test",
     model: Mapping[str, Any] | None = None,
     schema: Schema | None = None,
+    fallback: Schema | None = None,
     **fields: Any,
 ) -> ServerArgsOverride:
     """A test config with `fields` set; use as a context manager, decorator, or `install()`/`restore()`.
 
     `role` (default "test") and `model` (an HF-style config mapping) are passed to publish;
-    `schema` chooses the schema when the published one is not it (see ServerArgsOverride);
-    every other keyword is a field, and `values` holds fields whose names clash with these
-    options. Unknown names and bad values raise ConfigError on install, before anything changes.
+    `schema` chooses the schema when the published one is not it, `fallback` the one used
+    when nothing is published (see ServerArgsOverride); every other keyword is a field, and
+    `values` holds fields whose names clash with these options. Unknown names and bad
+    values raise ConfigError on install, before anything changes.
     """
-    return ServerArgsOverride({**(values or {}), **fields}, role=role, model=model, schema=schema)
+    return ServerArgsOverride({**(values or {}), **fields}, role=role, model=model, schema=schema, fallback=fallback)
 
 
 def install_depth() -> int:
     """How many override_server_args installs are open."""
-    return len(_stack)
+    return len(process.installs)
 
 
 def _forget_installs(keep: int = 0) -> None:
-    """Drop open installs above depth `keep` (runtime.reset and the pytest plugin's leak recovery)."""
-    del _stack[keep:]
-
-
-_context.on_reset(_forget_installs)
-
-
-if {"role", "model", "schema"} & set(serving().field_names()):  # pragma: no cover - guards a future declaration
-    raise TypeError("a field named 'role', 'model' or 'schema' would clash with override_server_args options")
+    """Drop open installs above depth `keep` (the pytest plugin's leak recovery)."""
+    del process.installs[keep:]
 
 
 __all__ = ["ServerArgsOverride", "install_depth", "override_server_args"]

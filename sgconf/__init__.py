@@ -1,7 +1,14 @@
-"""sgconf: declarations, sources, validation and resolution of a serving runtime's configuration."""
+"""sgconf: declarations, sources, validation and resolution of a serving runtime's configuration.
+
+The framework's own names come first; the built-in serving schema's (`SERVING`, its
+namespace classes, and the calls bound to it: `load`, `build_record`, `fields`, ...) come
+from `sgconf.serving`, the one place that binds them. `__all__` is derived from the
+imports below, so each public name is stated once.
+"""
+
+import types as _types
 
 from sgconf.adopt import from_dataclass
-from sgconf.dump import nested
 from sgconf.errors import (
     ConfigError,
     DeclarationError,
@@ -11,12 +18,18 @@ from sgconf.errors import (
     UnknownFieldError,
     UsageError,
 )
+from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import FieldSpec, setting
 from sgconf.frozen import FrozenDict, deep_freeze
-from sgconf.json_schema import config_schema
-from sgconf.loading import Loaded, explain, load, provenance_of
-from sgconf.models import builtin_model_config, load_model_config
-from sgconf.namespaces import (
+from sgconf.hooks import Rule, RuntimeKnobs, Step
+from sgconf.loading import Loaded, explain, provenance_of
+from sgconf.provenance import Origin
+from sgconf.record import record_to_dict, to_bags
+from sgconf.resolution import Decision, Resolved, resolve_once
+from sgconf.schema import Schema, schema_of
+from sgconf.serving import (
+    RESERVED_ENV,
+    RULES,
     SERVING,
     DeviceConfig,
     DisaggConfig,
@@ -29,71 +42,23 @@ from sgconf.namespaces import (
     ObservabilityConfig,
     ParallelConfig,
     ScheduleConfig,
+    ServerArgs,
     ServingConfig,
     SpecConfig,
+    build_record,
+    builtin_model_config,
+    check_rules,
+    config_schema,
+    convert_fields,
+    field_info,
+    field_names,
+    fields,
+    load,
+    load_model_config,
+    namespace_of,
+    nested,
 )
-from sgconf.provenance import Origin
-from sgconf.record import ServerArgs, record_to_dict, to_bags
-from sgconf.registry import FieldInfo, field_info, field_names, fields, namespace_of
-from sgconf.resolution import Decision, Resolved, resolve_once
-from sgconf.rules import RULES, Rule, check_rules
-from sgconf.schema import Schema, schema_of
-from sgconf.sources import RESERVED_ENV
-from sgconf.validation import build_record, convert_fields
 
-__all__ = [
-    "ConfigError",
-    "Decision",
-    "DeclarationError",
-    "DeviceConfig",
-    "DisaggConfig",
-    "ExecConfig",
-    "FieldInfo",
-    "FieldSpec",
-    "FrozenDict",
-    "GraphConfig",
-    "KernelConfig",
-    "Loaded",
-    "MambaConfig",
-    "MemoryConfig",
-    "ModelConfig",
-    "ObservabilityConfig",
-    "Origin",
-    "OverrideRefused",
-    "ParallelConfig",
-    "Problem",
-    "RESERVED_ENV",
-    "RULES",
-    "ResolutionError",
-    "Resolved",
-    "Rule",
-    "SERVING",
-    "ScheduleConfig",
-    "Schema",
-    "ServerArgs",
-    "ServingConfig",
-    "SpecConfig",
-    "UnknownFieldError",
-    "UsageError",
-    "build_record",
-    "builtin_model_config",
-    "check_rules",
-    "config_schema",
-    "convert_fields",
-    "deep_freeze",
-    "explain",
-    "field_info",
-    "field_names",
-    "fields",
-    "from_dataclass",
-    "load",
-    "load_model_config",
-    "namespace_of",
-    "nested",
-    "provenance_of",
-    "record_to_dict",
-    "resolve_once",
-    "schema_of",
-    "setting",
-    "to_bags",
-]
+__all__ = sorted(
+    name for name, value in globals().items() if not name.startswith("_") and not isinstance(value, _types.ModuleType)
+)

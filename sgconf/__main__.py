@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sgconf.cli import main
+from sgconf.serving import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,19 +26,18 @@ from sgconf.flags import config_parser as config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load_layers
 from sgconf.record import record_to_dict
-from sgconf.registry import serving
 from sgconf.resolution import resolve_once
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 PROG = "sgconf"
 COMMAND_GROUP = "sgconf.commands"
 
 
-def commands() -> dict[str, metadata.EntryPoint]:
-    """The commands installed packages register in the `sgconf.commands` entry-point group, by name."""
-    return {ep.name: ep for ep in metadata.entry_points(group=COMMAND_GROUP)}
+def commands(group: str = COMMAND_GROUP) -> dict[str, metadata.EntryPoint]:
+    """The commands installed packages register in entry-point group `group`, by name."""
+    return {ep.name: ep for ep in metadata.entry_points(group=group)}
 
 
 def load_from_args(
@@ -46,7 +45,7 @@ def load_from_args(
     env: Mapping[str, str] | None = None,
     *,
     config_file: str | None = None,
-    schema: Schema | None = None,
+    schema: Declarations,
 ) -> Loaded:
     """Build the record from a namespace parsed by a `config_parser()` parser.
 
@@ -77,14 +76,14 @@ def run_cli(fn: Callable[[], int], *, prog: str = PROG) -> int:
         return 0
 
 
-def main(argv: Sequence[str] | None = None, *, schema: Schema | None = None) -> int:
-    """Entry point of the `sgconf` console script (or of `schema`'s own CLI); returns the exit status.
+def main(argv: Sequence[str] | None = None, *, schema: Declarations, command_group: str | None = None) -> int:
+    """The `show`/`schema` command line of `schema`, plus the commands registered in `command_group`; the exit status.
 
-    Registered commands are offered for the serving schema only: they are built on it.
+    `command_group` names an entry-point group (`sgconf.commands` for the `sgconf`
+    console script) whose commands are built on this schema; None offers none.
     """
-    schema = schema or serving()
     prog = schema.name
-    plugins = commands() if schema is serving() else {}
+    plugins = commands(command_group) if command_group else {}
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["--version"], ["-V"]):
         print(f"{prog} {version(schema)}")
@@ -107,20 +106,19 @@ def main(argv: Sequence[str] | None = None, *, schema: Schema | None = None) -> 
     return 2
 
 
-def version(schema: Schema | None = None) -> str:
-    """The installed version of the distribution that declares `schema` (sgconf's for the serving one).
+def version(schema: Declarations) -> str:
+    """The installed version of the distribution whose package declares `schema`.
 
     A runtime run from a source tree that is not installed has no version to report: "unknown".
     """
-    schema = schema or serving()
-    distribution = "sgconf" if schema is serving() else _distribution_of(schema)
+    distribution = _distribution_of(schema)
     try:
         return metadata.version(distribution) if distribution else "unknown"
     except metadata.PackageNotFoundError:
         return "unknown"
 
 
-def _distribution_of(schema: Schema) -> str | None:
+def _distribution_of(schema: Declarations) -> str | None:
     module = next(iter(schema.namespaces().values())).__module__.partition(".")[0]
     names = metadata.packages_distributions().get(module)
     return names[0] if names else None
@@ -163,8 +161,7 @@ def _delegate(command: str, ep: metadata.EntryPoint, rest: list[str]) -> int:
 # -- show ---------------------------------------------------------------------------------------
 
 
-def show_parser(schema: Schema | None = None) -> argparse.ArgumentParser:
-    schema = schema or serving()
+def show_parser(schema: Declarations) -> argparse.ArgumentParser:
     description = "Print the resolved configuration, grouped by namespace, secrets redacted."
     parser = config_parser(f"{schema.name} show", description, schema=schema)
     out = parser.add_argument_group("output")
@@ -174,7 +171,7 @@ def show_parser(schema: Schema | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _show(argv: Sequence[str], schema: Schema) -> int:
+def _show(argv: Sequence[str], schema: Declarations) -> int:
     ns = show_parser(schema).parse_args(argv)
     if ns.explain is not None:
         schema.field_info(ns.explain)  # an unknown name fails before any loading work, with a suggestion
@@ -206,7 +203,7 @@ def _show(argv: Sequence[str], schema: Schema) -> int:
     return 0
 
 
-def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str], schema: Schema) -> str:
+def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str], schema: Declarations) -> str:
     keep = None if only is None else set(only)
     width = max(len(n) for n in schema.fields())
     lines: list[str] = []
@@ -224,7 +221,7 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
     return "\n".join(lines).rstrip("\n")
 
 
-def _explain_text(name: str, chain: Sequence[Any], schema: Schema) -> str:
+def _explain_text(name: str, chain: Sequence[Any], schema: Declarations) -> str:
     info = schema.field_info(name)
     aliases = f" (aliases {', '.join(info.spec.aliases)})" if info.spec.aliases else ""
     lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.spec.help}"]
@@ -235,7 +232,7 @@ def _explain_text(name: str, chain: Sequence[Any], schema: Schema) -> str:
     return "\n".join(lines)
 
 
-def _explain_json(name: str, chain: Sequence[Any], schema: Schema) -> str:
+def _explain_json(name: str, chain: Sequence[Any], schema: Declarations) -> str:
     items = [
         {"layer": o.layer, "detail": o.detail, "value": plain(o.shown_value()), "source": o.describe()} for o in chain
     ]
@@ -247,7 +244,7 @@ def _explain_json(name: str, chain: Sequence[Any], schema: Schema) -> str:
 # -- schema -------------------------------------------------------------------------------------
 
 
-def _schema(argv: Sequence[str], schema: Schema) -> int:
+def _schema(argv: Sequence[str], schema: Declarations) -> int:
     parser = ConfigArgumentParser(prog=f"{schema.name} schema", description="Print the JSON Schema of every setting.")
     parser.add_argument("--indent", type=int, default=2, help="JSON indentation (default: 2)")
     ns = parser.parse_args(argv)

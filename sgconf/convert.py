@@ -14,8 +14,8 @@ from typing import Any
 
 import cattrs
 
+from sgconf.fieldinfo import FieldInfo, literal_choices
 from sgconf.frozen import deep_freeze
-from sgconf.registry import FieldInfo, literal_choices
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

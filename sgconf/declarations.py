@@ -19,6 +19,7 @@ accessors, role sets and override routing all ask the schema of the record at ha
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import types
 import typing
@@ -30,9 +31,11 @@ import cattrs
 
 from sgconf.convert import converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
+from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import META_KEY, FieldSpec, _AttrsAdapter, spec_of
 from sgconf.frozen import deep_freeze, may_hold_container
-from sgconf.registry import FieldInfo
+from sgconf.hooks import Rule, RuntimeKnobs, Step
+from sgconf.redaction import redact
 from sgconf.suggest import did_you_mean
 
 T = TypeVar("T")
@@ -101,9 +104,12 @@ class Declarations:
         record_name: str = "ServerArgs",
         description: str | None = None,
         accessor_module: str = "runtime",
-        rules: list[Any] | None = None,
-        steps: list[Any] | None = None,
+        rules: Iterable[Rule] = (),
+        steps: Iterable[Step] = (),
         converter: cattrs.Converter | None = None,
+        inputs: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = None,
+        model_reader: Callable[[Any], Mapping[str, Any] | None] | None = None,
+        knobs: RuntimeKnobs | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
             raise DeclarationError(f"a schema needs a non-empty name, got {name!r}")
@@ -115,9 +121,14 @@ class Declarations:
         self.record_name = record_name
         self.description = description or f"Every {name} setting, nested by namespace."
         self.accessor_module = accessor_module
-        # cross-field rules and resolution steps: plain lists an embedding may extend
-        self.rules: list[Any] = [] if rules is None else rules
-        self.steps: list[Any] = [] if steps is None else steps
+        # cross-field rules and resolution steps, in order; an embedding may add its own before freeze
+        self.rules: list[Rule] = list(rules)
+        self.steps: list[Step] = list(steps)
+        # what resolution steps consult besides the values (default: the model config itself),
+        # and how a record names its model config when the caller passes none
+        self.inputs = inputs
+        self.model_reader = model_reader
+        self.knobs = knobs or RuntimeKnobs()
         self._converter = converter
         # variables that share the prefix but are not fields (loading does not call them typos)
         self.reserved_env: set[str] = {self.config_env}
@@ -303,6 +314,7 @@ class Declarations:
             if not self._fields:
                 raise DeclarationError(f"schema {self.name!r} declares no fields -- declare a namespace before freezing")
             self._add_implicit_groups()
+            self._check_hooks()
             for role, allowed in self._roles.items():
                 if allowed is not None:
                     self._check_role_namespaces(role, allowed)
@@ -310,6 +322,17 @@ class Declarations:
             self._role_sets.update({r: everything if ns is None else ns for r, ns in self._roles.items()})
             self._record = assemble_record(self)
             return self
+
+    def _check_hooks(self) -> None:
+        """Every rule, step and knob names fields this schema declares (the reads an override relies on)."""
+        named: list[tuple[str, Iterable[str]]] = [(f"rule {r.name!r}", r.fields) for r in self.rules]
+        named += [(f"resolution step {s.name!r}", s.reads) for s in self.steps]
+        named += [(f"runtime knob {k!r}", (f,)) for k, f in self.knobs.names().items()]
+        for what, names in named:
+            for n in names:
+                if n not in self._fields:
+                    hint = did_you_mean(n, self._fields)
+                    raise DeclarationError(f"{what} of schema {self.name!r} reads {n!r}, which is not a field{hint} -- declare it or fix the name")
 
     @property
     def frozen(self) -> bool:
@@ -388,6 +411,8 @@ class Declarations:
             record_name=record_name or self.record_name,
             accessor_module=accessor_module or self.accessor_module,
             converter=self.converter.copy(),
+            inputs=self.inputs,
+            model_reader=self.model_reader,
         )
         for path, cls in self._namespaces.items():
             if path in drop:
@@ -405,8 +430,9 @@ class Declarations:
             default = deep_freeze(new_defaults[n]) if n in new_defaults else info.default
             out._fields[n] = attrs.evolve(info, default=default, env_prefix=out.env_prefix, accessor_module=out.accessor_module)
         names = set(kept)
-        out.rules.extend(r for r in self.rules if set(getattr(r, "fields", ())) <= names)
-        out.steps.extend(s for s in self.steps if set(getattr(s[1] if isinstance(s, tuple) else s, "reads", ())) <= names)
+        out.rules.extend(r for r in self.rules if set(r.fields) <= names)
+        out.steps.extend(s for s in self.steps if set(s.reads) <= names)
+        out.knobs = RuntimeKnobs(**{k: f for k, f in self.knobs.names().items() if f in names})
         tops = {p for p in out._namespaces if "." not in p}
         for role, allowed in self._roles.items():
             out._roles[role] = None if allowed is None else allowed & tops
@@ -437,6 +463,19 @@ class Declarations:
         """The accessor expression for a field (`get_lora().max_loras`): the ratchet's `accessor_source`."""
         info = self._fields.get(name)
         return None if info is None else info.accessor
+
+    def apply_mode(self, names: Iterable[str]) -> str:
+        """How a change to all of `names` at once applies: the strictest declared mode (restart > drain > step).
+
+        Raises UnknownFieldError for an undeclared name.
+        """
+        order = {"step": 0, "drain": 1, "restart": 2}
+        modes = [self.field_info(name).spec.apply for name in names]
+        return max(modes, key=order.__getitem__) if modes else "step"
+
+    def knob(self, knob: str) -> str | None:
+        """The field that serves runtime knob `knob` (see `RuntimeKnobs`), or None when the schema sets none."""
+        return getattr(self.knobs, knob)  # type: ignore[no-any-return]
 
     def namespace_of(self, name: str) -> str:
         return self.field_info(name).namespace
@@ -497,7 +536,7 @@ def _redacted_bag_repr(self: Any) -> str:
     for a in attrs.fields(type(self)):
         value = getattr(self, a.name)
         spec: FieldSpec | None = spec_of(a)
-        shown = "'***'" if spec is not None and spec.secret and value is not None else repr(value)
+        shown = repr(redact(value, spec is not None and spec.secret))
         parts.append(f"{a.name}={shown}")
     return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -523,11 +562,51 @@ def assemble_record(schema: Declarations) -> type:
     # Private slots, outside the attrs fields (so not in eq, hash or evolve), where load() keeps
     # the provenance and resolve_once() its result: both live and die with the record, so no
     # global table can leak or go stale, and equal records built differently keep their own.
-    record = type(name, (cls,), {"__slots__": ("_sgconf_provenance", "_sgconf_resolution")})
+    record = type(name, (cls,), {"__slots__": _PRIVATE_SLOTS})
     record.__qualname__ = name
     record.__module__ = "sgconf.record"
     record.__doc__ = f"The flat raw record of every field of schema {schema.name!r}; frozen. Read the bags, not this."
+    record.__reduce__ = _reduce_record  # type: ignore[method-assign,assignment]
     setattr(record, SCHEMA_ATTR, schema)
+    return record
+
+
+_PRIVATE_SLOTS = ("_sgconf_provenance", "_sgconf_resolution")
+
+
+def _locate(schema: Declarations) -> tuple[str, str]:
+    """Where `schema` can be imported from: a module holding one of its namespace classes and the name bound to it there."""
+    for cls in schema._namespaces.values():
+        module = sys.modules.get(cls.__module__)
+        for attr, value in vars(module).items() if module is not None else ():
+            if value is schema:
+                return cls.__module__, attr
+    msg = (
+        f"cannot pickle a record of schema {schema.name!r}: no module that declares its namespaces binds the schema "
+        "to a name -- assign the schema to a module-level variable where its namespaces are declared"
+    )
+    raise TypeError(msg)
+
+
+def _reduce_record(self: Any) -> tuple[Any, ...]:
+    # Every schema's record class is made at freeze, so it cannot be found by its qualified name:
+    # a pickle names the schema's import location and the values, and is built again there.
+    schema = schema_of(self)
+    module, attr = _locate(schema)
+    values = {name: getattr(self, name) for name in schema._fields}
+    extras = {slot: getattr(self, slot) for slot in _PRIVATE_SLOTS if hasattr(self, slot)}
+    if "_sgconf_provenance" in extras:
+        extras["_sgconf_provenance"] = dict(extras["_sgconf_provenance"])  # a read-only proxy does not pickle
+    return (_rebuild_record, (module, attr, values, extras))
+
+
+def _rebuild_record(module: str, attr: str, values: dict[str, Any], extras: dict[str, Any]) -> Any:
+    import importlib
+
+    schema = getattr(importlib.import_module(module), attr)
+    record = schema.record(**values)
+    for slot, value in extras.items():
+        object.__setattr__(record, slot, types.MappingProxyType(value) if slot == "_sgconf_provenance" else value)
     return record
 
 
@@ -538,7 +617,7 @@ def _redacted_record_repr(self: Any) -> str:
     for name, info in schema.fields().items():
         value = getattr(self, name)
         if value != info.default:
-            shown = "'***'" if info.spec.secret and value is not None else repr(value)
+            shown = repr(info.shown(value))
             parts.append(f"{name}={shown}")
     return f"{type(self).__name__}({', '.join(parts)})"
 

@@ -12,11 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sgconf.frozen import thaw
-from sgconf.provenance import REDACTED
-from sgconf.registry import serving
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 
 def plain(value: Any) -> Any:
@@ -24,13 +22,13 @@ def plain(value: Any) -> Any:
     return thaw(value)
 
 
-def redacted(name: str, value: Any, schema: Schema | None = None) -> Any:
-    """`'***'` for a set secret field, the value otherwise."""
-    return REDACTED if value is not None and (schema or serving()).field_info(name).spec.secret else value
+def redacted(name: str, value: Any, schema: Declarations) -> Any:
+    """Field `name`'s value as it may be shown: redacted when the field is secret."""
+    return schema.field_info(name).shown(value)
 
 
 def nested(
-    values: Mapping[str, Any], *, redact: bool = True, only: Iterable[str] | None = None, schema: Schema | None = None
+    values: Mapping[str, Any], *, schema: Declarations, redact: bool = True, only: Iterable[str] | None = None
 ) -> dict[str, Any]:
     """`{"schedule": {"page_size": 1, ...}, "exec": {"kernel": {...}}, ...}` from flat values.
 
@@ -38,7 +36,6 @@ def nested(
     redacted unless `redact=False`.
     """
     keep = None if only is None else set(only)
-    schema = schema or serving()
 
     def table(path: str) -> dict[str, Any]:
         children = schema.group_children(path)
@@ -50,14 +47,14 @@ def nested(
             if keep is not None and info.name not in keep:
                 continue
             value = values[info.name]
-            out[info.name] = plain(REDACTED if redact and value is not None and info.spec.secret else value)
+            out[info.name] = plain(info.shown(value) if redact else value)
         return out
 
     tables = {path: table(path) for path in schema.top_level_namespaces()}
     return {k: v for k, v in tables.items() if v or keep is None}
 
 
-def to_toml(data: Mapping[str, Any], *, header: str = "", schema: Schema | None = None) -> str:
+def to_toml(data: Mapping[str, Any], *, schema: Declarations, header: str = "") -> str:
     """Render `nested()` output as TOML that `tomllib` reads back (and `--config` accepts).
 
     TOML has no null: None values are left out and listed in a comment instead, and an
@@ -67,7 +64,7 @@ def to_toml(data: Mapping[str, Any], *, header: str = "", schema: Schema | None 
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     unset: list[str] = []
     body: list[str] = []
-    _table(_namespace_tables(data, schema or serving()), (), body, unset)
+    _table(_namespace_tables(data, schema), (), body, unset)
     if unset:
         lines.append("# unset (None) values are omitted: " + ", ".join(unset))
     return "\n".join(lines + body).strip("\n") + "\n"
@@ -111,7 +108,7 @@ class _Namespace(dict):  # type: ignore[type-arg]
     """Marks a dict as a namespace table (as opposed to a dict-valued field)."""
 
 
-def _namespace_tables(data: Mapping[str, Any], schema: Schema) -> _Namespace:
+def _namespace_tables(data: Mapping[str, Any], schema: Declarations) -> _Namespace:
     top = set(schema.top_level_namespaces())
 
     def mark(path: str, table: Mapping[str, Any]) -> _Namespace:

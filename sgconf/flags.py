@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sgconf.convert import _strip_optional
 from sgconf.errors import Problem, UsageError
-from sgconf.registry import FieldInfo, serving
+from sgconf.fieldinfo import FieldInfo
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 CLI_SOURCE = "from command line"
 
@@ -144,10 +144,10 @@ def config_parser(
     prog: str,
     description: str = "",
     *,
-    schema: Schema | None = None,
+    schema: Declarations,
     shown_defaults: Mapping[str, str] | None = None,
 ) -> argparse.ArgumentParser:
-    """A parser with `--config FILE` and one flag per field of `schema` (the serving one by default), by namespace.
+    """A parser with `--config FILE` and one flag per field of `schema`, by namespace.
 
     Subcommands add their own options to it; `--help` prints those first.
     `shown_defaults` states, per field, the default this command really applies when
@@ -155,7 +155,6 @@ def config_parser(
     Parse errors raise UsageError (a ConfigError): `run_cli` prints them without a
     traceback and exits 2.
     """
-    schema = schema or serving()
     example = next(iter(schema.fields().values()))
     parser = ConfigArgumentParser(
         prog=prog,
@@ -178,10 +177,9 @@ def config_parser(
 
 
 def add_field_flags(
-    parser: argparse.ArgumentParser, schema: Schema | None = None, *, shown_defaults: Mapping[str, str] | None = None
+    parser: argparse.ArgumentParser, schema: Declarations, *, shown_defaults: Mapping[str, str] | None = None
 ) -> None:
     """Add one argument group per namespace and one flag (with its aliases) per field to `parser`."""
-    schema = schema or serving()
     shown = shown_defaults or {}
     for path in schema.leaf_namespaces():
         group = parser.add_argument_group(f"{path} settings")
@@ -270,10 +268,10 @@ def _metavar(info: FieldInfo) -> str:
     return {int: "INT", float: "FLOAT", str: "STR", dict: "JSON", list: "LIST"}.get(origin, "VALUE")
 
 
-def given_fields(ns: argparse.Namespace, schema: Schema | None = None) -> dict[str, Any]:
+def given_fields(ns: argparse.Namespace, schema: Declarations) -> dict[str, Any]:
     """The field flags actually given on the command line: `{field: raw value}`."""
     given = vars(ns)
-    return {name: given[name] for name in (schema or serving()).field_names() if name in given}
+    return {name: given[name] for name in schema.field_names() if name in given}
 
 
 def typed_flags(ns: argparse.Namespace) -> dict[str, str]:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from sgconf.convert import _strip_optional
 from sgconf.dump import plain
+from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import _Interval
-from sgconf.registry import FieldInfo, serving
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -53,7 +53,7 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
     return out
 
 
-def _namespace_schema(path: str, schema: Schema) -> dict[str, Any]:
+def _namespace_schema(path: str, schema: Declarations) -> dict[str, Any]:
     children = schema.group_children(path)
     props = (
         {attr: _namespace_schema(child, schema) for attr, child in children.items()}
@@ -63,9 +63,8 @@ def _namespace_schema(path: str, schema: Schema) -> dict[str, Any]:
     return {"type": "object", "title": path, "properties": props, "additionalProperties": False}
 
 
-def config_schema(schema: Schema | None = None) -> dict[str, Any]:
-    """The whole JSON Schema of `schema` (the serving one by default): one object per top-level namespace."""
-    schema = schema or serving()
+def config_schema(schema: Declarations) -> dict[str, Any]:
+    """The whole JSON Schema of `schema`: one object per top-level namespace."""
     return {
         "$schema": DIALECT,
         "title": f"{schema.name} configuration",

@@ -20,7 +20,6 @@ from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
-from sgconf.registry import serving
 from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
@@ -34,7 +33,7 @@ from sgconf.sources import (
 from sgconf.validation import convert_fields
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 Provenance = Mapping[str, tuple[Origin, ...]]
 
@@ -69,9 +68,9 @@ def load(
     env: Mapping[str, str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
     *,
-    schema: Schema | None = None,
+    schema: Declarations,
 ) -> Loaded:
-    """Load a record of `schema` (the serving one by default) from defaults, a config file, env vars and CLI flags.
+    """Load a record of `schema` from defaults, a config file, env vars and CLI flags.
 
     `argv` holds field flags and `--config FILE` (None: no CLI layer; sys.argv is never
     read implicitly). `env` defaults to `os.environ`; only variables with the schema's
@@ -79,7 +78,6 @@ def load(
     `config_file`, then the schema's config variable (`SGCONF_CONFIG`).
     Raises ConfigError listing every problem of every layer.
     """
-    schema = schema or serving()
     given: dict[str, Any] = {}
     typed: dict[str, str] = {}
     problems: list[Problem] = []
@@ -94,7 +92,7 @@ def load(
     return load_layers(given, env=env, config_file=config_file, problems=problems, schema=schema, typed=typed)
 
 
-def _argv_parser(schema: Schema) -> Any:
+def _argv_parser(schema: Declarations) -> Any:
     # Building ~70 flags dominates a load; parsing leaves the parser unchanged, so a frozen schema keeps one.
     schema.freeze()
     parser = schema._cache.get("argv_parser")
@@ -109,14 +107,13 @@ def load_layers(
     env: Mapping[str, str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
     problems: Sequence[Problem] = (),
-    schema: Schema | None = None,
+    schema: Declarations,
     typed: Mapping[str, str] | None = None,
 ) -> Loaded:
     """Load from already-parsed CLI values (`{field: raw}`); `problems` are carried into the error.
 
     `typed` is the spelling each value was given in (`flags.typed_flags`), for provenance.
     """
-    schema = schema or serving()
     env = os.environ if env is None else env
     path = config_file if config_file is not None else config_path_from_env(env, schema)
     layers: list[LayerInput] = []
@@ -164,7 +161,10 @@ def explain(
 
     Raises UnknownFieldError for an undeclared name.
     """
-    info = (schema_of(record) or serving()).field_info(name)
+    schema = schema_of(record)
+    if schema is None:
+        raise TypeError(f"explain() takes a record of an sgconf schema, got {type(record).__name__}")
+    info = schema.field_info(name)
     known = provenance if provenance is not None else provenance_of(record)
     if known is not None:
         chain = list(known[name])

@@ -6,10 +6,10 @@ from typing import Any
 
 import attrs
 
+from sgconf.redaction import REDACTED, redact
+
 # Layers, lowest precedence first. Post-publish layers are appended by the runtime.
 LAYERS = ("default", "file", "env", "cli", "resolution", "override", "scoped")
-
-REDACTED = "***"
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -38,11 +38,14 @@ class Origin:
         return f"from {self.layer}:{self.detail}"
 
     def shown_value(self) -> Any:
-        """The value as it may be printed: secrets (when set) become `'***'`."""
-        return REDACTED if self.secret and self.value is not None else self.value
+        """The value as it may be printed: a set secret is redacted (`sgconf.redaction`)."""
+        return redact(self.value, self.secret)
 
     def __repr__(self) -> str:
         extra = "".join(
             f", {name}={getattr(self, name)!r}" for name in ("generation", "time") if getattr(self, name) is not None
         )
         return f"Origin(layer={self.layer!r}, detail={self.detail!r}, value={self.shown_value()!r}{extra})"
+
+
+__all__ = ["LAYERS", "REDACTED", "Origin"]

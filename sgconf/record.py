@@ -15,35 +15,36 @@ import attrs
 
 from sgconf.declarations import assemble_record as assemble_record
 from sgconf.declarations import schema_of
-from sgconf.registry import serving
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 
-def _schema(record: Any) -> Schema:
+def _schema(record: Any) -> Declarations:
     found = schema_of(record)
     if found is None:
-        return serving()
-    return found
+        msg = f"{type(record).__name__} is not a record of any sgconf schema -- pass schema= to say which fields to read"
+        raise TypeError(msg)
+    return found  # type: ignore[no-any-return]
 
 
-def record_to_dict(record: Any, schema: Schema | None = None) -> dict[str, Any]:
-    """Every field of a record (or anything with the same attributes) as a flat dict."""
+def record_to_dict(record: Any, schema: Declarations | None = None) -> dict[str, Any]:
+    """Every field of a record as a flat dict; `schema` (default: the record's own) says which fields.
+
+    Anything with the same attributes works when `schema` is given.
+    """
     names = (schema or _schema(record)).field_names()
     return {name: getattr(record, name) for name in names}
 
 
-def build_bag(path: str, flat: Mapping[str, Any], schema: Schema | None = None, *, validate: bool = True) -> Any:
-    """Construct the bag at `path` of `schema` (the serving one) from flat values (groups recurse into their children).
+def build_bag(path: str, flat: Mapping[str, Any], schema: Declarations, *, validate: bool = True) -> Any:
+    """Construct the bag at `path` of `schema` from flat values (groups recurse into their children).
 
     `validate=False` is for values that were validated already (a built record): the bag is
     filled slot by slot without running `__init__`, which skips the validators for this
     one object only. attrs' process-wide switch is never touched, so a concurrent build
     elsewhere is validated as usual.
     """
-    if schema is None:
-        schema = serving()
     cls = schema.namespace_class(path)
     children = schema.group_children(path)
     if children:
@@ -62,7 +63,7 @@ def _prevalidated(cls: type, values: Mapping[str, Any]) -> Any:
     return bag
 
 
-def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
+def to_bags(record: Any, schema: Declarations | None = None) -> dict[str, Any]:
     """Project a record into its top-level bags: `{"model": ModelConfig(...), ..., "exec": ExecConfig(...)}`.
 
     Bags are built without re-running validators: the record was validated when it was built.
@@ -72,10 +73,8 @@ def to_bags(record: Any, schema: Schema | None = None) -> dict[str, Any]:
     return {path: build_bag(path, flat, schema, validate=False) for path in schema.top_level_namespaces()}
 
 
-def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[str, Any]:
-    """Flatten top-level bags back into `{field: value}`."""
-    if schema is None:
-        schema = serving()
+def bags_to_flat(bags: Mapping[str, Any], schema: Declarations) -> dict[str, Any]:
+    """Flatten top-level bags of `schema` back into `{field: value}`."""
     out: dict[str, Any] = {}
     groups = schema.group_children
 
@@ -91,10 +90,3 @@ def bags_to_flat(bags: Mapping[str, Any], schema: Schema | None = None) -> dict[
     for path, bag in bags.items():
         walk(path, bag)
     return out
-
-
-def __getattr__(name: str) -> Any:
-    # `sgconf.record.ServerArgs`: the serving schema's record, assembled when that schema froze
-    if name == "ServerArgs":
-        return serving().record
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

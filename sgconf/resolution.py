@@ -1,16 +1,16 @@
 """Resolution: turn every `None`/`"auto"` into a named, recorded decision, once per record.
 
-Steps are small callables in a plain list (`STEPS`), run in order over a working copy
-of the values. Each returns the decisions it took; each decision becomes provenance
-`resolution:<step>`. A record is resolved at most once: a second call returns the same
-`Resolved`, and a record whose resolution failed stays failed (build a new record).
+A schema's steps (typed `Step`s, each naming the fields it reads) run in order over a
+working copy of the values. Each returns the decisions it took; each decision becomes
+provenance `resolution:<step>`. Steps consult what the schema's `inputs` hook builds from
+the values and the model config (the runtime's model, read by the schema's `model_reader`
+when the caller passes none). A record is resolved at most once: a second call returns
+the same `Resolved`, and a record whose resolution failed stays failed.
 """
 
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -22,18 +22,6 @@ from sgconf.errors import ConfigError, Problem, ResolutionError
 from sgconf.loading import provenance_of
 from sgconf.record import record_to_dict, to_bags
 from sgconf.rules import check_rules
-from sgconf.steps import (  # noqa: F401  -- the serving schema's steps and defaults, re-exported
-    ATTENTION_BACKEND,
-    CHUNKED_PREFILL_SIZE,
-    DTYPE,
-    MEM_FRACTION_STATIC,
-    MODEL_DTYPES,
-    SPEC_DEFAULT_STEPS,
-    SPEC_DEFAULT_TOPK,
-    STEPS,
-    ResolveInputs,
-    Step,
-)
 
 
 @attrs.frozen(slots=True)
@@ -60,22 +48,13 @@ class Resolved:
     model: Mapping[str, Any] | None = None
 
     def bags(self) -> dict[str, Any]:
-        return to_bags(self.values)
+        return to_bags(self.values, schema_of(self.values))
 
     def decision_for(self, field: str) -> Decision | None:
         for d in self.decisions:
             if d.field == field:
                 return d
         return None
-
-
-def detect_device() -> str:
-    """`cuda` when a CUDA device is usable, else `cpu`; avoids importing torch on machines with no GPU."""
-    if "torch" not in sys.modules and not (os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")):
-        return "cpu"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 # Serializes first resolutions, so two threads resolving one record get one result.
@@ -118,16 +97,8 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
 
 def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
     if model is None:
-        if not hasattr(record, "model_path"):
-            return None  # a schema without a model to read
-        from sgconf.models import load_model_config
-
-        try:
-            return load_model_config(record.model_path, getattr(record, "model_config", None))
-        except ConfigError:
-            if getattr(record, "model_config", None) is not None:
-                raise
-            return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
+        reader = schema_of(record).model_reader
+        return None if reader is None else reader(record)
     if isinstance(model, Mapping):
         return copy.deepcopy(model)  # a private copy: the caller may go on changing theirs
     for attr in ("to_config", "config"):
@@ -150,14 +121,13 @@ def _sources(record: Any, decisions: list[Decision]) -> dict[str, str]:
 def _resolve(record: Any, model: Mapping[str, Any] | None) -> Resolved:
     schema = schema_of(record)
     assert schema is not None
-    values = record_to_dict(record)
-    device = values.get("device", "auto")
-    env = ResolveInputs(device=detect_device() if device == "auto" else device, model=model)
+    values = record_to_dict(record, schema)
+    inputs = model if schema.inputs is None else schema.inputs(values, model)
     decisions: list[Decision] = []
-    for name, step in schema.steps:
-        for field, (value, reason) in step(values, env).items():
+    for step in schema.steps:
+        for field, (value, reason) in step(values, inputs).items():
             values[field] = value
-            decisions.append(Decision(name, field, value, reason))
+            decisions.append(Decision(step.name, field, value, reason))
     problems = check_rules(values, _sources(record, decisions), schema=schema)
     if problems:
         raise ConfigError(problems)

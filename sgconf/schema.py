@@ -49,9 +49,12 @@ class Schema(Declarations):
         """An argparse parser with `--config` and one flag per field; parse errors raise UsageError."""
         return config_parser(prog or self.name, description, schema=self)
 
-    def main(self, argv: Sequence[str] | None = None) -> int:
-        """A `show`/`schema` command line for this schema (a runtime's `python -m` entry); returns the exit status."""
-        return main(argv, schema=self)
+    def main(self, argv: Sequence[str] | None = None, *, command_group: str | None = None) -> int:
+        """A `show`/`schema` command line for this schema (a runtime's `python -m` entry); returns the exit status.
+
+        `command_group` names an entry-point group of more commands built on this schema.
+        """
+        return main(argv, schema=self, command_group=command_group)
 
     def as_record(self, obj: Any) -> Any:
         """`obj` as this schema's record: a record passes through; an instance of the adopted dataclass is converted.

@@ -25,26 +25,10 @@ except ImportError:  # python 3.10: the same parser, packaged separately
 
 from sgconf.errors import Problem
 from sgconf.provenance import Origin
-from sgconf.registry import serving
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from sgconf.schema import Schema
-
-# The serving schema's names; another schema has its own (`Schema.env_prefix`, `.config_env`).
-ENV_PREFIX = "SGCONF_"
-CONFIG_ENV = "SGCONF_CONFIG"
-
-# Control variables of the runtime that share the serving prefix but are not fields.
-SERVING_RESERVED_ENV = frozenset({"SGCONF_ROLE_NAMESPACES", "SGCONF_ROLE_NAMESPACES_OUT", CONFIG_ENV, "SGCONF_HICACHE_FILE_DIR"})
-
-
-def __getattr__(name: str) -> Any:
-    # RESERVED_ENV is the serving schema's live set: packages add their own switches to it
-    # (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`) so loading does not reject them as typos.
-    if name == "RESERVED_ENV":
-        return serving().reserved_env
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from sgconf.declarations import Declarations
 
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
@@ -57,11 +41,11 @@ class LayerInput:
     values: Mapping[str, Any] = attrs.field(factory=dict)
     details: Mapping[str, str] = attrs.field(factory=dict)
     problems: tuple[Problem, ...] = ()
-    schema: Any = attrs.field(default=None, eq=False, repr=False)
+    schema: Declarations = attrs.field(eq=False, repr=False, kw_only=True)
 
     def origin(self, name: str, value: Any) -> Origin:
         """The provenance entry of field `name` set by this layer to the converted `value`."""
-        info = (self.schema or serving()).field_info(name)
+        info = self.schema.field_info(name)
         return Origin(self.layer, self.details[name], value, secret=info.spec.secret)
 
     def sources(self) -> dict[str, str]:
@@ -72,9 +56,8 @@ class LayerInput:
 # -- environment ----------------------------------------------------------------------------
 
 
-def read_env(env: Mapping[str, str], schema: Schema | None = None) -> LayerInput:
+def read_env(env: Mapping[str, str], schema: Declarations) -> LayerInput:
     """Pick the `<PREFIX><FIELD>` variables out of `env`; unknown ones are problems with a suggestion."""
-    schema = schema or serving()
     infos = schema.fields()
     prefix, reserved = schema.env_prefix, schema.reserved_env
     by_var = {info.env_var: name for name, info in infos.items()}
@@ -92,19 +75,19 @@ def read_env(env: Mapping[str, str], schema: Schema | None = None) -> LayerInput
             continue
         values[name] = env[var]
         details[name] = var
-    return LayerInput("env", values, details, tuple(problems), schema)
+    return LayerInput("env", values, details, tuple(problems), schema=schema)
 
 
-def config_path_from_env(env: Mapping[str, str], schema: Schema | None = None) -> str | None:
+def config_path_from_env(env: Mapping[str, str], schema: Declarations) -> str | None:
     """The config file named by the schema's config variable (`SGCONF_CONFIG`), or None when unset or empty."""
-    return env.get((schema or serving()).config_env) or None
+    return env.get(schema.config_env) or None
 
 
 # -- CLI --------------------------------------------------------------------------------------
 
 
 def cli_layer(
-    given: Mapping[str, Any], schema: Schema | None = None, *, typed: Mapping[str, str] | None = None
+    given: Mapping[str, Any], schema: Declarations, *, typed: Mapping[str, str] | None = None
 ) -> LayerInput:
     """The CLI layer from the field flags actually given (`{field: raw value}`).
 
@@ -112,13 +95,13 @@ def cli_layer(
     provenance says what the user typed. An undeclared name is kept, so conversion
     reports it with a suggestion instead of dropping a caller's typo silently.
     """
-    infos = (schema or serving()).fields()
+    infos = schema.fields()
     spelled = typed or {}
     details = {
         name: spelled.get(name) or _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
         for name, value in given.items()
     }
-    return LayerInput("cli", dict(given), details, (), schema)
+    return LayerInput("cli", dict(given), details, (), schema=schema)
 
 
 def _flag_given(flag: str, value: Any) -> str:
@@ -129,14 +112,13 @@ def _flag_given(flag: str, value: Any) -> str:
 # -- config files -----------------------------------------------------------------------------
 
 
-def read_config_file(path: str | os.PathLike[str], schema: Schema | None = None) -> LayerInput:
+def read_config_file(path: str | os.PathLike[str], schema: Declarations) -> LayerInput:
     """Read a TOML, JSON or YAML config file, nested by namespace and/or flat by field name.
 
     Never raises for bad input: a missing file, a parse error (with its position),
     unknown keys (with a suggestion) and keys under the wrong namespace come back as
     problems naming the file.
     """
-    schema = schema or serving()
     file = config_file_path(path)
     where = f"from {file}"
     data, problem = _parse(file, schema)
@@ -148,7 +130,7 @@ def read_config_file(path: str | os.PathLike[str], schema: Schema | None = None)
         return LayerInput("file", problems=(Problem("$", msg, where),), schema=schema)
     walker = _FileWalker(str(file), schema)
     walker.top(data)
-    return LayerInput("file", walker.values, walker.details, tuple(walker.problems), schema)
+    return LayerInput("file", walker.values, walker.details, tuple(walker.problems), schema=schema)
 
 
 def config_file_path(path: str | os.PathLike[str]) -> Path:
@@ -156,7 +138,7 @@ def config_file_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _parse(file: Path, schema: Schema) -> tuple[Any, str | None]:
+def _parse(file: Path, schema: Declarations) -> tuple[Any, str | None]:
     suffix = file.suffix.lower()
     if suffix not in FILE_SUFFIXES:
         return None, f"unsupported config file type '{suffix or file.name}' -- use .toml, .json or .yaml"
@@ -240,7 +222,7 @@ def _unique_yaml_loader(yaml: Any) -> Any:
 class _FileWalker:
     """Collects field values from a (possibly nested) mapping, checking each key's namespace."""
 
-    def __init__(self, file: str, schema: Schema) -> None:
+    def __init__(self, file: str, schema: Declarations) -> None:
         self.file = file
         self.schema = schema
         self.where = f"from {file}"

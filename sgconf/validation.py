@@ -1,4 +1,4 @@
-"""Turn raw per-field values into a validated `ServerArgs`, collecting every problem first.
+"""Turn raw per-field values into a validated record of a schema, collecting every problem first.
 
 Used by loading (files, env, CLI) and by the runtime for post-publish overrides, so a
 value from HTTP is held to exactly the same rules as one from the command line.
@@ -12,23 +12,21 @@ from typing import TYPE_CHECKING, Any
 from sgconf.convert import ConversionError, structure
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
+from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import FieldValueError
 from sgconf.record import record_to_dict
-from sgconf.registry import FieldInfo, serving
 from sgconf.rules import check_rules
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import cattrs
 
-    from sgconf.schema import Schema
+    from sgconf.declarations import Declarations
 
 
 def shown(info: FieldInfo, value: Any) -> str:
-    """How a given value appears in messages: secrets are redacted."""
-    if info.spec.secret and value is not None:
-        return "'***'"
-    return repr(value)
+    """How a given value appears in messages: its repr, secrets redacted."""
+    return repr(info.shown(value))
 
 
 def _convert(
@@ -48,11 +46,10 @@ def _convert(
 
 
 def convert_fields(
-    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, schema: Schema | None = None
+    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, schema: Declarations
 ) -> tuple[dict[str, Any], list[Problem]]:
     """Structure every given value with the schema's converter; unknown names become problems with a did-you-mean hint."""
     sources = sources or {}
-    schema = schema or serving()
     infos = schema._fields
     conv = schema.converter
     out: dict[str, Any] = {}
@@ -71,13 +68,27 @@ def convert_fields(
 
 
 def build_record(
-    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, base: Any = None, schema: Schema | None = None
+    raw: Mapping[str, Any],
+    sources: Mapping[str, str] | None = None,
+    *,
+    base: Any = None,
+    schema: Declarations | None = None,
 ) -> Any:
-    """Build a record of `schema` (the base's, else the serving one) from raw values on top of `base` (defaults when None).
+    """Build a record of `schema` (default: the base's) from raw values on top of `base` (defaults when None).
 
-    Raises one ConfigError listing every bad field and every violated cross-field rule.
+    Raises one ConfigError listing every bad field and every violated cross-field rule,
+    and TypeError when no schema is named or `base` belongs to another schema.
     """
-    schema = schema or (schema_of(base) if base is not None else None) or serving()
+    base_schema = schema_of(base) if base is not None else None
+    if base is not None and base_schema is None:
+        raise TypeError(f"base must be a record of an sgconf schema, got {type(base).__name__}")
+    if schema is None:
+        if base_schema is None:
+            raise TypeError("build_record() needs schema= or a base record to say which schema to build")
+        schema = base_schema
+    elif base_schema is not None and base_schema is not schema:
+        msg = f"base is a record of schema {base_schema.name!r}, not {schema.name!r} -- pass a base of the schema you build"
+        raise TypeError(msg)
     values, problems = convert_fields(raw, sources, schema=schema)
     merged = record_to_dict(base, schema) if base is not None else {n: i.default for n, i in schema.fields().items()}
     merged.update(values)

@@ -263,9 +263,9 @@ class DPController:
         import torch.multiprocessing as mp
 
         from engine.dp.replica import replica_main
-        from runtime.accessors import get_parallel
         from runtime.context import get_server_args
         from runtime.distributed import ConfigGroup
+        from runtime.serving import get_parallel
 
         parallel = get_parallel()
         self.dp_size = int(parallel.dp_size)
@@ -321,7 +321,7 @@ class DPController:
 
     def pick(self) -> Replica:
         """The replica for the next request, by `load_balance_method`; raises ReplicaFailed when none is alive."""
-        from runtime.accessors import get_parallel
+        from runtime.serving import get_parallel
 
         return choose(self.replicas, get_parallel().load_balance_method, next(self._rr))
 
@@ -332,7 +332,7 @@ class DPController:
         nothing of it reached the client yet, and generation is deterministic, so the
         answer is the one the first replica would have given. Each replica is tried once.
         """
-        from runtime.accessors import get_parallel
+        from runtime.serving import get_parallel
 
         tried: set[int] = set()
         while True:
@@ -357,7 +357,7 @@ class DPController:
 
     def check_liveness(self, now: float | None = None) -> list[int]:
         """Mark replicas unresponsive (or responsive again) from their reports; returns the ones whose state changed."""
-        from runtime.accessors import get_parallel
+        from runtime.serving import get_parallel
 
         timeout = float(get_parallel().replica_stall_timeout_s)
         changed = []
@@ -375,7 +375,7 @@ class DPController:
         return changed
 
     def _watch(self) -> None:
-        from runtime.accessors import get_parallel
+        from runtime.serving import get_parallel
 
         while True:
             try:

@@ -55,11 +55,10 @@ class BoundaryEffect:
         self.engine = engine
 
     def __call__(self, source: str, values: Mapping[str, Any]) -> Any:
-        from runtime.accessors import get_parallel, get_schedule
-        from sgconf.registry import apply_mode
+        from runtime.serving import get_parallel, get_schedule
 
         self.engine.capacity.check(values, source)
-        drain = apply_mode(values) == "drain"
+        drain = self.engine.context.schema.apply_mode(values) == "drain"
         timeout = min(float(get_schedule().drain_timeout_s), float(get_parallel().config_sync_timeout_s) / 2)
         held = self.engine.hold_boundary(drain=drain, what=f"apply the override from {source!r}", timeout_s=timeout)
         try:
@@ -225,7 +224,7 @@ class _Sender:
 
 def _heartbeat(engine: Any, sender: _Sender, stopped: threading.Event) -> None:
     """Report progress to the controller until `stopped` is set; see the module docstring."""
-    from runtime.accessors import get_parallel
+    from runtime.serving import get_parallel
 
     interval = float(get_parallel().replica_heartbeat_interval_s)
     seq = 0

@@ -58,7 +58,7 @@ from engine.http.metrics import Metrics
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
 from runtime.context import get_context
-from sgconf.registry import field_info, fields
+from sgconf.frozen import thaw
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +93,7 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
 
 def served_model_name() -> str:
     """The model name clients send and see: `served_model_name`, else `model_path`."""
-    from runtime.accessors import get_model, get_serving
+    from runtime.serving import get_model, get_serving
 
     return get_serving().served_model_name or get_model().model_path
 
@@ -131,8 +131,8 @@ def _tag_generation(response: Any) -> None:
 
 def _request_log() -> Any:
     """The log method for the details of a request: info with `log_requests`, else debug."""
-    from runtime.accessors import get_observability
     from runtime.errors import NotPublishedError
+    from runtime.serving import get_observability
 
     try:
         on = get_observability().log_requests
@@ -176,7 +176,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
     @app.get("/get_model_info")
     async def model_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
-        from runtime.accessors import get_model
+        from runtime.serving import get_model
 
         return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
                 "is_generation": True, "context_length": get_model().context_length}
@@ -306,10 +306,8 @@ def config_report() -> dict[str, Any]:
     changed = sorted({c.name for rec in overrides_log for c in rec.changes})
     provenance = {}
     for name in changed:
-        secret = field_info(name).spec.secret
         provenance[name] = [
-            {"layer": o.layer, "detail": o.detail, "value": "***" if secret and o.value is not None else o.value,
-             "generation": o.generation}
+            {"layer": o.layer, "detail": o.detail, "value": thaw(o.shown_value()), "generation": o.generation}
             for o in ctx.explain(name)
         ]
     # the value each overridden field had at startup: the winner of the launch layers
@@ -322,7 +320,7 @@ def config_report() -> dict[str, Any]:
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],
         "provenance": provenance,
         "startup_values": startup,
-        "apply_modes": {name: info.spec.apply for name, info in fields().items()},
+        "apply_modes": {name: info.spec.apply for name, info in ctx.schema.fields().items()},
     }
 
 

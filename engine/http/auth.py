@@ -21,7 +21,7 @@ import attrs
 from fastapi import Request
 
 from engine.http.problems import HTTPProblem
-from runtime.accessors import get_serving
+from runtime.serving import get_serving
 
 
 class KeyFileError(ValueError):

@@ -17,7 +17,7 @@ from engine.errors import RequestRejected
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
 from engine.sampling import SamplingParams
-from runtime.accessors import get_serving
+from runtime.serving import get_serving
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (

@@ -22,7 +22,7 @@ import attrs
 from fastapi import Request
 
 from engine.http.problems import HTTPProblem
-from runtime.accessors import get_serving
+from runtime.serving import get_serving
 
 # a JSON string literal, escapes included; removed before brackets are counted
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)

@@ -1,7 +1,7 @@
 """Example model configs for `sgconf plan` and the tests: small made-up models and the published
 attention layouts of public models, as HF-style config.json dicts.
 
-The files are sgconf's shipped models (`sgconf/builtin_models/`), so `show`, `plan` and
+The files are sgconf's shipped models (`sgconf/serving/builtin_models/`), so `show`, `plan` and
 `serve` accept the same names; this module lists them without the embedded `tiny`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sgconf.models import builtin_model_config, builtin_model_names, builtin_model_path
+from sgconf.serving.models import builtin_model_config, builtin_model_names, builtin_model_path
 
 EMBEDDED = "tiny"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attention import AttentionLayer, layer_window
 from mem_cache.model_shape import model_shape_from_config
-from sgconf.models import builtin_model_config
+from sgconf.serving.models import builtin_model_config
 
 
 def test_runtime_model_shape():

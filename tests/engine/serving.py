@@ -14,7 +14,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from engine.http.app import create_app
-from runtime.testing import override_server_args
+from runtime import override_server_args
 
 MODES = ["engine", "group"]
 

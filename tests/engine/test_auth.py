@@ -13,8 +13,8 @@ from engine.engine import Engine
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from engine.serve import check_admin_key_file
+from sgconf import load
 from sgconf.errors import ConfigError
-from sgconf.loading import load
 
 KEY = "s3cret-admin"
 

@@ -38,7 +38,7 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
     from engine.dp.controller import DPController
     from engine.dp.group_backend import ReplicaGroupBackend
     from engine.http.app import create_app
-    from runtime.testing import override_server_args
+    from runtime import override_server_args
 
     with override_server_args(
         role="dp_controller", dp_size=2, admin_api_key="admin-key",

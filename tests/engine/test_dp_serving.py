@@ -36,7 +36,7 @@ def dp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple
     from engine.dp.controller import DPController
     from engine.dp.group_backend import ReplicaGroupBackend
     from engine.http.app import create_app
-    from runtime.testing import override_server_args
+    from runtime import override_server_args
 
     monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
     for i in range(2):

@@ -12,7 +12,7 @@ import torch
 from engine.engine import Engine
 from engine.errors import RequestRejected
 from engine.model import reference_generate
-from sgconf.models import builtin_model_config
+from sgconf.serving.models import builtin_model_config
 
 PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."
 

@@ -8,7 +8,7 @@ from engine.memory import CPU_KV_BUDGET_BYTES, build_memory
 from engine.model import runnable_shape
 from mem_cache.errors import InsufficientMemoryError
 from runtime import get_context, override_server_args
-from sgconf.models import builtin_model_config
+from sgconf.serving.models import builtin_model_config
 
 
 def test_refusal_over_the_cpu_cap_names_the_device_budget() -> None:

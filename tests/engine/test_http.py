@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from engine.engine import Engine
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
-from runtime.accessors import get_memory
+from runtime.serving import get_memory
 
 KEY = "admin-secret"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -14,9 +14,9 @@ import structlog
 from engine.engine import Engine
 from engine.errors import DrainTimeout
 from engine.model import reference_generate
-from runtime.accessors import get_memory
+from runtime.serving import get_memory
 from sgconf.errors import ConfigError
-from sgconf.registry import fields
+from sgconf.serving import fields
 
 PROMPT = "Overrides apply between two scheduler steps, never inside one."
 # read by the data-parallel controller, covered by tests/engine/test_dp_serving.py and tests/runtime/test_distributed.py
@@ -28,7 +28,7 @@ def make_engine() -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
 
     def make(*argv: str, **kwargs: Any) -> Engine:
-        from sgconf.loading import load
+        from sgconf import load
 
         engine = Engine(load(["--max-total-tokens", "1024", *argv], env={}).record, **kwargs)
         engines.append(engine)

@@ -15,7 +15,7 @@ from engine.model import (
 )
 from mem_cache.model_shape import FULL, SLIDING, ModelShape, model_shape_from_config
 from sgconf.errors import ConfigError
-from sgconf.models import builtin_model_config
+from sgconf.serving.models import builtin_model_config
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_bad_config_lists_every_problem() -> None:
 def test_plan_and_model_agree_on_a_sliding_window_pattern_only_config() -> None:
     """A config with `sliding_window_pattern` and no `layer_types`: the model slides exactly where the plan does."""
     from engine.memory import build_memory
+    from runtime import override_server_args
     from runtime.context import get_context
-    from runtime.testing import override_server_args
 
     cfg = dict(builtin_model_config("tiny"))
     del cfg["layer_types"]

@@ -78,7 +78,7 @@ def http() -> Iterator[TestClient]:
     from engine.engine import Engine
     from engine.http.app import create_app
     from engine.http.engine_backend import EngineBackend
-    from runtime.testing import override_server_args
+    from runtime import override_server_args
 
     with override_server_args(max_total_tokens=1024) as ctx:
         engine = Engine(ctx.record)

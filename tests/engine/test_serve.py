@@ -29,13 +29,14 @@ def test_serve_enables_hicache_unless_told_otherwise() -> None:
 
 def test_serve_default_is_shown_and_credited_truthfully(capsys) -> None:
     """`serve --help` says HiCache is on for serve, and provenance credits serve's default, not a flag."""
-    from sgconf.cli import load_from_args, main
+    from sgconf.cli import load_from_args
+    from sgconf.serving import SERVING, main
 
     assert main(["serve", "--help"]) == 0
     flat = " ".join(capsys.readouterr().out.split())
     assert "enable the HiCache host tier (default: true for sgconf serve, unless --disable-radix-cache)" in flat
     ns = serve_parser().parse_args([])
-    assert load_from_args(ns, {}).record.enable_hierarchical_cache is False  # the declared default elsewhere
+    assert load_from_args(ns, {}, schema=SERVING).record.enable_hierarchical_cache is False  # the declared default elsewhere
     from sgconf import explain, resolve_once
 
     record = load_serve_record([], env={})
@@ -60,7 +61,7 @@ def test_real_uvicorn_server_with_json_logs() -> None:
     args = ["serve", "--port", str(port), "--log-format", "json", "--max-total-tokens", "512"]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from sgconf.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+        [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     try:
@@ -91,7 +92,7 @@ def test_real_uvicorn_server_with_json_logs() -> None:
 def test_bad_flags_exit_2_without_traceback() -> None:
     """A bad value is reported with its path and flag, exit status 2, no traceback."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from sgconf.cli import main; sys.exit(main(sys.argv[1:]))", "serve", "--page-size", "3"],
+        [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve", "--page-size", "3"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2

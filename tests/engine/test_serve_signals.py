@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def start(*args: str, **env: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", "import sys; from sgconf.cli import main; sys.exit(main(sys.argv[1:]))", "serve", *args]
+    cmd = [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve", *args]
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore", **env},

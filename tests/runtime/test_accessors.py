@@ -24,7 +24,7 @@ from runtime import (
     mamba_extra_buffer_lazy_enabled,
     max_speculative_num_draft_tokens,
 )
-from sgconf import namespaces as ns
+from sgconf.serving import namespaces as ns
 
 ACCESSORS = [
     (get_model, ns.ModelConfig),

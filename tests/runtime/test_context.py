@@ -28,9 +28,8 @@ from runtime import (
     publish,
     reset,
 )
+from sgconf import SERVING, ServerArgs, build_record
 from sgconf.errors import ConfigError, OverrideRefused, UnknownFieldError
-from sgconf.record import ServerArgs
-from sgconf.validation import build_record
 
 REJECTED = "override from 'http' rejected, nothing changed\n  "
 
@@ -377,7 +376,7 @@ def test_fingerprint_stable_and_sensitive(ctx):
     ctx.override("http", schedule_policy="fcfs")
     assert ctx.fingerprint() == first
     code = (
-        "from runtime import publish; from sgconf.record import ServerArgs; "
+        "from runtime import publish; from sgconf import ServerArgs; "
         "print(publish(ServerArgs(device='cpu'), role='test').fingerprint())"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -441,7 +440,7 @@ def test_explain_chains_launch_resolution_and_overrides(ctx):
 def test_explain_uses_loading_provenance():
     """A record built by sgconf.loading keeps its launch layers in explain()."""
     loading = pytest.importorskip("sgconf.loading")
-    loaded = loading.load(["--stream-interval", "3"], env={})
+    loaded = loading.load(["--stream-interval", "3"], env={}, schema=SERVING)
     context = publish(loaded.record, role="scheduler")
     try:
         context.override("http", stream_interval=4)

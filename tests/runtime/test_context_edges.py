@@ -12,9 +12,8 @@ from structlog.testing import capture_logs
 from runtime import get_context, is_published, override_server_args, publish, reset
 from runtime.errors import ContextReplacedError, RevertConflict
 from runtime.testing import install_depth
-from sgconf import ServerArgs
+from sgconf import ServerArgs, build_record
 from sgconf.errors import OverrideRefused
-from sgconf.validation import build_record
 
 
 @pytest.fixture

@@ -30,10 +30,10 @@ from runtime import (
     publish,
     reset,
 )
+from sgconf import build_record
 from sgconf.errors import ConfigError
 from sgconf.record import record_to_dict
 from sgconf.resolution import resolve_once
-from sgconf.validation import build_record
 
 HOT_VALUES = {
     "stream_interval": st.integers(1, 8),

@@ -6,8 +6,7 @@ import threading
 
 from structlog.testing import capture_logs
 
-from runtime import context as context_module
-from runtime import get_context, get_schedule
+from runtime import get_context, get_schedule, process
 
 OVERRIDES = 2000
 READERS = 3
@@ -88,7 +87,7 @@ def test_concurrent_writers_serialize(sgconf_context):
 def test_readers_take_no_lock(sgconf_context):
     """A reader completes while another thread holds the writer lock."""
     seen = []
-    with context_module._lock:
+    with process.lock:
         t = threading.Thread(target=lambda: seen.append(get_schedule().page_size))
         t.start()
         t.join(timeout=10)

@@ -87,7 +87,7 @@ def follower_main(argv: list[str]) -> None:
 
     from runtime import publish
     from runtime.distributed import ConfigGroup
-    from sgconf.validation import build_record
+    from sgconf import build_record
 
     if len(argv) > 3:
         host, board = argv[3].rsplit(":", 1)
@@ -181,7 +181,7 @@ class World:
 
     def publish_everywhere(self, **fields: Any) -> Iterator[Any]:
         """Publish a fresh config on every live follower, then on rank 0 for the test; restored after it."""
-        from runtime.testing import override_server_args
+        from runtime import override_server_args
 
         self.command(self.alive(), "publish")
         with override_server_args(**{**PUBLISHED, **fields}) as ctx:

@@ -18,6 +18,7 @@ from runtime.overrides import (
     iter_changes,
     shown,
 )
+from sgconf import SERVING
 
 
 def test_inner_source_strips_every_revert_prefix() -> None:
@@ -29,7 +30,8 @@ def test_inner_source_strips_every_revert_prefix() -> None:
 
 def test_shown_redacts_set_secrets_only() -> None:
     """A set secret becomes '***'; an unset one, other fields and unknown names are shown as they are."""
-    assert [shown("api_key", "k"), shown("api_key", None), shown("page_size", 16), shown("no_such_field", "x")] == ["***", None, 16, "x"]
+    shown_ = [shown(name, value, SERVING) for name, value in (("api_key", "k"), ("api_key", None), ("page_size", 16), ("no_such_field", "x"))]
+    assert shown_ == ["***", None, 16, "x"]
 
 
 def test_detached_copies_containers_and_keeps_scalars() -> None:
@@ -43,7 +45,7 @@ def test_detached_copies_containers_and_keeps_scalars() -> None:
 
 def test_records_redact_and_find_changes() -> None:
     """A record lists its fields, finds a change by name and renders itself redacted unless asked."""
-    changes = (FieldChange("api_key", None, "k"), FieldChange("page_size", 8, 16))
+    changes = (FieldChange("api_key", None, "k", secret=True), FieldChange("page_size", 8, 16))
     rec = OverrideRecord("ops", "override", 3, 12.5, changes)
     assert rec.kind == "set"
     assert rec.fields == ("api_key", "page_size")

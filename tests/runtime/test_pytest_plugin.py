@@ -87,7 +87,7 @@ def test_leaked_publish_fails_and_is_cleaned(pytester):
         pytester,
         """
         from runtime import publish, is_published
-        from sgconf.record import ServerArgs
+        from sgconf import ServerArgs
 
         def test_leaks():
             publish(ServerArgs(), role="scheduler")
@@ -112,7 +112,7 @@ def test_leaked_override_on_shared_context(pytester):
         """
         import pytest
         from runtime import publish, reset, get_serving
-        from sgconf.record import ServerArgs
+        from sgconf import ServerArgs
 
         @pytest.fixture(scope="module")
         def shared():

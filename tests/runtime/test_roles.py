@@ -21,10 +21,12 @@ from runtime import (
     reset,
 )
 from runtime.roles import GuardedView, clear_recorded, mode_from_env, recorded_reads
-from runtime.snapshot import BAG_NAMES, Snapshot, snapshot_class
+from runtime.snapshot import Snapshot, snapshot_class
+from sgconf import ServerArgs
 from sgconf.errors import ConfigError
-from sgconf.namespaces import SERVING
-from sgconf.record import ServerArgs
+from sgconf.serving.namespaces import SERVING
+
+BAG_NAMES = tuple(SERVING.top_level_namespaces())
 
 
 @pytest.fixture(autouse=True)
@@ -144,7 +146,7 @@ def test_record_mode_reports_to_stderr_at_exit(tmp_path):
     code = textwrap.dedent(
         """
         from runtime import publish, get_schedule, get_spec
-        from sgconf.record import ServerArgs
+        from sgconf import ServerArgs
         publish(ServerArgs(device="cpu"), role="scheduler")
         get_spec(); get_schedule(); get_schedule()
         """

@@ -15,8 +15,8 @@ from runtime import (
     reset,
 )
 from runtime.testing import install_depth
+from sgconf import ServerArgs
 from sgconf.errors import ConfigError
-from sgconf.record import ServerArgs
 
 
 @pytest.fixture

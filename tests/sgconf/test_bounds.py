@@ -7,10 +7,10 @@ import typing
 
 import pytest
 
+from sgconf import load
 from sgconf.errors import ConfigError
 from sgconf.fields import FieldValueError, _Interval, interval
-from sgconf.loading import load
-from sgconf.registry import fields
+from sgconf.serving import fields
 
 # sources an HTTP client can reach after publish (the overrides route and the storage endpoints)
 REACHABLE_SOURCES = ("http.config_overrides", "hicache.attach", "hicache.detach")

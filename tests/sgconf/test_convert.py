@@ -7,9 +7,10 @@ from typing import Any, Literal
 import pytest
 
 from sgconf.convert import ConversionError, structure
+from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import FieldSpec
 from sgconf.frozen import FrozenDict
-from sgconf.registry import FieldInfo, field_info
+from sgconf.serving import field_info
 
 
 def info_of(tp: Any) -> FieldInfo:
@@ -88,8 +89,7 @@ def test_declared_fields_use_the_same_converter() -> None:
 
 def test_a_huge_integer_for_a_float_field_is_a_collected_config_error() -> None:
     """An integer beyond the float range becomes one ConfigError line, never an OverflowError."""
-    from sgconf import ConfigError
-    from sgconf.validation import build_record
+    from sgconf import ConfigError, build_record
 
     with pytest.raises(ConfigError) as info:
         build_record({"schedule_conservativeness": 10**400, "page_size": 3}, {"schedule_conservativeness": "from --x"})

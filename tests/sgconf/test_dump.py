@@ -9,8 +9,13 @@ if sys.version_info >= (3, 11):
 else:  # the same parser, packaged separately before 3.11
     import tomli as tomllib
 
+import functools as _functools
+
+from sgconf import SERVING as _SERVING
 from sgconf import ServerArgs, nested, record_to_dict
-from sgconf.dump import to_toml
+from sgconf.dump import to_toml as _to_toml
+
+to_toml = _functools.partial(_to_toml, schema=_SERVING)
 
 
 def test_nested_redacts_and_filters() -> None:

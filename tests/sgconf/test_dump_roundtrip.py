@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools as _functools
 import json
 import typing
 from pathlib import Path
@@ -10,10 +11,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgconf import ConfigError, load, nested, record_to_dict
-from sgconf.dump import to_toml
-from sgconf.registry import FieldInfo, fields, literal_choices
-from sgconf.validation import build_record
+from sgconf import SERVING as _SERVING
+from sgconf import ConfigError, build_record, load, nested, record_to_dict
+from sgconf.dump import to_toml as _to_toml
+from sgconf.fieldinfo import FieldInfo, literal_choices
+from sgconf.serving import fields
+
+to_toml = _functools.partial(_to_toml, schema=_SERVING)
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 JSON = st.recursive(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools as _functools
 import os
 
 import pytest
 
+from sgconf import SERVING as _SERVING
 from sgconf import DeclarationError, Schema, load, setting
-from sgconf.cli import main
-from sgconf.flags import config_parser
-from sgconf.registry import field_info, fields
+from sgconf.flags import config_parser as _config_parser
+from sgconf.serving import field_info, fields, main
+
+config_parser = _functools.partial(_config_parser, schema=_SERVING)
 
 ALIASES = [
     ("--model", "model_path", "small-dense"),

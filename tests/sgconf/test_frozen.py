@@ -8,9 +8,16 @@ import pickle
 
 import pytest
 
-from sgconf import SERVING, FrozenDict, deep_freeze, load, nested, record_to_dict, to_bags
+from sgconf import (
+    FrozenDict,
+    ServerArgs,
+    deep_freeze,
+    load,
+    nested,
+    record_to_dict,
+    to_bags,
+)
 from sgconf.frozen import thaw
-from sgconf.record import ServerArgs
 
 
 def test_deep_freeze_turns_containers_into_frozen_ones() -> None:
@@ -66,5 +73,5 @@ def test_record_and_bags_hold_frozen_values() -> None:
 def test_dumps_show_plain_lists_and_objects() -> None:
     """`nested()` (show --format json, /server_info) hands out plain, mutable dicts and lists."""
     record = ServerArgs(enable_hierarchical_cache=True, hicache_storage_backend_extra_config={"dir": "/a", "l": [1]})
-    out = nested(record_to_dict(record), schema=SERVING)["memory"]["hicache_storage_backend_extra_config"]
+    out = nested(record_to_dict(record))["memory"]["hicache_storage_backend_extra_config"]
     assert out == {"dir": "/a", "l": [1]} and type(out) is dict and type(out["l"]) is list

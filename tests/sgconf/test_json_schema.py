@@ -8,8 +8,7 @@ import jsonschema
 import pytest
 
 from sgconf import config_schema, load, nested, record_to_dict, resolve_once
-from sgconf.cli import main
-from sgconf.registry import fields, top_level_namespaces
+from sgconf.serving import SERVING, fields, main
 
 
 def test_schema_is_valid_draft_2020_12() -> None:
@@ -17,7 +16,7 @@ def test_schema_is_valid_draft_2020_12() -> None:
     schema = config_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert list(schema["properties"]) == top_level_namespaces()
+    assert list(schema["properties"]) == SERVING.top_level_namespaces()
 
 
 def test_field_entries_carry_types_enums_defaults_and_bounds() -> None:

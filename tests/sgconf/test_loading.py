@@ -12,7 +12,7 @@ import pytest
 
 from sgconf import RESERVED_ENV, ConfigError, ServerArgs, UnknownFieldError, load, provenance_of
 from sgconf.provenance import Origin
-from sgconf.registry import fields
+from sgconf.serving import fields
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

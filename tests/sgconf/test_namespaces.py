@@ -7,8 +7,10 @@ import pytest
 
 from sgconf import DeclarationError, ExecConfig, KernelConfig, ServerArgs, namespace_of
 from sgconf.fields import setting
-from sgconf.namespaces import SERVING
-from sgconf.registry import field_names, fields, namespaces
+from sgconf.serving import field_names, fields
+from sgconf.serving.namespaces import SERVING
+
+namespaces = SERVING.namespaces
 
 
 def test_field_declared_twice_fails_naming_both_classes() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sgconf import Decision, ResolutionError, ServerArgs, load, resolve_once
-from sgconf.models import builtin_model_config, builtin_model_names
+from sgconf.serving.models import builtin_model_config, builtin_model_names
 
 
 def test_decisions_are_named_steps_with_values() -> None:

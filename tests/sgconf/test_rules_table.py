@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from sgconf import RULES, Rule, check_rules
 from sgconf.errors import Problem
-from sgconf.registry import fields
-from sgconf.rules import RULES, Rule, check_rules
+from sgconf.serving import fields
 
 RULE = {r.name: r for r in RULES}
 SPEC_FLAGS = (

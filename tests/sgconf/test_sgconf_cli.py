@@ -15,9 +15,17 @@ if sys.version_info >= (3, 11):
 else:  # the same parser, packaged separately before 3.11
     import tomli as tomllib
 
+import functools as _functools
+
+from sgconf import SERVING as _SERVING
 from sgconf import ConfigError, load, resolve_once
-from sgconf.cli import config_parser, load_from_args, main, run_cli
-from sgconf.registry import fields, top_level_namespaces
+from sgconf.cli import config_parser as _config_parser
+from sgconf.cli import load_from_args as _load_from_args
+from sgconf.cli import run_cli
+from sgconf.serving import SERVING, fields, main
+
+config_parser = _functools.partial(_config_parser, schema=_SERVING)
+load_from_args = _functools.partial(_load_from_args, schema=_SERVING)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -37,7 +45,7 @@ def test_show_json_is_nested_and_resolved(capsys: pytest.CaptureFixture[str]) ->
     code, out, err = run(capsys, "show", "--format", "json", "--page-size", "16", "--api-key", "sk-77")
     assert (code, err) == (0, "")
     data = json.loads(out)
-    assert list(data) == top_level_namespaces()
+    assert list(data) == SERVING.top_level_namespaces()
     assert list(data["exec"]) == ["kernel", "graph", "mamba"]
     assert data["schedule"]["page_size"] == 16
     assert data["schedule"]["swa_full_tokens_ratio"] == 0.8
@@ -212,7 +220,7 @@ def test_commands_come_from_the_entry_point_group(capsys: pytest.CaptureFixture[
     fake.hello = hello  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fake_cmds", fake)
     ep = md.EntryPoint("hello", "fake_cmds:hello", cli.COMMAND_GROUP)
-    monkeypatch.setattr(cli, "commands", lambda: {"hello": ep})
+    monkeypatch.setattr(cli, "commands", lambda group: {"hello": ep})
     assert run(capsys, "hello", "a", "b")[:2] == (0, "hello a b\n")
     assert "  hello    say hello to the arguments" in run(capsys, "--help")[1]
     source = open(cli.__file__).read()

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import functools as _functools
 from pathlib import Path
 
 import pytest
 
+from sgconf import SERVING as _SERVING
 from sgconf import ConfigError
 from sgconf.errors import Problem
-from sgconf.flags import config_parser, given_fields
-from sgconf.loading import load_layers
-from sgconf.sources import cli_layer, read_config_file, read_env
+from sgconf.flags import config_parser as _config_parser
+from sgconf.flags import given_fields as _given_fields
+from sgconf.loading import load_layers as _load_layers
+from sgconf.sources import cli_layer as _cli_layer
+from sgconf.sources import read_config_file as _read_config_file
+from sgconf.sources import read_env as _read_env
+
+cli_layer = _functools.partial(_cli_layer, schema=_SERVING)
+config_parser = _functools.partial(_config_parser, schema=_SERVING)
+given_fields = _functools.partial(_given_fields, schema=_SERVING)
+load_layers = _functools.partial(_load_layers, schema=_SERVING)
+read_config_file = _functools.partial(_read_config_file, schema=_SERVING)
+read_env = _functools.partial(_read_env, schema=_SERVING)
 
 
 def test_read_env_picks_fields_and_reports_unknown() -> None:

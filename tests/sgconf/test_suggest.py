@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgconf.registry import fields
+from sgconf.serving import fields
 from sgconf.suggest import did_you_mean, max_edits, rank
 
 FLAGS = [flag for info in fields().values() for flag in info.flags]

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools as _functools
+
 import pytest
 
+from sgconf import SERVING as _SERVING
 from sgconf import ConfigError, ServerArgs
 from sgconf.errors import Problem
-from sgconf.registry import field_info
-from sgconf.validation import build_record, convert_fields, shown
+from sgconf.serving import field_info
+from sgconf.validation import build_record as _build_record
+from sgconf.validation import convert_fields as _convert_fields
+from sgconf.validation import shown
+
+build_record = _functools.partial(_build_record, schema=_SERVING)
+convert_fields = _functools.partial(_convert_fields, schema=_SERVING)
 
 
 def test_convert_fields_structures_every_value() -> None:

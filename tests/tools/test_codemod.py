@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from sgconf.registry import field_names
+from sgconf.serving import field_names
 from tools.ratchet.accessors import registry_accessor
 from tools.ratchet.codemod import fix_text
 from tools.ratchet.settings import ScanSettings

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from sgconf.registry import field_names
+from sgconf.serving import field_names
 from tools.ratchet.rules import RULES, RULES_BY_KIND, Access, classify
 from tools.ratchet.scanner import scan_text
 from tools.ratchet.settings import ScanSettings

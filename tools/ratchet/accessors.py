@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 def registry_accessor(name: str) -> str | None:
-    """`get_schedule().page_size` for `page_size`, from sgconf's registry; None if undeclared."""
-    from sgconf.registry import field_info
+    """`get_schedule().page_size` for `page_size`, from the built-in schema; None if undeclared."""
+    from sgconf.serving import field_info
 
     try:
         return field_info(name).accessor

@@ -30,7 +30,7 @@ _CONFIG_KEYS: dict[str, tuple[type, Any]] = {
     "getters": (list, ("get_server_args",)),
     "attributes": (list, ("server_args",)),
     "parameters": (list, ("server_args",)),
-    "field_source": (str, "sgconf.registry:field_names"),
+    "field_source": (str, "sgconf.serving:field_names"),
     "hot_field_source": (str, "tools.ratchet.fieldsource:hot_field_names"),
     "fields": (list, ()),
     "accessor_source": (str, "tools.ratchet.accessors:registry_accessor"),
@@ -74,7 +74,7 @@ class RatchetConfig:
     getters: tuple[str, ...] = ("get_server_args",)
     attributes: tuple[str, ...] = ("server_args",)
     parameters: tuple[str, ...] = ("server_args",)
-    field_source: str = "sgconf.registry:field_names"
+    field_source: str = "sgconf.serving:field_names"
     hot_field_source: str = "tools.ratchet.fieldsource:hot_field_names"
     fields: tuple[str, ...] = ()
     accessor_source: str = "tools.ratchet.accessors:registry_accessor"

@@ -1,6 +1,6 @@
 """Finding a model's HF-style config.json: a shipped model by name, a directory, or a file path.
 
-The shipped models live in `sgconf/builtin_models/` as data: `tiny` (the embedded default
+The shipped models live in `sgconf/serving/builtin_models/` as data: `tiny` (the embedded default
 the engine serves), small made-up layouts and the published attention layouts of public
 models (`llama-3.1-8b`, `gemma-3-27b`, ...). They sit here, not in `mem_cache`, so that
 every command that takes a model path or a model config (`show`, `plan`, `serve`) accepts
@@ -18,7 +18,7 @@ from typing import Any
 from sgconf.errors import ConfigError, Problem
 from sgconf.suggest import did_you_mean
 
-_PACKAGE = "sgconf.builtin_models"
+_PACKAGE = "sgconf.serving.builtin_models"
 
 
 def builtin_model_names() -> list[str]:

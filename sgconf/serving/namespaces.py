@@ -1,34 +1,25 @@
-"""The namespace classes: one frozen, slotted attrs bag per namespace ("the class is the namespace").
+"""The serving schema's namespace classes: one frozen, slotted attrs bag per namespace ("the class is the namespace").
 
 Names follow the flags SGLang users already know. `None` or `"auto"` means "resolve at
-publish": `sgconf.resolution` turns each into a recorded decision.
+publish": the steps of `sgconf.serving.steps` turn each into a recorded decision. Importing
+this module declares and freezes `SERVING`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
-from sgconf.registry import set_serving
-from sgconf.rules import RULES
-from sgconf.schema import Schema
-from sgconf.sources import SERVING_RESERVED_ENV
-from sgconf.steps import STEPS
+from sgconf.serving import derived
+from sgconf.serving.rules import RULES
+from sgconf.serving.schema import SERVING
+from sgconf.serving.steps import STEPS, read_model, resolve_inputs
 
-# The built-in serving schema: what `sgconf show`, `sgconf.load`, `override_server_args` and the
-# engine use. Its rules and steps are the module lists, so an embedding that appends to
-# `sgconf.RULES` or `sgconf.resolution.STEPS` changes this schema.
-SERVING = Schema(
-    "sgconf",
-    env_prefix="SGCONF_",
-    record_name="ServerArgs",
-    description="Every sgconf setting, nested by namespace (exec nests exec.kernel, exec.graph, exec.mamba).",
-    rules=RULES,
-    steps=STEPS,
-)
-SERVING.reserved_env |= SERVING_RESERVED_ENV
-set_serving(SERVING)
+# What `sgconf show`, `sgconf.load`, `override_server_args` and the engine use.
+SERVING.rules.extend(RULES)
+SERVING.steps.extend(STEPS)
+SERVING.inputs = resolve_inputs
+SERVING.model_reader = read_model
 namespace = SERVING.namespace
 
 DType = Literal["auto", "float16", "bfloat16", "float32"]

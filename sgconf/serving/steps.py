@@ -1,18 +1,23 @@
 """The resolution steps of the serving schema: each turns a `None`/`"auto"` into a recorded decision.
 
-A step is a small callable in a plain list (`STEPS`, run in order); `reads` on each names
-the fields it needs, so a copy of the serving schema that leaves a namespace out drops
-the steps that would read it.
+Steps run in `STEPS` order; each is a typed `Step` naming the fields it reads, so a copy of
+the serving schema that leaves a namespace out drops the steps that would read it. They
+consult `ResolveInputs`: the device kind found on this host and the model's config.json.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from sgconf.rules import TREE_DRAFT_ALGORITHMS
+from sgconf.errors import ConfigError
+from sgconf.hooks import Step
+from sgconf.serving.models import load_model_config
+from sgconf.serving.rules import TREE_DRAFT_ALGORITHMS
 
 # Defaults by device kind, chosen to leave room for activations and graphs on GPU.
 MEM_FRACTION_STATIC = {"cuda": 0.88, "cpu": 0.8}
@@ -32,7 +37,32 @@ class ResolveInputs:
     model: Mapping[str, Any] | None
 
 
-Step = Callable[[dict[str, Any], ResolveInputs], dict[str, tuple[Any, str]]]
+def detect_device() -> str:
+    """`cuda` when a CUDA device is usable, else `cpu`; avoids importing torch on machines with no GPU."""
+    if "torch" not in sys.modules and not (os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")):
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_inputs(values: Mapping[str, Any], model: Mapping[str, Any] | None) -> ResolveInputs:
+    """What the serving steps consult: the device kind (`auto` detected here) and the model config."""
+    device = values.get("device", "auto")
+    return ResolveInputs(device=detect_device() if device == "auto" else device, model=model)
+
+
+def read_model(record: Any) -> Mapping[str, Any] | None:
+    """The config.json a record names through model_path/model_config, or None when it cannot be read here."""
+    path, config = getattr(record, "model_path", None), getattr(record, "model_config", None)
+    if path is None and config is None:
+        return None  # a copy of this schema without the model namespace
+    try:
+        return load_model_config(path, config)
+    except ConfigError:
+        if config is not None:
+            raise
+        return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
 
 
 def _step_device(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
@@ -120,19 +150,26 @@ def _step_serving(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any,
     return out
 
 
-def _reads(step: Step, *names: str) -> Step:
-    step.reads = names  # type: ignore[attr-defined]
-    return step
-
-
-STEPS: list[tuple[str, Step]] = [
-    ("device", _reads(_step_device, 'device')),
-    ("dtype", _reads(_step_dtype, 'device', 'dtype', 'kv_cache_dtype')),
-    ("context_length", _reads(_step_context_length, 'context_length')),
-    ("schedule_defaults", _reads(_step_schedule, 'device', 'page_size', 'swa_full_tokens_ratio', 'mem_fraction_static', 'chunked_prefill_size')),
-    ("attention_backend", _reads(_step_attention_backend, 'device', 'attention_backend')),
-    ("spec_defaults", _reads(_step_spec_defaults, 'speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk', 'speculative_num_draft_tokens', 'max_speculative_num_draft_tokens')),
-    ("serving_defaults", _reads(_step_serving, 'served_model_name', 'model_path', 'random_seed', 'mamba_radix_cache_strategy')),
+STEPS: list[Step] = [
+    Step("device", ("device",), _step_device),
+    Step("dtype", ("device", "dtype", "kv_cache_dtype"), _step_dtype),
+    Step("context_length", ("context_length",), _step_context_length),
+    Step(
+        "schedule_defaults",
+        ("device", "page_size", "swa_full_tokens_ratio", "mem_fraction_static", "chunked_prefill_size"),
+        _step_schedule,
+    ),
+    Step("attention_backend", ("device", "attention_backend"), _step_attention_backend),
+    Step(
+        "spec_defaults",
+        (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            "max_speculative_num_draft_tokens",
+        ),
+        _step_spec_defaults,
+    ),
+    Step("serving_defaults", ("served_model_name", "model_path", "random_seed", "mamba_radix_cache_strategy"), _step_serving),
 ]
-
-

@@ -1,0 +1,207 @@
+"""Committing, taking away and rolling back: the swap of a context's state, with its log window and folding.
+
+Everything a commit can fail on is built before the swap (the record, the write, the next
+state, the receipt, the announcement); the swap is one reference assignment, so readers
+see the old state or the new, never a mix. A write taken away (a revert, a scope's exit)
+shows exactly what lies underneath it; a rollback shows exactly the values before.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from runtime import process
+from runtime.dispatch import Announcement, _emit
+from runtime.errors import RevertConflict, StaleProposalError
+from runtime.overrides import FieldChange, OverrideProposal, OverrideReceipt, OverrideRecord, shown
+from runtime.proposal import _evolve
+from runtime.roles import make_view
+from runtime.state import State, Write, fold, stacks_of, with_write, without_write
+from sgconf.errors import ConfigError, Problem
+from sgconf.rules import check_rules
+
+if TYPE_CHECKING:
+    from runtime.scopes import Scope
+
+
+class Committing:
+    """The part of a context that swaps its state: commit, remove, rollback, revert, scopes."""
+
+    __slots__ = ()
+
+
+    def _commit_locked(self, proposal: OverrideProposal, scope: Scope | None = None) -> tuple[OverrideReceipt, Announcement]:
+        if proposal.context is not self:
+            raise StaleProposalError([Problem("$", "this proposal was validated on another context")])
+        self._require_current()
+        state = self._state
+        if state is not proposal.base:
+            msg = (
+                f"config changed since this override was validated (generation {proposal.base_generation}, "
+                f"now {state.generation}) -- validate it again"
+            )
+            raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
+        # everything that can fail is built here, before the swap
+        rec = OverrideRecord(proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes)
+        write = Write(rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token)
+        new = self._next_state(state, proposal.snapshot, proposal.flat, rec, add=write)
+        receipt = OverrideReceipt(self, rec, new.view)
+        news = self._news("config.override", rec, new)
+        self._swap(new)
+        if scope is not None:
+            scope._write = write
+        return receipt, news
+
+    def _next_state(
+        self,
+        state: State,
+        snapshot: Any,
+        flat: types.MappingProxyType[str, Any],
+        rec: OverrideRecord,
+        *,
+        add: Write | None = None,
+        remove: Write | None = None,
+        restore: State | None = None,
+    ) -> State:
+        """The state after `rec`: one write added or removed (or `restore`'s writes back), the log window moved on."""
+        entries = state.log + (rec,)
+        dropped, dropped_last = state.dropped, state.dropped_last
+        # the log holds up to twice its window and trims back to it at once, so a commit never
+        # pays for trimming; readers only ever see the newest `limit` records
+        if len(entries) > 2 * self.limit:
+            cut = len(entries) - self.limit
+            last = dict(dropped_last)
+            for old in entries[:cut]:
+                last.update(dict.fromkeys(old.fields, old))
+            entries, dropped, dropped_last = entries[cut:], dropped + cut, types.MappingProxyType(last)
+        base, writes, stacks = state.base, state.writes, state.stacks
+        if restore is not None:
+            base, writes, stacks = restore.base, restore.writes, restore.stacks
+        if add is not None:
+            writes, stacks = writes + (add,), with_write(stacks, add)
+        if remove is not None:
+            if writes and writes[-1] is remove:
+                writes = writes[:-1]
+            else:
+                writes = tuple(w for w in writes if w is not remove)
+            stacks = without_write(stacks, remove)
+        folded = fold(base, writes, self.limit)
+        if folded is not None:
+            base, writes = folded
+            stacks = stacks_of(writes)
+        return State(
+            snapshot=snapshot,
+            view=make_view(snapshot, self.role, self.role_mode),
+            flat=flat,
+            base=base,
+            writes=writes,
+            stacks=stacks,
+            log=entries,
+            dropped=dropped,
+            dropped_last=dropped_last,
+            fingerprint=state.fingerprint.updated(flat, rec.fields),
+        )
+
+    def _swap(self, state: State) -> None:
+        # one reference assignment each: readers see the old state or the new, never a mix
+        self._state = state
+        if process.current is self:
+            process.refresh_view()
+
+    def _enter_scope(self, scope: Scope) -> Any:
+        with process.lock:
+            proposal = self._propose("scoped", scope._values, layer="scoped", check_source=False)
+            receipt, news = self._commit_locked(proposal, scope)
+        self._announce(news)
+        return receipt.snapshot
+
+    def _exit_scope(self, write: Write) -> None:
+        with process.lock:
+            if not self._state.is_live(write):
+                return  # a restore (the pytest plugin's, a rollback) already took it away
+            news = self._remove_locked(write, "scoped.restore", "scoped")
+        self._announce(news)
+
+    def _remove_locked(self, write: Write, source: str, layer: str, check: bool = False) -> Announcement:
+        """Take `write` away: its fields show what lies underneath, as a new generation."""
+        state = self._state
+        names = tuple(write.values)
+        values = state.underneath(write)
+        if check:
+            would = state.flat.copy()
+            would.update(values)
+            origin = f"from override {source}"
+            broken = check_rules(would, dict.fromkeys(values, origin), only_touching=set(values), schema=self.schema)
+            if broken:
+                raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
+        flat = state.flat.copy()
+        flat.update(values)
+        snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
+        changes = tuple(FieldChange(n, state.flat[n], values[n], secret=self._secret(n)) for n in names)
+        rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove")
+        new = self._next_state(state, snapshot, types.MappingProxyType(flat), rec, remove=write)
+        news = self._news("config.override", rec, new)
+        self._swap(new)
+        return news
+
+    def _rollback_locked(self, before: State, source: str) -> OverrideRecord:
+        """Show exactly the values of `before` again, as a new generation; logged, subscribers not told."""
+        state = self._state
+        names = [n for n in before.flat if before.flat[n] is not state.flat[n] and before.flat[n] != state.flat[n]]
+        changes = tuple(FieldChange(n, state.flat[n], before.flat[n], secret=self._secret(n)) for n in names)
+        snapshot = attrs.evolve(before.snapshot, generation=state.generation + 1)
+        rec = OverrideRecord(source, "override", snapshot.generation, time.time(), changes, kind="remove")
+        new = attrs.evolve(
+            self._next_state(state, snapshot, before.flat, rec, restore=before),
+            fingerprint=before.fingerprint,
+        )
+        self._swap(new)
+        _emit("warning", "config.rollback", source=source, generation=rec.generation,
+              fields={c.name: c.redacted() for c in changes})
+        return rec
+
+    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt:
+        rec = receipt.record
+        source = f"revert:{rec.source}"
+        with process.lock:
+            self._require_current()
+            state = self._state
+            problems = []
+            write = state.write_of(rec) if rec.kind == "set" else None
+            for change in rec.changes:
+                top = state.top(change.name)
+                if rec.kind == "set":
+                    if write is None:
+                        why = "that override is no longer applied (reverted, rolled back, or out of the undo window)"
+                    elif top is not write and top is not None:
+                        why = f"changed since by {top.record.source!r} at generation {top.record.generation}"
+                    else:
+                        continue
+                elif top is not None and top.record.generation > rec.generation:
+                    why = f"changed since by {top.record.source!r} at generation {top.record.generation}"
+                else:
+                    continue
+                info = self.schema.field_info(change.name)
+                msg = (
+                    f"cannot revert '{change.name}' to {shown(change.name, change.old, self.schema)!r}: {why} "
+                    "-- revert the later override first, or override the field directly"
+                )
+                problems.append(Problem(info.path, msg, f"from override {rec.source}"))
+            if problems:
+                header = f"revert of override from {rec.source!r} (generation {rec.generation}) refused"
+                raise RevertConflict(problems, header=header)
+            if write is not None:
+                news = self._remove_locked(write, source, "override", check=True)
+                new = OverrideReceipt(self, news.event.record, news.event.snapshot)
+            else:  # a revert of a revert: put the values back as a new override
+                proposal = self._propose(source, {c.name: c.old for c in rec.changes}, layer="override", check_source=True)
+                new, news = self._commit_locked(proposal)
+        self._announce(news)
+        return new
+
+
+__all__ = ["Committing"]

@@ -1,0 +1,93 @@
+"""Telling the world about a commit once it is live: the log line and each subscriber, every one isolated.
+
+The writer lock is never held here: a subscriber may read the context, take another
+override, or wait on another thread without deadlocking. An `Exception` from a subscriber
+or a log sink is logged (`config.subscriber_failed`) or written to stderr and swallowed;
+a `BaseException` that is not an `Exception` (`KeyboardInterrupt`, `SystemExit`) means the
+process is being stopped: every later subscriber still runs, then it is re-raised.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import structlog
+
+from runtime.overrides import ConfigEvent, OverrideRecord, Subscription
+
+if TYPE_CHECKING:
+    from runtime.state import State
+
+log = structlog.get_logger("sgconf.runtime")
+
+
+@attrs.frozen(slots=True, eq=False)
+class Announcement:
+    """What a commit tells the world once it is live: the log line's fields and the subscribers' event."""
+
+    event_name: str
+    fields: dict[str, Any]
+    event: ConfigEvent
+    subscribers: tuple[Subscription, ...]
+
+
+class Dispatching:
+    """The part of a context that builds and delivers its announcements."""
+
+    __slots__ = ()
+    _subscribers: tuple[Subscription, ...]
+
+
+    def _news(self, event_name: str, rec: OverrideRecord, new: State) -> Announcement:
+        rendered = {
+            "source": rec.source,
+            "layer": rec.layer,
+            "generation": rec.generation,
+            "fields": {c.name: c.redacted() for c in rec.changes},
+        }
+        return Announcement(event_name, rendered, ConfigEvent(rec, new.view), self._subscribers)
+
+    def _announce(self, news: Announcement) -> None:
+        """Log the commit and notify subscribers, each isolated; re-raise a BaseException only after all ran."""
+        stop = _emit("info", news.event_name, **news.fields)
+        changed = news.event.fields
+        for sub in news.subscribers:
+            if not sub.wants(changed):
+                continue
+            try:
+                sub.callback(news.event)
+            except Exception as exc:  # a subscriber must not undo a commit or starve the others
+                stop = stop or _emit(
+                    "error", "config.subscriber_failed", subscriber=_name_of(sub.callback), source=news.event.source,
+                    generation=news.event.generation, error=f"{type(exc).__name__}: {exc}",
+                )
+            except BaseException as exc:  # the process is being stopped: finish notifying, then stop
+                if stop is None:
+                    stop = exc
+                    _emit("error", "config.subscriber_interrupted", subscriber=_name_of(sub.callback),
+                          source=news.event.source, generation=news.event.generation, error=type(exc).__name__)
+        if stop is not None:
+            raise stop
+
+
+
+def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
+    """Log one event; a failing sink is reported on stderr, never raised; a BaseException is returned."""
+    try:
+        getattr(log, level)(event, **fields)
+    except Exception as exc:
+        try:
+            sys.stderr.write(f"sgconf: could not log {event} ({type(exc).__name__}: {exc})\n")
+        except Exception:  # noqa: S110 - nowhere left to report to
+            pass
+    except BaseException as exc:
+        return exc
+    return None
+
+
+def _name_of(callback: Any) -> str:
+    return getattr(callback, "__qualname__", None) or repr(callback)
+
+__all__ = ["Announcement", "Dispatching", "_emit"]

@@ -1,0 +1,183 @@
+"""The process-wide config state, owned here and nowhere else, and the one `reset()` that clears it.
+
+It holds the published context and the view the accessors read, the contexts made active
+by `use_context()` (per thread and per asyncio task), the open `override_server_args`
+installs, the `(role, namespace)` pairs role mode `record` saw, and what `runtime.logs`
+configured. Every other module of `runtime` keeps no state of its own, so `reset()`
+needs no hooks to find it.
+
+Reads stay at the floor when no `use_context()` block is open anywhere: the accessors
+read `_view` (this module's global) and get the published view itself. While a block is
+open, `_view` is a router that reads the active context of the calling thread or task,
+so the cost of routing is paid only by processes that use it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import NotPublishedError
+
+if TYPE_CHECKING:
+    from runtime.context import RuntimeContext
+
+# Writers of every context serialize here; re-entrant so a restore may run inside a publish's error path.
+lock = threading.RLock()
+
+
+class _Unpublished:
+    """Stands in for the view before publish: any read raises with the fix."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocol probes (copy, pickle, torch.compile) are not config reads
+            raise AttributeError(name)
+        msg = (
+            f"no runtime config is published: get_{name}() was read before publish() -- call "
+            "runtime.publish(record, role=...) at startup, or use runtime.override_server_args(...) "
+            "or the server_args pytest fixture in tests"
+        )
+        raise NotPublishedError(msg)
+
+    def __repr__(self) -> str:
+        return "<unpublished>"
+
+
+UNPUBLISHED: Any = _Unpublished()
+
+# The context of the calling thread or task inside `use_context()`; None outside every block.
+active: contextvars.ContextVar[RuntimeContext | None] = contextvars.ContextVar("sgconf_active_context", default=None)
+
+
+class _Router:
+    """The view while any `use_context()` block is open: each read goes to the caller's own context."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        ctx = active.get()
+        if ctx is None:
+            ctx = current
+        view = UNPUBLISHED if ctx is None else ctx._state.view
+        return getattr(view, name)
+
+    def __repr__(self) -> str:
+        return "<routed view>"
+
+
+ROUTER: Any = _Router()
+
+# The published context (None: nothing published) and the view accessors read.
+current: RuntimeContext | None = None
+_view: Any = UNPUBLISHED
+# How many `use_context()` blocks are open in this process, in every thread and task.
+routed = 0
+# Open `override_server_args` installs, in install order (`runtime.testing`).
+installs: list[Any] = []
+# Role mode `record`: pairs seen so far, and whether the exit report is registered (`runtime.roles`).
+recorded: set[tuple[str, str]] = set()
+record_lock = threading.Lock()
+report_registered = False
+# `runtime.logs`: tags added to every event, the logger `announce` writes through, and whether
+# logging was configured by us (reset puts structlog back only then).
+log_tags: dict[str, Any] = {}
+announcer: list[Any] = []
+logging_configured = False
+
+
+def _missing(view: Any, path: str) -> Exception:
+    """The error an accessor raises when the schema in use declares no namespace `path` (accessors call it)."""
+    from runtime.snapshot import missing_namespace
+
+    schema = getattr(view, "schema", None)
+    if schema is None:
+        return AttributeError(path)
+    return missing_namespace(schema, path.partition(".")[0])
+
+
+def published_view() -> Any:
+    """What the accessors should read now that no block is open: the published view, or UNPUBLISHED."""
+    return UNPUBLISHED if current is None else current._state.view
+
+
+def refresh_view() -> None:
+    """Point the accessors at the published view, or at the router while any `use_context()` block is open."""
+    global _view
+    _view = ROUTER if routed else published_view()
+
+
+def install(ctx: RuntimeContext | None) -> RuntimeContext | None:
+    """Make `ctx` the published context (None: nothing published); returns the one it replaced. Caller holds `lock`."""
+    global current
+    old = current
+    current = ctx
+    refresh_view()
+    return old
+
+
+def enter_routing() -> None:
+    global routed
+    with lock:
+        routed += 1
+        refresh_view()
+
+
+def leave_routing() -> None:
+    global routed
+    with lock:
+        routed -= 1
+        refresh_view()
+
+
+def context_in_use() -> RuntimeContext | None:
+    """The context the calling thread or task reads: its `use_context()` one, else the published one."""
+    ctx = active.get()
+    return current if ctx is None else ctx
+
+
+def reset() -> None:
+    """Put the process back to its import-time config state: nothing published, no install, defaults for the rest.
+
+    Open `use_context()` blocks keep their own context until they exit; everything else
+    goes: the published context (every accessor raises again until the next publish), the
+    open `override_server_args` installs, the pairs role mode `record` saw, the log tags,
+    and the logging configuration when `runtime.logs` made it. The role mode is read from
+    the environment at each publish, so it needs no reset.
+    """
+    global logging_configured
+    with lock:
+        install(None)
+        installs.clear()
+        with record_lock:
+            recorded.clear()
+        log_tags.clear()
+        announcer.clear()
+        if logging_configured:
+            logging_configured = False
+            import logging
+
+            import structlog
+
+            structlog.reset_defaults()
+            for name in ("uvicorn", "uvicorn.error"):
+                logger = logging.getLogger(name)
+                logger.handlers[:] = []
+                logger.setLevel(logging.NOTSET)
+                logger.propagate = True
+
+
+__all__ = [
+    "ROUTER",
+    "UNPUBLISHED",
+    "active",
+    "context_in_use",
+    "current",
+    "install",
+    "lock",
+    "published_view",
+    "refresh_view",
+    "reset",
+]

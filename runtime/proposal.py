@@ -1,0 +1,162 @@
+"""Proposing an override: every check against the would-be state, before anything changes.
+
+Names, allow-lists, conversion, "resolved stays resolved" and the cross-field rules the
+change could break are all checked here; the result is an `OverrideProposal` carrying the
+would-be snapshot (copy-on-write: only the touched bags are new), so committing it can no
+longer fail for a bad value.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from runtime import process
+from runtime.errors import ContextReplacedError
+from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
+from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
+from sgconf.fieldinfo import FieldInfo
+from sgconf.rules import check_rules
+from sgconf.suggest import did_you_mean
+from sgconf.validation import convert_fields
+
+if TYPE_CHECKING:
+    from runtime.snapshot import Snapshot
+    from runtime.state import State
+    from sgconf.resolution import Resolved
+    from sgconf.schema import Schema
+
+
+class Proposing:
+    """The part of a context that validates a change into a proposal."""
+
+    __slots__ = ()
+    schema: Schema
+    resolved: Resolved
+    _state: State
+    _routes: Mapping[str, tuple[str, str | None]]
+    _owned: bool
+
+
+    def _secret(self, name: str) -> bool:
+        return self.schema._fields[name].spec.secret
+
+    def _require_current(self) -> None:
+        if not self._owned and process.current is not self:
+            msg = "this runtime context was replaced by a later publish() -- call get_context() for the live one"
+            raise ContextReplacedError(msg)
+
+    def _propose(self, source: str, values: Mapping[str, Any], *, layer: str, check_source: bool) -> OverrideProposal:
+        self._require_current()
+        if not isinstance(source, str) or not source.strip():
+            raise ConfigError([Problem("$source", f"an override needs a non-empty source name, got {source!r}")])
+        if not values:
+            raise ConfigError([Problem("$", f"override from {source!r} names no fields -- pass field=value pairs")])
+        state = self._state
+        origin = f"from override {source}"
+        infos = self.schema._fields
+        problems: list[Problem] = []
+        unknown = refused = False
+        converted: dict[str, Any] = {}
+        acting = inner_source(source)
+        decided = self.resolved.decisions
+        for name, raw in values.items():
+            info = infos.get(name)
+            if info is None:
+                unknown = True
+                problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", origin))
+                continue
+            if check_source and not info.spec.source_allowed(acting):
+                refused = True
+                problems.append(Problem(info.path, _refusal(info, raw, source), origin))
+                continue
+            good, bad = convert_fields({name: raw}, {name: origin}, schema=self.schema)
+            problems.extend(bad)
+            for key, value in good.items():
+                if _is_unresolved(value) and any(d.field == key for d in decided):
+                    refused = True
+                    problems.append(Problem(info.path, _unresolving(info, value, state.base[key]), origin))
+                    continue
+                converted[key] = detached(value)  # nothing the caller passed in is kept by reference
+        header = f"override from {source!r} rejected, nothing changed"
+        if problems:
+            cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
+            raise cls(problems, header=header)
+        would = state.flat.copy()
+        would.update(converted)
+        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema)
+        if broken:
+            raise ConfigError(broken, header=header)
+        changes = tuple(FieldChange(name, state.flat[name], new, secret=infos[name].spec.secret) for name, new in converted.items())
+        snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
+        return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
+
+
+
+def _is_unresolved(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value == "auto")
+
+
+def _unresolving(info: FieldInfo, value: Any, resolved: Any) -> str:
+    return (
+        f"'{info.name}' was resolved to {_shown(info, resolved)!r} at publish and cannot go back to {value!r} "
+        "-- override it with a concrete value"
+    )
+
+
+def _shown(info: FieldInfo, value: Any) -> Any:
+    return info.shown(value)
+
+
+def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
+    allowed = info.spec.allow_sources
+    hint = (
+        f"set {info.flag} at launch, or override from one of: {', '.join(allowed)}"
+        if allowed
+        else f"set {info.flag} at launch"
+    )
+    return (
+        f"'{info.name}' is not hot and source {source!r} is not on its allow-list "
+        f"(got {_shown(info, raw)!r}) -- {hint}"
+    )
+
+
+def _evolve(
+    snapshot: Snapshot,
+    values: Mapping[str, Any],
+    infos: Mapping[str, FieldInfo],
+    routes: Mapping[str, tuple[str, str | None]],
+    generation: int,
+) -> Snapshot:
+    """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        by_path.setdefault(infos[name].namespace, {})[name] = value
+    tops: dict[str, Any] = {}
+    for path, changed in by_path.items():
+        top, child = routes[path]
+        bag = tops.get(top, getattr(snapshot, top))
+        if child is None:
+            tops[top] = _replaced(bag, changed)
+        else:
+            tops[top] = _replaced(bag, {child: _replaced(getattr(bag, child), changed)})
+    tops["generation"] = generation
+    return _replaced(snapshot, tops)  # type: ignore[no-any-return]
+
+
+def _replaced(obj: Any, changes: Mapping[str, Any]) -> Any:
+    """`attrs.evolve` for values validated already (each override value was converted and checked).
+
+    Fills the slots of a new frozen instance directly, the way attrs' own `__init__` does,
+    so a commit does not pay for running every validator of the bag again.
+    """
+    cls = type(obj)
+    new = object.__new__(cls)
+    for a in attrs.fields(cls):
+        object.__setattr__(new, a.name, changes[a.name] if a.name in changes else getattr(obj, a.name))
+    return new
+
+__all__ = ["Proposing"]
