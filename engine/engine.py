@@ -23,6 +23,7 @@ together keeps every place that holds it in view.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -55,7 +56,7 @@ from engine.streaming import TokenStream
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
-from runtime.context import get_context, is_published, publish, reset
+from runtime.context import RuntimeContext, get_context, is_published, publish, reset, use_context
 from runtime.logs import configure_from_config
 from runtime.serving import attention_backends, get_serving, max_speculative_num_draft_tokens
 from sgconf.serving import load
@@ -87,24 +88,54 @@ class GenerateResult:
     stats: GenerateStats
 
 
+def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an engine method under the engine's own context (see `Engine.__init__`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Engine, *args: Any, **kwargs: Any) -> Any:
+        if not self._owns_context:
+            return method(self, *args, **kwargs)
+        with use_context(self.context):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class Engine:
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
     def __init__(
         self,
-        record: Any,
+        record: Any = None,
         *,
+        context: RuntimeContext | None = None,
         model_config: dict[str, Any] | None = None,
         configure_logs: bool = False,
         compile_backend: Any = "inductor",
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """Publish `record` and build everything; `compile_backend` is what `torch.compile` uses
-        when `enable_torch_compile` is on (a callable backend lets tests count compiles);
-        `clock` is what request deadlines are measured on (a test passes a fake one)."""
+        """Publish `record` and build everything, or run on `context`, one made by `create_context()`.
+
+        An engine given a context publishes nothing process-wide: it builds, steps and
+        takes overrides under `use_context(context)`, so several engines (each with its own
+        `base_gpu_id`, page size or storage) share one process. `compile_backend` is what
+        `torch.compile` uses when `enable_torch_compile` is on (a callable backend lets
+        tests count compiles); `clock` is what request deadlines are measured on.
+        """
+        if (record is None) == (context is None):
+            raise TypeError("Engine() takes a record to publish or a context from create_context(), exactly one")
         self._compile_backend = compile_backend
         self.clock = clock
-        self.context = publish(record, role="scheduler", model=model_config)
+        self._owns_context = context is not None
+        self.context = context if context is not None else publish(record, role="scheduler", model=model_config)
+        with self._in_context():
+            self._build(model_config, configure_logs)
+
+    def _in_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The engine's own context for the block when it was given one; nothing to do when it published."""
+        return use_context(self.context) if self._owns_context else contextlib.nullcontext()
+
+    def _build(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
         if configure_logs:
             configure_from_config()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
@@ -252,6 +283,10 @@ class Engine:
     # -- the loop ------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        with self._in_context():
+            self._run_loop()
+
+    def _run_loop(self) -> None:
         while True:
             with self._wake:
                 while True:
@@ -279,6 +314,7 @@ class Engine:
             if self.context.generation != generation:  # a change that bypassed the step boundary
                 self.scheduler.counters["steps_across_generations"] += 1
 
+    @_under_own_context
     def step(self) -> bool:
         """Run one scheduler step on a paused engine; returns whether anything ran.
 
@@ -305,6 +341,7 @@ class Engine:
 
     # -- public API ----------------------------------------------------------------------
 
+    @_under_own_context
     def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
         """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
 
@@ -317,6 +354,7 @@ class Engine:
         """
         return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
+    @_under_own_context
     def stream(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> TokenStream:
         """Like `generate`, but returns at once with an iterator of token chunks.
 
@@ -328,6 +366,7 @@ class Engine:
         req = self.submit(prompt_or_ids, stream=True, **params)
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 
+    @_under_own_context
     def submit(
         self,
         prompt_or_ids: str | Sequence[int],
@@ -385,6 +424,7 @@ class Engine:
             self._wake.notify()
         return req
 
+    @_under_own_context
     def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
         """Wait for a submitted request and return its result; raises like `generate`.
 
@@ -432,6 +472,7 @@ class Engine:
         """(queued, running) requests right now."""
         return self.scheduler.counts()
 
+    @_under_own_context
     def stats(self) -> dict[str, Any]:
         """Engine-wide counters: pools, cache use, batches, speculative accept length, HiCache."""
         queued, running = self.busy_counts()
@@ -461,6 +502,7 @@ class Engine:
             out["hicache"] = self.hicache.stats()
         return out
 
+    @_under_own_context
     def abort_requests(self, reason: str) -> int:
         """Fail every queued and running request with EngineStopped(`reason`); the engine keeps running."""
         with self._wake:
@@ -468,6 +510,7 @@ class Engine:
             self.scheduler.abort_all(reason)
         return queued + running
 
+    @_under_own_context
     def usage(self) -> dict[str, float]:
         """Share of KV slots in use, and of looked-up prompt tokens the prefix cache served, for `/metrics`."""
         total = max(1, int(self.memory.allocator.size))
@@ -477,6 +520,7 @@ class Engine:
             out["cache_hit_rate"] = s.hit_tokens / s.lookup_tokens if s.lookup_tokens else 0.0
         return out
 
+    @_under_own_context
     def flush_cache(self) -> int:
         """Drop every cached prefix page and return how many tokens were freed; idle only.
 
@@ -504,6 +548,7 @@ class Engine:
             self._paused = False
             self._wake.notify_all()
 
+    @_under_own_context
     def override_config(self, source: str, **fields: Any) -> Any:
         """A post-publish override, applied between two steps as its fields declare; returns the receipt once live.
 
@@ -553,6 +598,7 @@ class Engine:
             raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
         return self.hicache
 
+    @_under_own_context
     def attach_storage_backend(
         self,
         backend: str,
@@ -572,12 +618,14 @@ class Engine:
         with self._boundary_hold(drain=True, what="attach a storage backend"):
             return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
 
+    @_under_own_context
     def detach_storage_backend(self) -> Any:
         """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
         hicache = self._require_hicache()
         with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach()
 
+    @_under_own_context
     def storage_status(self) -> dict[str, Any]:
         from runtime.serving import get_memory
 
@@ -597,6 +645,7 @@ class Engine:
             out["stats"] = self.hicache.stats()
         return out
 
+    @_under_own_context
     def storage_health(self) -> dict[str, Any] | None:
         """The attached storage tier's description (resolved location, authentication, degraded), or None."""
         return None if self.hicache is None else self.hicache.controller.storage_health()
@@ -622,7 +671,7 @@ class Engine:
             if self.hicache is not None:
                 self.hicache.close()
         log.info("engine.stop")
-        if unpublish:
+        if unpublish and not self._owns_context:
             if is_published() and get_context() is self.context:
                 reset()
 

@@ -10,6 +10,7 @@ The serving schema's accessors come from `runtime.serving`, the one module that 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers (each module's `__all__`)
@@ -37,39 +38,31 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "runtime.errors": ("ContextReplacedError", "NotPublishedError", "RevertConflict", "RoleViolation", "StaleProposalError"),
     "runtime.overrides": ("ConfigEvent", "FieldChange", "OverrideProposal", "OverrideReceipt", "OverrideRecord", "Subscription"),
     "runtime.record_view": ("RecordView",),
-    "runtime.serving": (
-        "ROLE_NAMESPACE_SETS",
-        "attention_backends",
-        "configured_pp_size",
-        "get_device",
-        "get_disagg",
-        "get_exec",
-        "get_memory",
-        "get_model",
-        "get_observability",
-        "get_parallel",
-        "get_schedule",
-        "get_serving",
-        "get_spec",
-        "mamba_extra_buffer_enabled",
-        "mamba_extra_buffer_lazy_enabled",
-        "max_speculative_num_draft_tokens",
-        "override_server_args",
-    ),
     "runtime.snapshot": ("MissingNamespaceError", "Snapshot", "snapshot_class"),
 }
+# Every name of this module's `__all__` is also a name of the runtime facade; loaded on first use.
+_SERVING = "runtime.serving"
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = sorted(_MODULE_OF)
+
+def _serving_names() -> tuple[str, ...]:
+    return tuple(importlib.import_module(_SERVING).__all__)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__all__":  # derived, and computed only when asked: `import runtime` stays light
+        return sorted({*_MODULE_OF, *_serving_names()})
     module = _MODULE_OF.get(name)
     if module is None:
-        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+        # `from runtime import process` asks here first: a submodule is the import system's to load
+        if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+        if name not in _serving_names():
+            raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+        module = _SERVING
     # not cached here: the module in sys.modules stays the one source (a test harness may re-import it)
     return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_MODULE_OF, *_serving_names()})

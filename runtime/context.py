@@ -202,7 +202,7 @@ class RuntimeContext(Proposing, Committing, Dispatching):
         """
         info = self.schema.field_info(name)
         state = self._state
-        secret = info.spec.secret
+        secret = info.setting.secret
         chain = [attrs.evolve(o, value=detached(o.value)) for o in launch_explain(self.record, name, self.resolved)]
         older, window = state.log[: -self.limit], state.log[-self.limit :]
         dropped = next((rec for rec in reversed(older) if rec.change_of(name) is not None), None)

@@ -47,7 +47,7 @@ def fragment(name: str, value: Any) -> str:
 
 
 def _counted(schema: Declarations) -> frozenset[str]:
-    return frozenset(name for name, info in schema._fields.items() if info.spec.fingerprint)
+    return frozenset(name for name, info in schema._fields.items() if info.setting.fingerprint)
 
 
 @attrs.frozen(slots=True, eq=False)

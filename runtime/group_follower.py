@@ -131,7 +131,7 @@ class Following:
         schema = self._context().schema
         for name, source in set_by.items():
             info = schema.field_info(name)
-            if not info.spec.source_allowed(inner_source(source)):
+            if not info.setting.source_allowed(inner_source(source)):
                 msg = f"'{name}' was set by {source!r}, which may not set it on this rank -- check its launch config"
                 problems.append(Problem(info.path, msg))
         if problems:

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.errors import NotPublishedError
 
-if TYPE_CHECKING:
-    from runtime.context import RuntimeContext
+
+class RuntimeContext(Protocol):
+    """What this module needs of a context (`runtime.context.RuntimeContext`): the state it shows."""
+
+    @property
+    def _state(self) -> Any: ...
 
 # Writers of every context serialize here; re-entrant so a restore may run inside a publish's error path.
 lock = threading.RLock()

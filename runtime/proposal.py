@@ -42,7 +42,7 @@ class Proposing:
 
 
     def _secret(self, name: str) -> bool:
-        return self.schema._fields[name].spec.secret
+        return self.schema._fields[name].setting.secret
 
     def _require_current(self) -> None:
         if not self._owned and process.current is not self:
@@ -69,7 +69,7 @@ class Proposing:
                 unknown = True
                 problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", origin))
                 continue
-            if check_source and not info.spec.source_allowed(acting):
+            if check_source and not info.setting.source_allowed(acting):
                 refused = True
                 problems.append(Problem(info.path, _refusal(info, raw, source), origin))
                 continue
@@ -90,7 +90,7 @@ class Proposing:
         broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema)
         if broken:
             raise ConfigError(broken, header=header)
-        changes = tuple(FieldChange(name, state.flat[name], new, secret=infos[name].spec.secret) for name, new in converted.items())
+        changes = tuple(FieldChange(name, state.flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items())
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
         return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
 
@@ -112,7 +112,7 @@ def _shown(info: FieldInfo, value: Any) -> Any:
 
 
 def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
-    allowed = info.spec.allow_sources
+    allowed = info.setting.allow_sources
     hint = (
         f"set {info.flag} at launch, or override from one of: {', '.join(allowed)}"
         if allowed

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from runtime.context import RuntimeContext
     from runtime.state import Write
+
+
+class ScopeOwner(Protocol):
+    """What a scope needs of its context: a way in and a way out."""
+
+    def _enter_scope(self, scope: Scope) -> Any: ...
+
+    def _exit_scope(self, write: Write) -> None: ...
 
 
 class Scope:
@@ -18,7 +25,7 @@ class Scope:
 
     __slots__ = ("_context", "_values", "_token", "_write", "_closed")
 
-    def __init__(self, context: RuntimeContext, values: dict[str, Any]) -> None:
+    def __init__(self, context: ScopeOwner, values: dict[str, Any]) -> None:
         self._context = context
         self._values = values
         self._token = object()

@@ -214,7 +214,7 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
         lines.append(f"[{path}]")
         for info in rows:
             shown = json.dumps(plain(redacted(info.name, values[info.name], schema)))
-            lines.append(f"  {info.name:<{width}}  {shown:<24}  {info.spec.apply:<7}  {source_of(info.name)}")
+            lines.append(f"  {info.name:<{width}}  {shown:<24}  {info.setting.apply:<7}  {source_of(info.name)}")
         lines.append("")
     if not lines:
         return "(no differences from the defaults)"
@@ -223,8 +223,8 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
 
 def _explain_text(name: str, chain: Sequence[Any], schema: Declarations) -> str:
     info = schema.field_info(name)
-    aliases = f" (aliases {', '.join(info.spec.aliases)})" if info.spec.aliases else ""
-    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.spec.help}"]
+    aliases = f" (aliases {', '.join(info.setting.aliases)})" if info.setting.aliases else ""
+    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.setting.help}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
         value = json.dumps(plain(origin.shown_value()), default=str)

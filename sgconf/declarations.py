@@ -32,7 +32,7 @@ import cattrs
 from sgconf.convert import converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
-from sgconf.fields import META_KEY, FieldSpec, _AttrsAdapter, spec_of
+from sgconf.fields import META_KEY, FieldSpec, _AttrsAdapter, setting_of
 from sgconf.frozen import deep_freeze, may_hold_container
 from sgconf.hooks import Rule, RuntimeKnobs, Step
 from sgconf.redaction import redact
@@ -217,14 +217,14 @@ class Declarations:
     def _set_class(self, path: str, bag: type) -> None:
         self._namespaces[path] = bag
         setattr(bag, PATH_ATTR, path)
-        if any(info.spec.secret for info in self._fields.values() if info.namespace == path):
+        if any(info.setting.secret for info in self._fields.values() if info.namespace == path):
             bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign,assignment]
 
     def _add_fields(self, path: str, bag: type, attributes: Iterable[attrs.Attribute]) -> None:
         new: dict[str, FieldInfo] = {}
         for a in attributes:
-            spec = spec_of(a)
-            if spec is None:
+            decl = setting_of(a)
+            if decl is None:
                 msg = f"field '{a.name}' of {bag.__name__} is not declared with setting() -- use sgconf.fields.setting"
                 raise DeclarationError(msg)
             if a.name in self._fields or a.name in new:
@@ -240,7 +240,7 @@ class Declarations:
             if default is attrs.NOTHING:
                 raise DeclarationError(f"field '{a.name}' of {bag.__name__} needs a default -- every setting has one")
             new[a.name] = FieldInfo(
-                a.name, path, bag, a.type, deep_freeze(default), spec, env_prefix=self.env_prefix, accessor_module=self.accessor_module
+                a.name, path, bag, a.type, deep_freeze(default), decl, env_prefix=self.env_prefix, accessor_module=self.accessor_module
             )
         self._check_flags(new)
         self._fields.update(new)
@@ -470,7 +470,7 @@ class Declarations:
         Raises UnknownFieldError for an undeclared name.
         """
         order = {"step": 0, "drain": 1, "restart": 2}
-        modes = [self.field_info(name).spec.apply for name in names]
+        modes = [self.field_info(name).setting.apply for name in names]
         return max(modes, key=order.__getitem__) if modes else "step"
 
     def knob(self, knob: str) -> str | None:
@@ -535,8 +535,8 @@ def _redacted_bag_repr(self: Any) -> str:
     parts = []
     for a in attrs.fields(type(self)):
         value = getattr(self, a.name)
-        spec: FieldSpec | None = spec_of(a)
-        shown = repr(redact(value, spec is not None and spec.secret))
+        decl: FieldSpec | None = setting_of(a)
+        shown = repr(redact(value, decl is not None and decl.secret))
         parts.append(f"{a.name}={shown}")
     return f"{type(self).__name__}({', '.join(parts)})"
 
@@ -551,10 +551,10 @@ def assemble_record(schema: Declarations) -> type:
     """Build the frozen, slotted record class holding every field of `schema`, flat."""
     attributes: dict[str, Any] = {}
     for info in schema.fields().values():
-        validator = _AttrsAdapter(info.spec.checks) if info.spec.checks else None
+        validator = _AttrsAdapter(info.setting.checks) if info.setting.checks else None
         converter = deep_freeze if may_hold_container(info.type) else None
         attributes[info.name] = attrs.field(
-            default=info.default, validator=validator, converter=converter, metadata={META_KEY: info.spec}, type=info.type
+            default=info.default, validator=validator, converter=converter, metadata={META_KEY: info.setting}, type=info.type
         )
     name = schema.record_name
     cls = attrs.make_class(name, attributes, frozen=True, slots=True, weakref_slot=True, repr=False)

@@ -26,7 +26,7 @@ class FieldInfo:
     owner: type
     type: Any
     default: Any
-    spec: FieldSpec
+    setting: FieldSpec
     env_prefix: str = attrs.field(default="SGCONF_", kw_only=True)
     accessor_module: str = attrs.field(default="runtime", kw_only=True)
 
@@ -37,16 +37,16 @@ class FieldInfo:
 
     def shown(self, value: Any) -> Any:
         """`value` of this field as it may be printed or served: redacted when the field is secret."""
-        return redact(value, self.spec.secret)
+        return redact(value, self.setting.secret)
 
     @property
     def flag(self) -> str:
-        return self.spec.cli or "--" + self.name.replace("_", "-")
+        return self.setting.cli or "--" + self.name.replace("_", "-")
 
     @property
     def flags(self) -> tuple[str, ...]:
         """The flag, then its declared aliases: every spelling the command line accepts."""
-        return (self.flag, *self.spec.aliases)
+        return (self.flag, *self.setting.aliases)
 
     @property
     def env_var(self) -> str:

@@ -83,7 +83,7 @@ whether it counts towards the context fingerprint.
         raise DeclarationError("a hot field cannot declare apply='restart' -- drop hot=True or pick step or drain")
     if mode != "restart" and not hot and not allow_sources:
         raise DeclarationError(f"apply={mode!r} needs hot=True or allow_sources: nothing could change the field after publish")
-    spec = FieldSpec(
+    decl = FieldSpec(
         help=help,
         secret=secret,
         hot=hot,
@@ -94,10 +94,10 @@ whether it counts towards the context fingerprint.
         checks=tuple(checks),
         apply=mode,
     )
-    validator = _AttrsAdapter(spec.checks) if spec.checks else None
+    validator = _AttrsAdapter(decl.checks) if decl.checks else None
     if factory is not None:
-        return attrs.field(factory=factory, metadata={META_KEY: spec}, validator=validator)
-    return attrs.field(default=default, metadata={META_KEY: spec}, validator=validator)
+        return attrs.field(factory=factory, metadata={META_KEY: decl}, validator=validator)
+    return attrs.field(default=default, metadata={META_KEY: decl}, validator=validator)
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -210,8 +210,8 @@ class _HostPort:
     def __call__(self, value: Any) -> None:
         if value is None:
             return
-        host, sep, port = str(value).rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        name, sep, number = str(value).rpartition(":")
+        if not sep or not name or not number.isdigit() or not 0 < int(number) < 65536:
             raise FieldValueError("must be 'host:port'")
 
     def __repr__(self) -> str:
@@ -223,6 +223,6 @@ def host_port() -> Callable[[Any], None]:
     return _HostPort()
 
 
-def spec_of(attribute: attrs.Attribute) -> FieldSpec | None:
+def setting_of(attribute: attrs.Attribute) -> FieldSpec | None:
     """The FieldSpec attached to an attrs attribute, or None for undeclared members."""
     return attribute.metadata.get(META_KEY)

@@ -235,16 +235,16 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
     help text ("default 1", "default by device"); that text is the truth, so no
     "(default: none)" follows it. `shown_default` is what the command applies instead.
     """
-    marks = [m for m, on in (("secret", info.spec.secret), ("hot", info.spec.hot)) if on]
-    if info.spec.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
+    marks = [m for m, on in (("secret", info.setting.secret), ("hot", info.setting.hot)) if on]
+    if info.setting.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
         marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
     if shown_default is not None:
-        text = f"{info.spec.help} (default: {shown_default})"
-    elif info.default is None and "default" in info.spec.help:
-        text = info.spec.help
+        text = f"{info.setting.help} (default: {shown_default})"
+    elif info.default is None and "default" in info.setting.help:
+        text = info.setting.help
     else:
-        text = f"{info.spec.help} (default: {_shown_default(info)})"
+        text = f"{info.setting.help} (default: {_shown_default(info)})"
     return (text + tail).replace("%", "%%")  # argparse formats help with %-style
 
 

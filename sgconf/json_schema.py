@@ -27,7 +27,7 @@ _JSON_TYPES = {
 def field_schema(info: FieldInfo) -> dict[str, Any]:
     """The schema of one field: type (with "null" when optional), enum, bounds, description, default."""
     optional = _strip_optional(info.type) is not info.type
-    out: dict[str, Any] = {"description": info.spec.help}
+    out: dict[str, Any] = {"description": info.setting.help}
     choices = info.choices
     if choices is not None:
         out["enum"] = [*choices, None] if optional else list(choices)
@@ -36,20 +36,20 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
         name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
         if name is not None:
             out["type"] = [name, "null"] if optional else name
-    for check in info.spec.checks:
+    for check in info.setting.checks:
         if isinstance(check, _Interval):
             if check.low is not None:
                 out["exclusiveMinimum" if check.low_open else "minimum"] = check.low
             if check.high is not None:
                 out["exclusiveMaximum" if check.high_open else "maximum"] = check.high
     out["default"] = plain(info.default)
-    if info.spec.secret:
+    if info.setting.secret:
         out["writeOnly"] = True  # dumps redact it
     out["x-flag"] = info.flag
     out["x-env"] = info.env_var
-    if info.spec.hot:
+    if info.setting.hot:
         out["x-hot"] = True
-    out["x-apply"] = info.spec.apply  # step | drain | restart: how a change after publish applies
+    out["x-apply"] = info.setting.apply  # step | drain | restart: how a change after publish applies
     return out
 
 

@@ -146,7 +146,7 @@ def load_layers(
 
     chains: dict[str, tuple[Origin, ...]] = {}
     for name, info in infos.items():
-        chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+        chain = [Origin("default", "defaults", info.default, secret=info.setting.secret)]
         chain.extend(layer.origin(name, values[name]) for layer, values in converted if name in values)
         chains[name] = tuple(chain)
     provenance = types.MappingProxyType(chains)
@@ -169,13 +169,13 @@ def explain(
     if known is not None:
         chain = list(known[name])
     else:
-        chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+        chain = [Origin("default", "defaults", info.default, secret=info.setting.secret)]
         value = getattr(record, name)
         if value != info.default:
-            chain.append(Origin("record", "given", value, secret=info.spec.secret))
+            chain.append(Origin("record", "given", value, secret=info.setting.secret))
     decision = resolved.decision_for(name) if resolved is not None else None
     if decision is not None:
-        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=info.spec.secret))
+        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=info.setting.secret))
     return tuple(chain)
 
 

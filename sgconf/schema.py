@@ -72,9 +72,9 @@ class Schema(Declarations):
             # provenance: the dataclass's defaults, then what the adopter's own loading set
             chains = {}
             for n, info in self._fields.items():
-                chain = [Origin("default", "defaults", info.default, secret=info.spec.secret)]
+                chain = [Origin("default", "defaults", info.default, secret=info.setting.secret)]
                 if n in given:
-                    chain.append(Origin("record", detail, getattr(built, n), secret=info.spec.secret))
+                    chain.append(Origin("record", detail, getattr(built, n), secret=info.setting.secret))
                 chains[n] = tuple(chain)
             object.__setattr__(built, "_sgconf_provenance", types.MappingProxyType(chains))
             return built

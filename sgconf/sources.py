@@ -46,7 +46,7 @@ class LayerInput:
     def origin(self, name: str, value: Any) -> Origin:
         """The provenance entry of field `name` set by this layer to the converted `value`."""
         info = self.schema.field_info(name)
-        return Origin(self.layer, self.details[name], value, secret=info.spec.secret)
+        return Origin(self.layer, self.details[name], value, secret=info.setting.secret)
 
     def sources(self) -> dict[str, str]:
         """`{field: "from env SGCONF_PAGE_SIZE"}` for every value of this layer."""

@@ -37,7 +37,7 @@ def _convert(
         value = structure(raw, info, converter)
     except ConversionError as exc:
         return None, Problem(info.path, f"{exc}, got {shown(info, raw)}", source)
-    for check in info.spec.checks:
+    for check in info.setting.checks:
         try:
             check(value)
         except FieldValueError as exc:

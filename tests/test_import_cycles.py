@@ -1,10 +1,8 @@
 """No module of ours imports, directly or through others, a module that imports it back.
 
-Imports are read with `ast` from every file of every top-level package, at module level
-and inside functions alike: a lazy import still ties two modules together. Imports under
-`if TYPE_CHECKING:` are left out: they never run, and a Protocol naming the class that
-uses it (a scheduler's collaborators typed against the scheduler) is a description, not
-a dependency.
+Imports are read with `ast` from every file of every top-level package, at module level,
+inside functions and under `if TYPE_CHECKING:` alike: a lazy import still ties two modules
+together, and a type-only import is a dependency of the reader who has to understand both.
 """
 
 from __future__ import annotations
@@ -33,16 +31,7 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    type_only = {
-        id(inner)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and _is_type_checking(block.test)
-        for stmt in block.body
-        for inner in ast.walk(stmt)
-    }
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -60,12 +49,6 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             if target and target != name:
                 found.add(target)
     return found
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
 
 
 def graph() -> dict[str, set[str]]:
@@ -133,12 +116,12 @@ def test_known_cycles_are_still_there() -> None:
 
 
 def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
-    """Two modules importing each other, one of them only inside a function, are a cycle."""
+    """Two modules importing each other, one only inside a function or only for type checking, are a cycle."""
     (tmp_path / "a.py").write_text("import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
     (tmp_path / "c.py").write_text("import a\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import d\n")
     (tmp_path / "d.py").write_text("import c\n")
     known = {name: tmp_path / f"{name}.py" for name in ("a", "b", "c", "d")}
     edges = {name: imports_of(name, path, known) for name, path in known.items()}
-    assert edges == {"a": {"b"}, "b": {"a"}, "c": {"a"}, "d": {"c"}}
-    assert cycles(edges) == [["a", "b"]]
+    assert edges == {"a": {"b"}, "b": {"a"}, "c": {"a", "d"}, "d": {"c"}}
+    assert cycles(edges) == [["a", "b"], ["c", "d"]]

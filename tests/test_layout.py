@@ -90,3 +90,27 @@ def test_one_fastapi_app_in_the_code_base() -> None:
                 if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "FastAPI":
                     calls.append(str(path.relative_to(ROOT)))
     assert calls == ["engine/http/app.py"]
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module that grows past 600 lines is split along its seams, not defended in its docstring."""
+    long = []
+    for package in PACKAGES:
+        for path in source_files(package):
+            lines = path.read_text(encoding="utf-8").count("\n")
+            if lines > MAX_MODULE_LINES:
+                long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert long == []
+
+
+def test_importing_every_runtime_module_leaves_torch_out() -> None:
+    """Not only `import runtime`: every module of it, the config group's included, imports torch only when used."""
+    names = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in source_files("runtime") if p.name != "__init__.py"
+    )
+    code = f"import importlib, sys\nfor m in {names!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"

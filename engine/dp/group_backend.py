@@ -113,7 +113,8 @@ class ReplicaGroupBackend:
         # the controller (rank 0) committed the same override: its log has the old values of
         # the fields its role may read; the others are shown with their new value only
         log = [rec for rec in get_context().overrides_log() if rec.generation == result.generation]
-        changes: dict[str, Any] = {name: {"new": shown(name, value)} for name, value in fields.items()}
+        schema = get_context().schema
+        changes: dict[str, Any] = {name: {"new": shown(name, value, schema)} for name, value in fields.items()}
         changes.update({c.name: c.redacted() for rec in log for c in rec.changes})
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 

@@ -320,7 +320,7 @@ def config_report() -> dict[str, Any]:
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],
         "provenance": provenance,
         "startup_values": startup,
-        "apply_modes": {name: info.spec.apply for name, info in ctx.schema.fields().items()},
+        "apply_modes": {name: info.setting.apply for name, info in ctx.schema.fields().items()},
     }
 
 

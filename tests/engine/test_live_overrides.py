@@ -330,7 +330,7 @@ HOT_CHECKS: dict[str, Callable[..., None]] = {
 
 def test_every_hot_field_has_a_check() -> None:
     """The table below covers every field declared hot (the group's own fields are tested with the group)."""
-    hot = {name for name, info in fields().items() if info.spec.hot}
+    hot = {name for name, info in fields().items() if info.setting.hot}
     assert hot == set(HOT_CHECKS) | GROUP_FIELDS
 
 

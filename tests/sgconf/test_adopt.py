@@ -80,11 +80,11 @@ def legacy():
 def test_keeps_the_adopters_types_defaults_and_help(legacy) -> None:
     """Clashing names keep the dataclass's types and defaults; unmapped fields go to `others`."""
     assert len(legacy.fields()) == 40
-    assert legacy.field_info("port").default == 8080 and legacy.field_info("host").spec.help == "bind address"
+    assert legacy.field_info("port").default == 8080 and legacy.field_info("host").setting.help == "bind address"
     assert legacy.field_info("dtype").choices == ("auto", "half", "bfloat16")
     assert legacy.field_info("page_size").namespace == "cache" and legacy.field_info("page_size").default == 32
     assert legacy.namespace_of("max_num_seqs") == "scheduler"
-    assert legacy.field_info("max_loras").spec.hot and legacy.field_info("api_key").spec.secret
+    assert legacy.field_info("max_loras").setting.hot and legacy.field_info("api_key").setting.secret
     assert legacy.top_level_namespaces() == ["model", "api", "lora", "cache", "parallel", "scheduler"]
 
 

@@ -26,7 +26,7 @@ def _is_number(tp: typing.Any) -> bool:
 def _overridable_numbers() -> list[str]:
     out = []
     for name, info in fields().items():
-        reachable = any(info.spec.source_allowed(s) for s in REACHABLE_SOURCES)
+        reachable = any(info.setting.source_allowed(s) for s in REACHABLE_SOURCES)
         if reachable and _is_number(info.type) and info.type not in (bool, "bool"):
             out.append(name)
     return out
@@ -40,7 +40,7 @@ def test_the_list_of_overridable_numbers_is_not_empty() -> None:
 @pytest.mark.parametrize("name", _overridable_numbers())
 def test_every_overridable_number_has_both_bounds(name: str) -> None:
     """A hot (or attachable) numeric field declares a closed range, so no override can set an absurd value."""
-    ranges = [c for c in fields()[name].spec.checks if isinstance(c, _Interval)]
+    ranges = [c for c in fields()[name].setting.checks if isinstance(c, _Interval)]
     assert ranges and all(r.low is not None and r.high is not None for r in ranges), name
 
 

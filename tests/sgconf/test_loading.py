@@ -28,7 +28,7 @@ def test_defaults_only_every_field_has_a_default_origin() -> None:
     assert loaded.config_file is None
     assert set(loaded.provenance) == set(fields())
     for name, info in fields().items():
-        assert loaded.provenance[name] == (Origin("default", "defaults", info.default, secret=info.spec.secret),)
+        assert loaded.provenance[name] == (Origin("default", "defaults", info.default, secret=info.setting.secret),)
 
 
 def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:

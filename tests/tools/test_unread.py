@@ -94,7 +94,7 @@ def test_default_hot_source_is_the_registry():
     """The default adapter returns exactly the fields sgconf declares hot."""
     from sgconf.serving import fields
 
-    assert hot_field_names() == [n for n, info in fields().items() if info.spec.hot]
+    assert hot_field_names() == [n for n, info in fields().items() if info.setting.hot]
     assert "stream_interval" in hot_field_names()
 
 

@@ -11,4 +11,4 @@ def hot_field_names() -> list[str]:
     """Declared fields flagged `hot` (may be overridden after publish), in declaration order."""
     from sgconf.serving import fields  # the built-in schema: the default for this repository
 
-    return [name for name, info in fields().items() if info.spec.hot]
+    return [name for name, info in fields().items() if info.setting.hot]

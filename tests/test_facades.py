@@ -1,0 +1,56 @@
+"""Each package's front door states its public names once, and every one of them is the object its module defines."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+import runtime
+import sgconf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sgconf_sources() -> dict[str, str]:
+    """name -> module, from the `from X import ...` lines of sgconf's front door."""
+    tree = ast.parse((ROOT / "sgconf" / "__init__.py").read_text(encoding="utf-8"))
+    return {
+        alias.asname or alias.name: node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+def runtime_sources() -> dict[str, str]:
+    from runtime import serving
+
+    return {**runtime._MODULE_OF, **dict.fromkeys(serving.__all__, "runtime.serving")}
+
+
+@pytest.mark.parametrize(("facade", "sources"), [(sgconf, sgconf_sources), (runtime, runtime_sources)], ids=["sgconf", "runtime"])
+def test_every_public_name_imports_and_is_the_defining_modules_object(facade, sources) -> None:
+    names = facade.__all__
+    assert names == sorted(set(names)) and names
+    homes = sources()
+    assert set(names) == set(homes)
+    for name in names:
+        assert getattr(facade, name) is getattr(importlib.import_module(homes[name]), name), name
+
+
+def test_the_runtime_facade_lists_the_serving_accessors_without_naming_them() -> None:
+    from runtime import serving
+
+    assert set(serving.__all__) <= set(runtime.__all__)
+    assert runtime.get_memory is serving.get_memory
+    with pytest.raises(AttributeError, match="no attribute 'get_nothing'"):
+        runtime.get_nothing  # noqa: B018
+
+
+def test_sgconf_all_is_derived_from_its_imports() -> None:
+    public = {n for n, v in vars(sgconf).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    assert set(sgconf.__all__) == public
