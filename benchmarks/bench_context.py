@@ -23,10 +23,9 @@ from collections.abc import Callable
 import attrs
 import structlog
 
-from runtime import accessor, get_context, get_schedule, publish, reset
-from sgconf import Schema, setting
+from runtime import accessor, create_context, get_context, get_schedule, publish, reset, use_context
+from sgconf import Schema, ServerArgs, setting
 from sgconf.fields import META_KEY
-from sgconf import ServerArgs
 
 REPEAT = 7
 
@@ -73,6 +72,13 @@ def main() -> None:
     print(f"accessor get_schedule().x      {accessor * 1e9:8.1f} ns   ratio {accessor / plain:5.2f}x  (target <= 3x)")
     print(f"bare function call f().x       {floor * 1e9:8.1f} ns   ratio {floor / plain:5.2f}x  (the floor of a call)")
     print(f"snapshot snap.schedule.x       {snapshot_read * 1e9:8.1f} ns   ratio {snapshot_read / plain:5.2f}x  (target <= 1.5x)")
+    # inside a use_context() block reads are routed to the caller's context; outside every block
+    # they must cost what they cost before use_context existed (the call floor)
+    own = create_context(ServerArgs(device="cpu", page_size=16), role="scheduler")
+    with use_context(own):
+        routed, floor_in_block = side_by_side(["get_schedule().page_size", "bare_call().page_size"], env, 500_000)
+    print(f"accessor, no use_context open  {accessor * 1e9:8.1f} ns   ratio {accessor / floor:5.2f}x call floor  (goal <= 1.2x)")
+    print(f"accessor inside use_context()  {routed * 1e9:8.1f} ns   ratio {routed / floor_in_block:5.2f}x call floor  (routed)")
 
     evolve = best("attrs.evolve(bag, schedule_conservativeness=0.5)", env, 20_000)
     flip = {"i": 0}

@@ -61,12 +61,12 @@ class _Router:
 
     __slots__ = ()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattribute__(self, name: str) -> Any:
+        # every attribute, not only missing ones: a failed normal lookup first would cost an exception per read
         ctx = active.get()
         if ctx is None:
             ctx = current
-        view = UNPUBLISHED if ctx is None else ctx._state.view
-        return getattr(view, name)
+        return getattr(UNPUBLISHED if ctx is None else ctx._state.view, name)
 
     def __repr__(self) -> str:
         return "<routed view>"
