@@ -7,10 +7,10 @@ Running out of free slots is not an exception: allocators return None (see alloc
 
 from __future__ import annotations
 
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import ConfigError, Problem, SgconfError
 
 
-class PoolError(Exception):
+class PoolError(SgconfError):
     """Raised when a pool or allocator is used against its contract."""
 
 

@@ -157,7 +157,7 @@ class RuntimeContext(Proposing, Committing, Dispatching):
         return self._state.fingerprint.digest
 
     def resolved_dict(self, redact: bool = True) -> dict[str, Any]:
-        """The resolved config with overrides applied, nested by namespace, as a deep copy; secrets `"***"` when `redact`.
+        """The resolved config with overrides applied, nested by namespace, as a deep copy; secrets redacted when `redact`.
 
         In role mode `enforce`, namespaces outside the role's set are left out.
         """

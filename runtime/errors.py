@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from sgconf.errors import ConfigError, OverrideRefused
+from collections.abc import Mapping, Sequence
+
+from sgconf.errors import ConfigError, OverrideRefused, Problem, SgconfError
 
 
-class NotPublishedError(RuntimeError):
+class NotPublishedError(SgconfError, RuntimeError):
     """Raised when config is read (or overridden) before any `publish()`."""
 
 
-class ContextReplacedError(RuntimeError):
+class ContextReplacedError(SgconfError, RuntimeError):
     """Raised when a write goes to a context that a later `publish()` replaced."""
 
 
@@ -21,11 +23,62 @@ class RevertConflict(OverrideRefused):
     """Raised when `receipt.revert()` would undo a field that a later override changed again."""
 
 
-class RoleViolation(PermissionError):
+class RoleViolation(SgconfError, PermissionError):
     """Raised in `enforce` mode when a role reads a namespace outside its declared set."""
 
 
+class MissingNamespaceError(SgconfError, AttributeError):
+    """Raised when code reads a namespace the published schema does not declare."""
+
+
+class PropagationFailed(ConfigError):
+    """Raised when a propagated override was applied on no rank; lists each refusing or silent rank."""
+
+    def __init__(
+        self,
+        source: str,
+        refusals: Mapping[int, Sequence[str]],
+        silent: Sequence[int] = (),
+        *,
+        timeout_s: float,
+        late: bool = False,
+    ) -> None:
+        self.source = source
+        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
+        self.silent = tuple(sorted(silent))
+        problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
+        problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
+        if late:
+            msg = f"a rank's deadline ({timeout_s:g}s) passed before the decision reached it -- raise the group's sync timeout"
+            problems.append(Problem("$round", msg))
+        ranks = sorted({*self.refusals, *self.silent})
+        who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
+        header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
+        super().__init__(problems, header=header)
+
+
+class RanksSilent(PropagationFailed, TimeoutError):
+    """Raised when a propagated override was applied on no rank because some rank did not answer in time."""
+
+
+class ResyncFailed(ConfigError, RuntimeError):
+    """Raised when a rank that joined late could not be brought to the coordinator's generation."""
+
+    def __init__(self, rank: int, generation: int, reasons: Sequence[str]) -> None:
+        self.rank = rank
+        self.reasons = tuple(reasons)
+        header = (
+            f"rank {rank} could not catch up to generation {generation} -- "
+            "fix the reason below and resync or restart that rank again, or restart the whole group"
+        )
+        super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
+
+
 __all__ = [
+    "MissingNamespaceError",
+    "PropagationFailed",
+    "RanksSilent",
+    "ResyncFailed",
     "ContextReplacedError",
     "NotPublishedError",
     "RevertConflict",

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
 import structlog
 
-from sgconf.errors import ConfigError, Problem
+from runtime.errors import PropagationFailed, RanksSilent, ResyncFailed
+from sgconf.errors import ConfigError
 
 log = structlog.get_logger("runtime.distributed")
 
@@ -36,49 +37,6 @@ class PreparedEffect(Protocol):
 # what it needs (opens a storage directory) and returns the prepared effect, or None
 # when the override does not concern it. Raising refuses the override on this rank.
 SideEffect = Callable[[str, Mapping[str, Any]], "PreparedEffect | None"]
-
-
-class PropagationFailed(ConfigError):
-    """Raised when a propagated override was applied on no rank; lists each refusing or silent rank."""
-
-    def __init__(
-        self,
-        source: str,
-        refusals: Mapping[int, Sequence[str]],
-        silent: Sequence[int] = (),
-        *,
-        timeout_s: float,
-        late: bool = False,
-    ) -> None:
-        self.source = source
-        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
-        self.silent = tuple(sorted(silent))
-        problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
-        problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
-        if late:
-            msg = f"a rank's deadline ({timeout_s:g}s) passed before the decision reached it -- raise the group's sync timeout"
-            problems.append(Problem("$round", msg))
-        ranks = sorted({*self.refusals, *self.silent})
-        who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
-        header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
-        super().__init__(problems, header=header)
-
-
-class RanksSilent(PropagationFailed, TimeoutError):
-    """Raised when a propagated override was applied on no rank because some rank did not answer in time."""
-
-
-class ResyncFailed(ConfigError, RuntimeError):
-    """Raised when a rank that joined late could not be brought to the coordinator's generation."""
-
-    def __init__(self, rank: int, generation: int, reasons: Sequence[str]) -> None:
-        self.rank = rank
-        self.reasons = tuple(reasons)
-        header = (
-            f"rank {rank} could not catch up to generation {generation} -- "
-            "fix the reason below and resync or restart that rank again, or restart the whole group"
-        )
-        super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
 
 
 @attrs.frozen(slots=True)

@@ -18,14 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from runtime import fingerprint as _fingerprint
+from runtime.errors import MissingNamespaceError
 from sgconf.record import bags_to_flat
 
 if TYPE_CHECKING:
     from sgconf.schema import Schema
-
-
-class MissingNamespaceError(AttributeError):
-    """Raised when code reads a namespace the published schema does not declare."""
 
 
 class Snapshot:

@@ -14,16 +14,13 @@ from typing import Any
 
 import cattrs
 
+from sgconf.errors import ConversionError
 from sgconf.fieldinfo import FieldInfo, literal_choices
 from sgconf.frozen import deep_freeze
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _NONE = {"none", "null"}
-
-
-class ConversionError(ValueError):
-    """Raised for one value that does not fit its field's type; the message says what was expected."""
 
 
 def _to_int(value: Any, _: type) -> int:

@@ -1,4 +1,10 @@
-"""Exceptions raised by sgconf; this module imports nothing of ours so every layer can use it."""
+"""Exceptions raised by sgconf; this module imports nothing of ours so every layer can use it.
+
+Every exception the project raises on purpose derives from `SgconfError`, declared here;
+each package declares its own in its `errors.py` on top of it. `ConfigError` is the one
+for bad input: it lists every problem found, each naming the field, the value and its
+source.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,11 @@ class Problem:
         return f"{self.path}: {self.message}{where}"
 
 
-class ConfigError(ValueError):
+class SgconfError(Exception):
+    """The root of every exception sgconf and the runtimes built with it raise on purpose."""
+
+
+class ConfigError(SgconfError, ValueError):
     """Raised when configuration input is invalid; lists every problem found, not just the first."""
 
     def __init__(self, problems: Iterable[Problem] | str, *, header: str | None = None) -> None:
@@ -67,5 +77,31 @@ class UsageError(ConfigError):
     """Raised when command-line arguments cannot be parsed (unknown flag, missing value)."""
 
 
-class DeclarationError(TypeError):
+class DeclarationError(SgconfError, TypeError):
     """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""
+
+
+class FieldValueError(SgconfError, ValueError):
+    """Raised by a field check; the message is lowercase and says what was expected.
+
+    A check may raise this or a plain `ValueError`: either becomes a problem naming the
+    field, the value and its source.
+    """
+
+
+class ConversionError(SgconfError, ValueError):
+    """Raised for one value that does not fit its field's type; the message says what was expected."""
+
+
+__all__ = [
+    "ConfigError",
+    "ConversionError",
+    "DeclarationError",
+    "FieldValueError",
+    "OverrideRefused",
+    "Problem",
+    "ResolutionError",
+    "SgconfError",
+    "UnknownFieldError",
+    "UsageError",
+]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
-from sgconf.errors import DeclarationError
+from sgconf.errors import DeclarationError, FieldValueError
 
 META_KEY = "sgconf"
 
@@ -27,10 +27,6 @@ META_KEY = "sgconf"
 #   restart  refused after publish; set it at launch
 ApplyMode = Literal["step", "drain", "restart"]
 APPLY_MODES: tuple[ApplyMode, ...] = ("step", "drain", "restart")
-
-
-class FieldValueError(ValueError):
-    """Raised by a field validator; the message is lowercase and says what was expected."""
 
 
 @attrs.frozen(slots=True)

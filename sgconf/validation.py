@@ -13,7 +13,6 @@ from sgconf.convert import ConversionError, structure
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
-from sgconf.fields import FieldValueError
 from sgconf.record import record_to_dict
 from sgconf.rules import check_rules
 from sgconf.suggest import did_you_mean
@@ -40,7 +39,7 @@ def _convert(
     for check in info.setting.checks:
         try:
             check(value)
-        except FieldValueError as exc:
+        except ValueError as exc:  # FieldValueError, or a plain ValueError from a check of the schema
             return None, Problem(info.path, f"{exc}, got {shown(info, value)}", source)
     return value, None
 

@@ -1,4 +1,4 @@
-"""Exceptions raised by the HiCache tiers; this module imports nothing of ours.
+"""Exceptions raised by the HiCache tiers; this module imports nothing of ours but the root error.
 
 Each also subclasses a builtin so callers can catch either: a backend that cannot be
 opened is an `OSError`, a page that fails its checksum a `ValueError`, a prepared
@@ -7,8 +7,10 @@ attach used twice a `RuntimeError`.
 
 from __future__ import annotations
 
+from sgconf.errors import SgconfError
 
-class HiCacheError(Exception):
+
+class HiCacheError(SgconfError):
     """Base of every error raised by the HiCache tiers."""
 
 

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from mem_cache.hicache.errors import StorageAttachError
+from sgconf.redaction import REDACTED
 
 KEY_FILE = ".sgconf-mac-key"
 KEY_FIELD = "hicache_storage_mac_key"
@@ -32,7 +33,7 @@ def key_from_secret(secret: str) -> bytes:
             f"'{KEY_FIELD}' must hold at least {MIN_SECRET_CHARS} non-blank characters (got {len(secret.strip())})"
             f" -- use e.g. the output of `python -c 'import secrets; print(secrets.token_hex(32))'`"
         )
-        raise StorageAttachError(msg, field=KEY_FIELD, value="***")
+        raise StorageAttachError(msg, field=KEY_FIELD, value=REDACTED)
     return hashlib.sha256(b"sgconf-mackey\x00" + secret.encode("utf-8")).digest()
 
 
