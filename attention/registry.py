@@ -20,32 +20,28 @@ from attention.runner import ModelRunnerLike
 from attention.torch_native import TorchNativeBackend
 from runtime import attention_backends, get_exec
 from sgconf.errors import Problem
+from sgconf.serving.plugins import ATTENTION_BACKENDS
 
 B = TypeVar("B", bound=type[AttentionBackend])
-
-_BACKENDS: dict[str, type[AttentionBackend]] = {}
-
 
 def register_backend(cls: B) -> B:
     """Register a backend class under its `name` (usable as a class decorator).
 
-    Raises ValueError when another class already holds the name.
+    The registry is the serving schema's (`sgconf.serving.plugins.ATTENTION_BACKENDS`), so
+    the name can be chosen with `--attention-backend`. Raises DeclarationError naming
+    both classes when another class already holds the name.
     """
-    held = _BACKENDS.get(cls.name)
-    if held is not None and held is not cls:
-        raise ValueError(f"attention backend '{cls.name}' is already registered by {held.__qualname__}")
-    _BACKENDS[cls.name] = cls
-    return cls
+    return ATTENTION_BACKENDS.register(cls.name, cls)  # type: ignore[no-any-return]
 
 
 def registered_backends() -> tuple[str, ...]:
     """Every registered name, sorted, whether or not it can run here."""
-    return tuple(sorted(_BACKENDS))
+    return ATTENTION_BACKENDS.names()
 
 
 def available_backends() -> tuple[str, ...]:
     """The registered names whose backend can run on this machine, sorted."""
-    return tuple(name for name in sorted(_BACKENDS) if _BACKENDS[name].unavailable_reason() is None)
+    return tuple(name for name in ATTENTION_BACKENDS.names() if ATTENTION_BACKENDS.get(name).unavailable_reason() is None)
 
 
 def backend_class(name: str, *, role: str = "attention", field: str | None = None) -> type[AttentionBackend]:
@@ -55,7 +51,7 @@ def backend_class(name: str, *, role: str = "attention", field: str | None = Non
     name was read from (default: the role's own field), so the error points at the
     setting the user actually wrote.
     """
-    cls = _BACKENDS.get(name)
+    cls = ATTENTION_BACKENDS.get(name) if name in ATTENTION_BACKENDS else None
     usable = ", ".join(available_backends()) or "none"
     if field is None:
         field = "attention_backend" if role == "attention" else f"{role}_attention_backend"

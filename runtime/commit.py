@@ -17,8 +17,15 @@ import attrs
 from runtime import process
 from runtime.dispatch import Announcement, _emit
 from runtime.errors import RevertConflict, StaleProposalError
-from runtime.overrides import FieldChange, OverrideProposal, OverrideReceipt, OverrideRecord, shown
-from runtime.proposal import _evolve
+from runtime.overrides import (
+    FieldChange,
+    OverrideProposal,
+    OverrideReceipt,
+    OverrideRecord,
+    Subscription,
+    shown,
+)
+from runtime.proposal import Proposing, _evolve
 from runtime.roles import make_view
 from runtime.state import State, Write, fold, stacks_of, with_write, without_write
 from sgconf.errors import ConfigError, Problem
@@ -28,10 +35,14 @@ if TYPE_CHECKING:
     from runtime.scopes import Scope
 
 
-class Committing:
-    """The part of a context that swaps its state: commit, remove, rollback, revert, scopes."""
+class Committing(Proposing):
+    """The part of a context that swaps its state: commit, remove, rollback, revert, scopes, subscriptions."""
 
     __slots__ = ()
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with process.lock:
+            self._subscribers = tuple(s for s in self._subscribers if s is not sub)
 
 
     def _commit_locked(self, proposal: OverrideProposal, scope: Scope | None = None) -> tuple[OverrideReceipt, Announcement]:

@@ -48,7 +48,7 @@ import attrs
 
 from runtime import process
 from runtime.commit import Committing
-from runtime.dispatch import Announcement, Dispatching, _emit
+from runtime.dispatch import Announcement, _emit
 from runtime.errors import NotPublishedError
 from runtime.fingerprint import Fingerprint
 from runtime.overrides import (
@@ -60,7 +60,6 @@ from runtime.overrides import (
     detached,
     shown,
 )
-from runtime.proposal import Proposing
 from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.scopes import Scope
 from runtime.snapshot import Snapshot, snapshot_class
@@ -76,7 +75,7 @@ from sgconf.schema import Schema, schema_of
 DEFAULT_HISTORY_LIMIT = 256
 
 
-class RuntimeContext(Proposing, Committing, Dispatching):
+class RuntimeContext(Committing):
     """The published configuration of this process: one record, resolved once, with its overrides.
 
     Obtain it from `publish()` or `get_context()`. Read bags through the accessors or a
@@ -84,9 +83,7 @@ class RuntimeContext(Proposing, Committing, Dispatching):
     the promises it keeps under failure, concurrency and scopes.
     """
 
-    __slots__ = (
-        "role", "record", "resolved", "role_mode", "limit", "schema", "_routes", "_model", "_state", "_subscribers", "_owned",
-    )
+    __slots__ = ()
 
     def __init__(self, record: Any, resolved: Resolved, *, role: str, role_mode: Mode, owned: bool = False) -> None:
         self.role = role
@@ -329,10 +326,6 @@ class RuntimeContext(Proposing, Committing, Dispatching):
         with process.lock:
             self._subscribers = (*self._subscribers, sub)
         return sub
-
-    def _unsubscribe(self, sub: Subscription) -> None:
-        with process.lock:
-            self._subscribers = tuple(s for s in self._subscribers if s is not sub)
 
     def _allowed_tops(self) -> frozenset[str] | tuple[str, ...]:
         if self.role_mode == "enforce":

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from typing import Any, Protocol
+from typing import Any
 
 from runtime.errors import NotPublishedError
 
-
-class RuntimeContext(Protocol):
-    """What this module needs of a context (`runtime.context.RuntimeContext`): the state it shows."""
-
-    @property
-    def _state(self) -> Any: ...
+# A `runtime.context.RuntimeContext`: typed loosely here, since that module is built on this one.
+RuntimeContext = Any
 
 # Writers of every context serialize here; re-entrant so a restore may run inside a publish's error path.
 lock = threading.RLock()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from runtime import process
+from runtime.dispatch import Dispatching
 from runtime.errors import ContextReplacedError
 from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
@@ -24,20 +25,28 @@ from sgconf.suggest import did_you_mean
 from sgconf.validation import convert_fields
 
 if TYPE_CHECKING:
+    from runtime.roles import Mode
     from runtime.snapshot import Snapshot
     from runtime.state import State
     from sgconf.resolution import Resolved
     from sgconf.schema import Schema
 
 
-class Proposing:
-    """The part of a context that validates a change into a proposal."""
+class Proposing(Dispatching):
+    """The part of a context that validates a change into a proposal; it declares every slot a context has."""
 
-    __slots__ = ()
-    schema: Schema
+    __slots__ = (
+        "role", "record", "resolved", "role_mode", "limit", "schema", "_routes", "_model", "_state", "_subscribers", "_owned",
+    )
+    role: str
+    record: Any
     resolved: Resolved
-    _state: State
+    role_mode: Mode
+    limit: int
+    schema: Schema
     _routes: Mapping[str, tuple[str, str | None]]
+    _model: Mapping[str, Any] | None
+    _state: State
     _owned: bool
 
 

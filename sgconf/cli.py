@@ -251,6 +251,3 @@ def _schema(argv: Sequence[str], schema: Declarations) -> int:
     print(json.dumps(config_schema(schema), indent=ns.indent))
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

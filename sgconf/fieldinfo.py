@@ -54,6 +54,9 @@ class FieldInfo:
 
     @property
     def choices(self) -> tuple[Any, ...] | None:
+        """The values the field accepts: its Literal's, or the names its plug-in registry holds now."""
+        if self.setting.plugin is not None:
+            return tuple(self.setting.plugin.names())
         return literal_choices(self.type)
 
     @property

@@ -43,6 +43,8 @@ class FieldSpec:
     choices: tuple[Any, ...] | None = None
     checks: tuple[Callable[[Any], None], ...] = ()
     apply: ApplyMode = "restart"
+    # the registry the value names an entry of (`sgconf.plugins.Registry`), or None
+    plugin: Any = None
 
     def source_allowed(self, source: str) -> bool:
         """Whether `source` may override this field after publish (hot fields allow any)."""
@@ -64,13 +66,14 @@ def setting(
     checks: Sequence[Callable[[Any], None]] = (),
     factory: Callable[[], Any] | None = None,
     apply: ApplyMode | None = None,
+    plugin: Any = None,
 ) -> Any:
     """Declare a config leaf; see the module docstring for what each option means.
 
-    Secrets never count towards the fingerprint unless asked, so a hash of the
-from named sources (`allow_sources`), how a change after publish takes effect
-(`apply`), its CLI flag and the short aliases users type (`--tp` for `--tp-size`), and
-whether it counts towards the context fingerprint.
+    Secrets never count towards the fingerprint unless asked, so a hash of the config
+    can be logged without leaking them. `plugin` names the `sgconf.plugins.Registry` whose
+    entries the value must name: checked when converted, listed in `--help` and the
+    JSON Schema.
     """
     mode: ApplyMode = apply if apply is not None else ("step" if hot else "restart")
     if mode not in APPLY_MODES:
@@ -87,8 +90,9 @@ whether it counts towards the context fingerprint.
         aliases=tuple(aliases),
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
-        checks=tuple(checks),
+        checks=(*checks, plugin.check) if plugin is not None else tuple(checks),
         apply=mode,
+        plugin=plugin,
     )
     validator = _AttrsAdapter(decl.checks) if decl.checks else None
     if factory is not None:

@@ -31,7 +31,9 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
     choices = info.choices
     if choices is not None:
         out["enum"] = [*choices, None] if optional else list(choices)
-    else:
+    if info.setting.plugin is not None:
+        out["x-plugin"] = info.setting.plugin.kind  # the enum lists what is registered when this was written
+    if choices is None or info.setting.plugin is not None:
         inner = _strip_optional(info.type)
         name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
         if name is not None:

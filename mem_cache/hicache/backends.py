@@ -1,8 +1,10 @@
-"""The registry of HiCache storage backends: names users may choose and the factories behind them.
+"""Opening HiCache storage backends by name, from the serving schema's registry of them.
 
-The built-in backends (`file`, `memory`) are registered here, by importing their
-modules: they depend on `storage` for the base class and never on this module, so
-imports run one way. Another backend registers with `register_storage_backend`.
+The registry (`sgconf.serving.plugins.STORAGE_BACKENDS`) maps a name to a factory
+`factory(extra_config) -> StorageBase`. The built-in backends (`file`, `memory`) are in
+this distribution's `sgconf.storage_backends` entry points and registered here too; a
+package ships its own through the same entry-point group, or calls
+`register_storage_backend` (a name registered twice by two packages is an error naming both).
 """
 
 from __future__ import annotations
@@ -17,19 +19,16 @@ from mem_cache.hicache.file_storage import open_file_storage
 from mem_cache.hicache.mac_key import key_from_secret
 from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
+from sgconf.serving.plugins import STORAGE_BACKENDS
 from sgconf.suggest import did_you_mean
 
 log = structlog.get_logger("mem_cache.hicache.storage")
 
 BackendFactory = Callable[[Mapping[str, Any]], StorageBase]
 
-# name -> factory(extra_config); the names users may choose are the field's Literal
-STORAGE_BACKENDS: dict[str, BackendFactory] = {}
-
-
-def register_storage_backend(name: str, factory: BackendFactory) -> None:
-    """Make `factory(extra_config)` available as backend `name` (last registration wins)."""
-    STORAGE_BACKENDS[name] = factory
+def register_storage_backend(name: str, factory: BackendFactory) -> BackendFactory:
+    """Make `factory(extra_config)` available as backend `name`; DeclarationError when another holds the name."""
+    return STORAGE_BACKENDS.register(name, factory)
 
 
 def create_storage_backend(
@@ -44,7 +43,7 @@ def create_storage_backend(
     backend or a weak secret).
     """
     if not isinstance(name, str) or name not in STORAGE_BACKENDS:
-        known = sorted(STORAGE_BACKENDS)
+        known = STORAGE_BACKENDS.names()
         hint = did_you_mean(str(name), known) if isinstance(name, str) else ""
         msg = (
             f"unknown storage backend {name!r} for '{BACKEND_FIELD}'"
@@ -60,7 +59,7 @@ def create_storage_backend(
         )
         raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
     key = key_from_secret(mac_secret) if mac_secret is not None else None
-    backend = STORAGE_BACKENDS[name](extra_config)
+    backend = STORAGE_BACKENDS.get(name)(extra_config)
     try:
         if key is not None:
             backend.use_mac_key(key, source="setting")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
 from sgconf.serving import derived
+from sgconf.serving.plugins import ATTENTION_BACKENDS, STORAGE_BACKENDS
 from sgconf.serving.rules import RULES
 from sgconf.serving.schema import SERVING
 from sgconf.serving.steps import STEPS, read_model, resolve_inputs
@@ -123,8 +124,12 @@ class MemoryConfig:
     hicache_mem_layout: Literal["layer_first", "page_first"] = setting(
         "layer_first", help="host pool memory layout", allow_sources=HICACHE_SOURCES, apply="drain"
     )
-    hicache_storage_backend: Literal["file", "memory"] | None = setting(
-        None, help="storage tier behind the host pool; attachable at runtime", allow_sources=HICACHE_SOURCES, apply="drain"
+    hicache_storage_backend: str | None = setting(
+        None,
+        help="storage tier behind the host pool, a registered backend (file, memory, or a plug-in's); attachable at runtime",
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
+        plugin=STORAGE_BACKENDS,
     )
     hicache_storage_prefetch_policy: Literal["best_effort", "wait_complete", "timeout"] = setting(
         "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES, apply="drain"
@@ -289,9 +294,15 @@ class ObservabilityConfig:
 
 @namespace("exec.kernel")
 class KernelConfig:
-    attention_backend: str | None = setting(None, help="attention backend for prefill and decode; default by device")
-    prefill_attention_backend: str | None = setting(None, help="prefill attention backend; default attention_backend")
-    decode_attention_backend: str | None = setting(None, help="decode attention backend; default attention_backend")
+    attention_backend: str | None = setting(
+        None, help="attention backend for prefill and decode; default by device", plugin=ATTENTION_BACKENDS
+    )
+    prefill_attention_backend: str | None = setting(
+        None, help="prefill attention backend; default attention_backend", plugin=ATTENTION_BACKENDS
+    )
+    decode_attention_backend: str | None = setting(
+        None, help="decode attention backend; default attention_backend", plugin=ATTENTION_BACKENDS
+    )
 
 
 @namespace("exec.graph")

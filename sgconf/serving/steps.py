@@ -54,8 +54,9 @@ def resolve_inputs(values: Mapping[str, Any], model: Mapping[str, Any] | None) -
 
 def read_model(record: Any) -> Mapping[str, Any] | None:
     """The config.json a record names through model_path/model_config, or None when it cannot be read here."""
-    path, config = getattr(record, "model_path", None), getattr(record, "model_config", None)
-    if path is None and config is None:
+    path: str | None = getattr(record, "model_path", None)
+    config: str | None = getattr(record, "model_config", None)
+    if path is None:
         return None  # a copy of this schema without the model namespace
     try:
         return load_model_config(path, config)

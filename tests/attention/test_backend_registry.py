@@ -15,10 +15,11 @@ from attention import (
     register_backend,
     registered_backends,
 )
-from attention.registry import _BACKENDS
 from mem_cache.allocator import TokenToKVPoolAllocator
 from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool
 from runtime import get_context, override_server_args
+from sgconf.errors import ConfigError, DeclarationError
+from sgconf.serving.plugins import ATTENTION_BACKENDS
 
 
 class AltBackend(TorchNativeBackend):
@@ -34,9 +35,12 @@ class GpuOnlyBackend(TorchNativeBackend):
 
 
 @pytest.fixture
-def extra_backends(monkeypatch):
-    monkeypatch.setitem(_BACKENDS, AltBackend.name, AltBackend)
-    monkeypatch.setitem(_BACKENDS, GpuOnlyBackend.name, GpuOnlyBackend)
+def extra_backends():
+    for cls in (AltBackend, GpuOnlyBackend):
+        register_backend(cls)
+    yield
+    for cls in (AltBackend, GpuOnlyBackend):
+        ATTENTION_BACKENDS.unregister(cls.name)
 
 
 @pytest.fixture
@@ -84,11 +88,20 @@ def test_snapshot_selects_from_that_generation(runner, extra_backends):
             assert type(create_attention_backend(runner, snapshot=snap)) is AltBackend
 
 
-def test_unknown_backend_lists_the_available_ones(runner, extra_backends):
-    """An unknown decode backend is a ConfigError naming the field, the name and what would work."""
-    with override_server_args(decode_attention_backend="flashinfer"):
-        with pytest.raises(AttentionBackendUnavailable) as info:
-            create_attention_backend(runner)
+def test_unknown_backend_is_refused_by_the_config_with_the_registered_ones(extra_backends):
+    """An unknown decode backend never reaches a build: the setting names the registry's entries."""
+    with pytest.raises(ConfigError) as info:
+        override_server_args(decode_attention_backend="flashinfr").install()
+    assert info.value.lines() == [
+        "$.exec.kernel.decode_attention_backend: must name a registered attention backend "
+        "(test_alt, test_gpu_only, torch_native), got 'flashinfr' (from override_server_args)"
+    ]
+
+
+def test_unknown_backend_by_name_lists_the_available_ones(runner, extra_backends):
+    """Named directly (not through the config), an unknown backend is refused listing what would work."""
+    with pytest.raises(AttentionBackendUnavailable) as info:
+        create_attention_backend(runner, names=("torch_native", "flashinfer"))
     assert info.value.lines() == [
         "$.exec.kernel.decode_attention_backend: unknown attention backend 'flashinfer' for decode "
         "-- choose one of: test_alt, torch_native"
@@ -110,7 +123,7 @@ def test_registering_a_taken_name_fails():
     class Impostor(TorchNativeBackend):
         name = "torch_native"
 
-    with pytest.raises(ValueError, match="attention backend 'torch_native' is already registered by TorchNativeBackend"):
+    with pytest.raises(DeclarationError, match="attention backend 'torch_native' is registered twice: by attention.torch_native"):
         register_backend(Impostor)
     assert register_backend(TorchNativeBackend) is TorchNativeBackend
 
@@ -139,12 +152,12 @@ def test_hybrid_routes_by_batch_mode(runner, extra_backends):
 
 def test_error_names_the_field_the_name_came_from(runner, extra_backends):
     """A phase falling back to attention_backend blames attention_backend, not the unset phase field."""
-    with override_server_args(attention_backend="flashinfer", decode_attention_backend="torch_native"):
+    with override_server_args(attention_backend="test_gpu_only", decode_attention_backend="torch_native"):
         with pytest.raises(AttentionBackendUnavailable) as info:
             create_attention_backend(runner)
     assert info.value.lines() == [
-        "$.exec.kernel.attention_backend: unknown attention backend 'flashinfer' for prefill "
-        "-- choose one of: test_alt, torch_native"
+        "$.exec.kernel.attention_backend: attention backend 'test_gpu_only' for prefill cannot run here: "
+        "needs a CUDA device -- choose one of: test_alt, torch_native"
     ]
     with override_server_args(attention_backend="torch_native", decode_attention_backend="test_gpu_only"):
         snap = get_context().snapshot()

@@ -15,9 +15,9 @@ from mem_cache.hicache import (
     StorageAttachError,
     register_storage_backend,
 )
-from mem_cache.hicache.backends import STORAGE_BACKENDS
 from mem_cache.hicache.memory_storage import clear_shared_stores
 from mem_cache.pools import MHATokenToKVPool, SWAKVPool
+from sgconf.serving.plugins import STORAGE_BACKENDS
 
 PAGE = 4
 LAYERS = (0, 1, 2)
@@ -77,7 +77,7 @@ def gated():
     register_storage_backend("gated", lambda cfg: GatedStorage(shared, store_key=key))
     yield GatedStorage.gate
     GatedStorage.gate.set()
-    STORAGE_BACKENDS.pop("gated", None)
+    STORAGE_BACKENDS.unregister("gated")
 
 
 def test_round_trip_through_a_shared_directory(controllers, tmp_path):
@@ -496,4 +496,4 @@ def test_hung_existence_check_is_a_miss_after_the_read_timeout(controllers):
         assert ctl.stats.read_timeouts == 2
     finally:
         HungLookups.gate.set()
-        STORAGE_BACKENDS.pop("hung", None)
+        STORAGE_BACKENDS.unregister("hung")

@@ -1,0 +1,143 @@
+"""`Registry`: the one way to extend a runtime by name (attention backends, storage backends, any plug-in).
+
+A registry holds named entries, each with who registered it. A name is registered once:
+a second registration under it is a `DeclarationError` naming both registrants, unless
+it is the very same object. Entries come from code (`registry.register(name, obj)`) or
+from installed packages, through the entry-point group the registry names, loaded the
+first time an entry is looked up; an entry point is only imported when its name is
+asked for, so listing names stays cheap.
+
+A setting whose value names an entry declares it with `setting(..., plugin=registry)`:
+its value is checked against `registry.names()` when it is converted (with a did-you-mean
+for a near miss), and `--help` and the JSON Schema list the names.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+from sgconf.errors import ConfigError, DeclarationError, Problem
+from sgconf.suggest import did_you_mean
+
+T = TypeVar("T")
+
+
+def _registrant(obj: Any) -> str:
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{name}"
+
+
+class Registry(Generic[T]):
+    """Named plug-ins of one kind; see the module docstring."""
+
+    def __init__(self, kind: str, *, entry_points: str | None = None) -> None:
+        self.kind = kind
+        self.entry_points = entry_points
+        self._entries: dict[str, tuple[T, str]] = {}
+        self._lazy: dict[str, metadata.EntryPoint] | None = None
+        self._lock = threading.RLock()
+
+    def register(self, name: str, obj: T, *, registrant: str | None = None) -> T:
+        """Make `obj` available as `name`; returns `obj` (so it can decorate a class or a factory).
+
+        Raises DeclarationError when another object already holds `name`, naming both.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise DeclarationError(f"a {self.kind} needs a non-empty name, got {name!r}")
+        who = registrant or _registrant(obj)
+        with self._lock:
+            held = self._entries.get(name)
+            if held is not None and held[0] is not obj:
+                msg = f"{self.kind} {name!r} is registered twice: by {held[1]} and by {who} -- pick another name"
+                raise DeclarationError(msg)
+            lazy = self._entry_points().get(name) if held is None else None
+            if lazy is not None and self._load(name, lazy) is not obj:
+                msg = f"{self.kind} {name!r} is registered twice: by {lazy.value} and by {who} -- pick another name"
+                raise DeclarationError(msg)
+            self._entries[name] = (obj, who)
+        return obj
+
+    def unregister(self, name: str) -> None:
+        """Forget `name` (a plug-in unloaded, or a test cleaning up); a no-op when it is not registered."""
+        with self._lock:
+            self._entries.pop(name, None)
+            if self._lazy is not None:
+                self._lazy.pop(name, None)
+
+    def names(self) -> tuple[str, ...]:
+        """Every registered name, sorted, whether loaded yet or not."""
+        with self._lock:
+            return tuple(sorted({*self._entries, *self._entry_points()}))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def get(self, name: str) -> T:
+        """The entry registered as `name`; KeyError with the known names and a did-you-mean otherwise."""
+        with self._lock:
+            held = self._entries.get(name)
+            if held is not None:
+                return held[0]
+            lazy = self._entry_points().get(name)
+            if lazy is not None:
+                return self._load(name, lazy)
+        raise KeyError(self.unknown_message(name))
+
+    def registrant(self, name: str) -> str:
+        """Who registered `name` (a module path, or the entry point's target)."""
+        with self._lock:
+            held = self._entries.get(name)
+            if held is not None:
+                return held[1]
+            lazy = self._entry_points().get(name)
+            if lazy is not None:
+                return lazy.value
+        raise KeyError(self.unknown_message(name))
+
+    def unknown_message(self, name: object) -> str:
+        known = self.names()
+        hint = did_you_mean(str(name), known, normalize=False) if isinstance(name, str) else ""
+        return f"unknown {self.kind} {name!r}{hint} -- use one of: {', '.join(known) or 'none registered'}"
+
+    def check(self, name: Any) -> None:
+        """Raise ValueError (a field check's error) unless `name` is registered; None passes."""
+        if name is not None and name not in self:
+            known = self.names()
+            hint = did_you_mean(str(name), known, normalize=False).replace(" -- ", "; ")
+            raise ValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
+
+    def require(self, name: str, *, path: str, source: str | None = None) -> T:
+        """`get(name)`, or a ConfigError naming the setting at `path` the name came from."""
+        try:
+            return self.get(name)
+        except KeyError:
+            raise ConfigError([Problem(path, self.unknown_message(name), source)]) from None
+
+    def _entry_points(self) -> dict[str, metadata.EntryPoint]:
+        if self._lazy is None:
+            found = metadata.entry_points(group=self.entry_points) if self.entry_points else ()
+            self._lazy = {ep.name: ep for ep in found}
+        return self._lazy
+
+    def _load(self, name: str, ep: metadata.EntryPoint) -> T:
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a broken plug-in must say which one and why, not crash the lookup
+            msg = f"{self.kind} {name!r} from entry point {ep.value} cannot be loaded: {type(exc).__name__}: {exc}"
+            raise ConfigError([Problem(f"${self.kind}", msg)], header=f"{self.kind} not available") from None
+        self._entries[name] = (obj, ep.value)
+        return obj  # type: ignore[no-any-return]
+
+    def decorator(self, name: str) -> Callable[[T], T]:
+        """`@registry.decorator("name")` registers what it decorates under `name`."""
+        return lambda obj: self.register(name, obj)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, names={list(self.names())})"
+
+
+__all__ = ["Registry"]
