@@ -23,12 +23,11 @@ from sgconf.provenance import Origin
 from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
-    cli_layer,
+    SourceRequest,
     config_file_path,
     config_path_from_env,
+    default_sources,
     layer_sources,
-    read_config_file,
-    read_env,
 )
 from sgconf.validation import convert_fields
 
@@ -116,14 +115,10 @@ def load_layers(
     """
     env = os.environ if env is None else env
     path = config_file if config_file is not None else config_path_from_env(env, schema)
-    layers: list[LayerInput] = []
-    file_text = None
-    if path is not None and str(path) != "":
-        layer = read_config_file(path, schema)
-        file_text = str(config_file_path(path))
-        layers.append(layer)
-    layers.append(read_env(env, schema))
-    layers.append(cli_layer(cli, schema, typed=typed))
+    file_text = str(config_file_path(path)) if path is not None and str(path) != "" else None
+    request = SourceRequest(schema, env, path, cli, typed)
+    sources = schema.sources if schema.sources is not None else default_sources()
+    layers: list[LayerInput] = [source.read(request) for source in sources]
 
     found = list(problems)
     converted: list[tuple[LayerInput, dict[str, Any]]] = []

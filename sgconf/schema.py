@@ -13,10 +13,12 @@ from typing import Any
 
 from sgconf.cli import main
 from sgconf.declarations import PATH_ATTR, SCHEMA_ATTR, TEST_ROLE, Declarations, schema_of
+from sgconf.errors import DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import load
 from sgconf.provenance import Origin
+from sgconf.sources import Source, default_sources
 from sgconf.validation import build_record
 
 
@@ -27,6 +29,32 @@ class Schema(Declarations):
     defaults to `NAME_` and `config_env` to `<prefix>CONFIG`. `record_name` names the flat
     record class (`ServerArgs` by default, so the read ratchet finds it).
     """
+
+    # -- sources -----------------------------------------------------------------------
+
+    def add_source(self, source: Source, *, before: str | None = None, after: str | None = None) -> None:
+        """Add a config source (a `sgconf.sources.Source`) between the others, by their layer names.
+
+        Sources are read lowest precedence first: `file`, `env`, `cli` by default, and a
+        value from a later source wins. `before="env"` puts a secrets directory above the
+        config file and below the environment; with neither, the source goes last (above
+        the CLI). Raises DeclarationError for an unknown anchor, a taken name, or a frozen schema.
+        """
+        self._declaring(f"source {getattr(source, 'name', source)!r}")
+        current = self.sources if self.sources is not None else default_sources()
+        names = [s.name for s in current]
+        if source.name in names:
+            raise DeclarationError(f"schema {self.name!r} already reads a source named {source.name!r} -- give this one another name")
+        if before is not None and after is not None:
+            raise DeclarationError("add_source() takes before= or after=, not both")
+        anchor = before if before is not None else after
+        if anchor is not None and anchor not in names:
+            raise DeclarationError(f"no source {anchor!r} in schema {self.name!r} -- sources are: {', '.join(names)}")
+        at = len(current) if anchor is None else names.index(anchor) + (0 if before is not None else 1)
+        self.sources = [*current[:at], source, *current[at:]]
+        switch = getattr(source, "env_var", None)
+        if switch:  # the variable that points the source somewhere is not a field, nor a typo
+            self.reserved_env.add(switch)
 
     # -- using it ----------------------------------------------------------------------
 

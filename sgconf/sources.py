@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -288,3 +288,116 @@ def layer_sources(layers: Iterable[LayerInput]) -> dict[str, str]:
     for layer in layers:
         out.update(layer.sources())
     return out
+
+
+# -- sources: one interface, a schema's ordered list ------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class SourceRequest:
+    """What a source may read for one load: the schema, the environment, the config file and the CLI values."""
+
+    schema: Declarations
+    env: Mapping[str, str]
+    config_file: str | os.PathLike[str] | None
+    cli: Mapping[str, Any]
+    typed: Mapping[str, str] | None = None
+
+
+class Source(Protocol):
+    """A layer of raw values: `read` returns what it found (or its problems); it never raises for bad input.
+
+    `name` is the layer its values are attributed to in provenance (`from <name>:<detail>`
+    for a source of a runtime's own).
+    """
+
+    name: str
+
+    def read(self, request: SourceRequest) -> LayerInput: ...
+
+
+@attrs.frozen(slots=True)
+class ConfigFileSource:
+    """The config file named by `--config`, the `config_file` argument, or the schema's config variable."""
+
+    name: str = "file"
+
+    def read(self, request: SourceRequest) -> LayerInput:
+        path = request.config_file
+        if path is None:
+            path = config_path_from_env(request.env, request.schema)
+        if path is None or str(path) == "":
+            return LayerInput(self.name, schema=request.schema)
+        return read_config_file(path, request.schema)
+
+
+@attrs.frozen(slots=True)
+class EnvSource:
+    """`<PREFIX><FIELD>` environment variables."""
+
+    name: str = "env"
+
+    def read(self, request: SourceRequest) -> LayerInput:
+        return read_env(request.env, request.schema)
+
+
+@attrs.frozen(slots=True)
+class CliSource:
+    """The field flags actually given on the command line."""
+
+    name: str = "cli"
+
+    def read(self, request: SourceRequest) -> LayerInput:
+        return cli_layer(request.cli, request.schema, typed=request.typed)
+
+
+@attrs.frozen(slots=True)
+class SecretsDirSource:
+    """One file per field in a directory (Docker and Kubernetes secrets): the file `<dir>/<field>` holds the value.
+
+    The file name is the field name (or its env var name, `MYRT_API_KEY`); one trailing
+    newline is dropped. Files that name no field are left alone: a secrets directory is
+    shared with other programs. A directory that does not exist contributes nothing
+    unless `required`, when it is a problem naming it. `env_var` names a variable that,
+    when set, gives the directory instead (`Schema.add_source` reserves it).
+    """
+
+    directory: str | os.PathLike[str]
+    name: str = "secrets"
+    required: bool = False
+    env_var: str | None = None
+
+    def read(self, request: SourceRequest) -> LayerInput:
+        schema = request.schema
+        chosen = request.env.get(self.env_var) if self.env_var else None
+        root = Path(os.path.expanduser(chosen or os.fspath(self.directory)))
+        if not root.is_dir():
+            if not self.required:
+                return LayerInput(self.name, schema=schema)
+            msg = f"secrets directory {str(root)!r} does not exist -- create it or drop the source"
+            return LayerInput(self.name, problems=(Problem("$", msg, f"from {self.name}:{root}"),), schema=schema)
+        by_file = {}
+        for name, info in schema.fields().items():
+            by_file[name] = name
+            by_file[info.env_var] = name
+        values: dict[str, Any] = {}
+        details: dict[str, str] = {}
+        problems: list[Problem] = []
+        for entry in sorted(root.iterdir(), key=lambda p: p.name):
+            field = by_file.get(entry.name)
+            if field is None or not entry.is_file():
+                continue
+            try:
+                text = entry.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                info = schema.field_info(field)
+                problems.append(Problem(info.path, f"cannot read {entry}: {exc}", f"from {self.name}:{entry}"))
+                continue
+            values[field] = text[:-1] if text.endswith("\n") else text
+            details[field] = str(entry)
+        return LayerInput(self.name, values, details, tuple(problems), schema=schema)
+
+
+def default_sources() -> list[Source]:
+    """The layers every schema starts with, lowest precedence first: the config file, the environment, the CLI."""
+    return [ConfigFileSource(), EnvSource(), CliSource()]

@@ -7,6 +7,7 @@ from typing import Literal
 from runtime import accessor
 from sgconf import Schema, setting
 from sgconf.fields import at_least, interval, positive
+from sgconf.sources import SecretsDirSource
 
 SCHEMA = Schema("minirt", env_prefix="MINIRT_", description="Every minirt setting, nested by namespace.")
 
@@ -30,6 +31,9 @@ class ApiConfig:
     port: int = setting(8100, help="HTTP port", checks=[interval(1, 65535)], fingerprint=False)
     token: str | None = setting(None, help="bearer token for admin calls", secret=True)
 
+
+# secrets mounted one file per field (`<dir>/token`), above the config file and below the environment
+SCHEMA.add_source(SecretsDirSource("/run/secrets/minirt", env_var="MINIRT_SECRETS_DIR"), before="env")
 
 # the adapter worker never reads the API settings
 SCHEMA.role("adapter_worker", namespaces=["lora", "cache"])

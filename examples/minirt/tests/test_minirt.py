@@ -11,6 +11,7 @@ import pytest
 from minirt import SCHEMA, AdapterPool, get_api, get_lora
 
 from runtime import RoleViolation, get_context, override_server_args, publish, reset
+from sgconf import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,3 +69,18 @@ def test_python_m_minirt_run_and_show() -> None:
     bad = _minirt("show", "--max-loras", "0")
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr == "minirt: invalid configuration: 1 problem\n  $.lora.max_loras: must be > 0, got 0 (from --max-loras)\n"
+
+
+def test_a_secrets_directory_sets_the_token_with_its_file_as_provenance(tmp_path: Path) -> None:
+    """One file per field: the token comes from `<dir>/token`, below the environment, and is never shown."""
+    (tmp_path / "token").write_text("s3cret-from-file\n", encoding="utf-8")
+    (tmp_path / "unrelated").write_text("not ours", encoding="utf-8")
+    loaded = SCHEMA.load([], env={"MINIRT_SECRETS_DIR": str(tmp_path)})
+    assert loaded.record.token == "s3cret-from-file"
+    assert loaded.winner("token").describe() == f"from secrets:{tmp_path / 'token'}"
+    assert "s3cret" not in repr(loaded) and "s3cret" not in repr(loaded.chain("token"))
+    above = SCHEMA.load([], env={"MINIRT_SECRETS_DIR": str(tmp_path), "MINIRT_TOKEN": "from-env-token"})
+    assert above.record.token == "from-env-token"
+    (tmp_path / "port").write_text("http", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\$\.api\.port: .*from secrets:"):
+        SCHEMA.load([], env={"MINIRT_SECRETS_DIR": str(tmp_path)})
