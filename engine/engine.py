@@ -57,8 +57,11 @@ from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
 from runtime.context import RuntimeContext, get_context, is_published, publish, reset, use_context
-from runtime.logs import configure_from_config
-from runtime.serving import attention_backends, get_serving, max_speculative_num_draft_tokens
+from runtime.serving import (
+    attention_backends,
+    get_serving,
+    max_speculative_num_draft_tokens,
+)
 from sgconf.serving import load
 from sgconf.serving.models import load_model_config
 
@@ -137,7 +140,7 @@ class Engine:
 
     def _build(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
         if configure_logs:
-            configure_from_config()
+            configure_logs()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)

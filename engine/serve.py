@@ -142,10 +142,10 @@ def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = N
         return None
     from engine.dp.controller import ROLE, DPController
     from engine.dp.group_backend import ReplicaGroupBackend
-    from runtime.logs import configure_from_config
+    from runtime.serving import configure_logs
 
     publish(record, role=ROLE)
-    configure_from_config()
+    configure_logs()
     try:
         if early is not None and early.received:
             return 0  # told to stop before the replicas were started

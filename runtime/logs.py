@@ -174,13 +174,18 @@ def configure_from_record(record: Any) -> None:
     configure_logging(level=level, fmt=style)
 
 
-def configure_from_config(stream: TextIO | None = None) -> None:
-    """Configure from the context in use: the log style now, the level live (module docstring)."""
+def configure_from_config(stream: TextIO | None = None, *, live: Callable[[], str] | None = None) -> None:
+    """Configure from the context in use: the log style now, the level live (module docstring).
+
+    `live` reads the level at each event; by default it reads the schema's `verbosity`
+    knob field from the context in use.
+    """
     from runtime.context import get_context
 
     ctx = get_context()
     level, style, level_field = _knob_values(ctx.schema, ctx._state.flat)
-    live = None if level_field is None else _live_level(level_field)
+    if live is None and level_field is not None:
+        live = _live_level(level_field)
     configure_logging(level=level, fmt=style, stream=stream, live=live)
 
 

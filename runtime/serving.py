@@ -10,8 +10,9 @@ the serving schema as the fallback when nothing is published. This is the only m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+from runtime import logs as _logs
 from runtime import process
 from runtime import testing as _testing
 from runtime.accessors import accessor
@@ -77,6 +78,11 @@ def attention_backends(snapshot: Snapshot | None = None) -> tuple[str, str]:
     return _derived.attention_backends(_view(snapshot))
 
 
+def configure_logs(stream: TextIO | None = None) -> None:
+    """Configure the server's logs from the published serving config, `log_level` read live at every event."""
+    _logs.configure_from_config(stream, live=lambda: get_observability().log_level)
+
+
 def override_server_args(
     values: Mapping[str, Any] | None = None,
     /,
@@ -93,6 +99,7 @@ def override_server_args(
 __all__ = [
     "ROLE_NAMESPACE_SETS",
     "attention_backends",
+    "configure_logs",
     "configured_pp_size",
     "get_device",
     "get_disagg",
