@@ -44,6 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine.chat_template import load_chat_template
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import (
@@ -57,6 +58,7 @@ from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from runtime.accessors import get_model
 from runtime.context import get_context
 from sgconf.registry import field_info, fields
 
@@ -84,7 +86,8 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
         metrics = Metrics(backend)
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
-        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe)
+        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
+                              chat_template=load_chat_template(get_model()))
     if admin:
         _add_storage_routes(app, backend)
         _add_config_routes(app, backend)
