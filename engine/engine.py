@@ -113,6 +113,17 @@ class Engine:
         if configure_logs:
             configure_from_config()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
+        try:
+            self._build(snap, model_config)
+        except BaseException:
+            # a refused model leaves no half-built engine behind, nor its config live
+            if is_published() and get_context() is self.context:
+                reset()
+            raise
+        log.info("engine.start", **self._startup_summary(snap))
+
+    def _build(self, snap: Any, model_config: dict[str, Any] | None) -> None:
+        """Everything after publishing: weights source, tokenizer, pools, model, caches, scheduler, loop."""
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
@@ -135,7 +146,6 @@ class Engine:
         self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
-        log.info("engine.start", **self._startup_summary(snap))
 
     def _startup_summary(self, snap: Any) -> dict[str, Any]:
         """One line an operator reads at start-up: model, pools, tokens, backends and storage."""
