@@ -118,8 +118,9 @@ def _own_template(cfg: dict[str, Any], directory: Path) -> tuple[str, str] | Non
     return None
 
 
-def tokenizer_directory(model: Any) -> Path | None:
+def tokenizer_directory(snap: Any) -> Path | None:
     """The directory the tokenizer files come from: `tokenizer_path`, else `model_path` when it is one."""
+    model = snap.model
     for value in (model.tokenizer_path, model.model_path):
         if value is None:
             continue
@@ -131,9 +132,10 @@ def tokenizer_directory(model: Any) -> Path | None:
     return None
 
 
-def load_chat_template(model: Any) -> ChatTemplate:
-    """The template the model bag `model` asks for (see the module docstring); ConfigError when it cannot be had."""
-    directory = tokenizer_directory(model)
+def load_chat_template(snap: Any) -> ChatTemplate:
+    """The template the config snapshot `snap` asks for (see the module docstring); ConfigError when it cannot be had."""
+    model = snap.model
+    directory = tokenizer_directory(snap)
     cfg = _tokenizer_config(directory) if directory is not None else {}
     tokens = {"bos_token": _token(cfg.get("bos_token")), "eos_token": _token(cfg.get("eos_token"))}
     asked = model.chat_template

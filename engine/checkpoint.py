@@ -47,8 +47,9 @@ def _is_shipped(model: Any) -> bool:
     return not Path(model.model_path).exists() and builtin_model_path(model.model_path) is not None
 
 
-def choose_weights(model: Any) -> WeightsSource:
-    """Decide the weights of the model bag `model`; WeightsError (one line naming the fix) when there are none."""
+def choose_weights(snap: Any) -> WeightsSource:
+    """Decide the weights for the config snapshot `snap`; WeightsError (one line naming the fix) when there are none."""
+    model = snap.model
     fmt = str(model.load_format)
     directory = model_directory(model)
     if fmt == "dummy":

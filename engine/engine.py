@@ -38,6 +38,8 @@ import torch
 from attention import create_attention_backend
 from engine.boundary import StepBoundary
 from engine.capacity import PlannedCapacity
+from engine.chat_template import load_chat_template
+from engine.checkpoint import choose_weights
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -48,7 +50,6 @@ from engine.errors import (
 )
 from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
-from engine.checkpoint import choose_weights
 from engine.model import TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.sampling import SamplingParams
@@ -56,7 +57,13 @@ from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
 from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
-from engine.weights import Checkpoint, check_checkpoint, check_model_type, find_checkpoint, load_weights
+from engine.weights import (
+    Checkpoint,
+    check_checkpoint,
+    check_model_type,
+    find_checkpoint,
+    load_weights,
+)
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
@@ -128,10 +135,11 @@ class Engine:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
-        self.weights_source = choose_weights(snap.model)
+        self.weights_source = choose_weights(snap)
         self.checkpoint = self._read_checkpoint()
-        self.tokenizer: Tokenizer = choose_tokenizer(snap.model, self.weights_source, run_sizes(self.shape)[2])
-        self.eos_token_ids = stop_token_ids(snap.model, self.shape.eos_token_ids)
+        self.tokenizer: Tokenizer = choose_tokenizer(snap, self.weights_source, run_sizes(self.shape)[2])
+        self.eos_token_ids = stop_token_ids(snap, self.shape.eos_token_ids)
+        self.chat_template = load_chat_template(snap)  # what the chat routes render; a bad one fails here
         self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations

@@ -87,7 +87,11 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     go through the memory guard (`engine.memory_guard`).
     """
     from mem_cache.errors import InsufficientMemoryError
-    from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes, device_of
+    from mem_cache.kv_cache_configurator import (
+        KVCacheConfigurator,
+        default_available_bytes,
+        device_of,
+    )
     tp = int(snap.parallel.tp_size)  # ranks of any kind: this engine is one process, one rank
     if tp > 1:
         from sgconf.errors import ConfigError, Problem

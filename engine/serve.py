@@ -95,9 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
-        from engine.chat_template import load_chat_template
-
-        load_chat_template(to_bags(record)["model"])  # a bad --chat-template fails before anything is built
         try:
             listeners = bind_listeners(serving)
         except PortUnavailable as exc:

@@ -67,8 +67,9 @@ def load_tokenizer(path: Path, *, field: str = "$.model.tokenizer_path") -> HFTo
         raise _bad(field, f"cannot read '{file}': {exc}") from None
 
 
-def choose_tokenizer(model: Any, source: WeightsSource, vocab_size: int) -> Tokenizer:
-    """The tokenizer the model bag `model` asks for; ConfigError naming the path when it cannot serve."""
+def choose_tokenizer(snap: Any, source: WeightsSource, vocab_size: int) -> Tokenizer:
+    """The tokenizer the config snapshot `snap` asks for; ConfigError naming the path when it cannot serve."""
+    model = snap.model
     tokenizer: Tokenizer
     if model.tokenizer_path is not None:
         tokenizer = load_tokenizer(Path(model.tokenizer_path))
@@ -94,10 +95,10 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(i for i in items if isinstance(i, int) and not isinstance(i, bool))
 
 
-def stop_token_ids(model: Any, config_ids: Sequence[int]) -> tuple[int, ...]:
+def stop_token_ids(snap: Any, config_ids: Sequence[int]) -> tuple[int, ...]:
     """Every id that ends a sequence: config.json's `eos_token_id`s, then generation_config.json's."""
     ids = list(config_ids)
-    directory = model_directory(model)
+    directory = model_directory(snap.model)
     if directory is not None and (directory / "generation_config.json").exists():
         try:
             gen = json.loads((directory / "generation_config.json").read_text())

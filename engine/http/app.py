@@ -58,7 +58,6 @@ from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
-from runtime.accessors import get_model
 from runtime.context import get_context
 from sgconf.registry import field_info, fields
 
@@ -87,7 +86,7 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
         install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
-                              chat_template=load_chat_template(get_model()))
+                              chat_template=load_chat_template(get_context().snapshot()))
     if admin:
         _add_storage_routes(app, backend)
         _add_config_routes(app, backend)
