@@ -122,12 +122,15 @@ def rope_inv_freq(shape: ModelShape) -> torch.Tensor:
     return torch.where(medium, blended, scaled)
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Apply rotary position embedding (rotate-half form) to `[tokens, heads, dim]`."""
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(cos, sin)`, each `[tokens, 1, head_dim]`: computed once per forward, shared by every layer."""
+    angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]
     emb = torch.cat([angles, angles], dim=-1)
-    cos = emb.cos()[:, None, :].to(x.dtype)
-    sin = emb.sin()[:, None, :].to(x.dtype)
+    return emb.cos()[:, None, :].to(dtype), emb.sin()[:, None, :].to(dtype)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply rotary position embedding (rotate-half form) to `[tokens, heads, dim]`."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
@@ -145,21 +148,21 @@ class DecoderLayer(nn.Module):
         self.q_proj = nn.Linear(h, shape.num_attention_heads * d, bias=bias)
         self.k_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=bias)
         self.v_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=bias)
-        self.o_proj = nn.Linear(shape.num_attention_heads * d, h, bias=False)
+        self.o_proj = nn.Linear(shape.num_attention_heads * d, h, bias=shape.output_bias)
         self.post_norm = RMSNorm(h, shape.rms_norm_eps)
         self.gate_proj = nn.Linear(h, mlp, bias=False)
         self.up_proj = nn.Linear(h, mlp, bias=False)
         self.down_proj = nn.Linear(mlp, h, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: LayerAttention, inv_freq: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], attn: LayerAttention) -> torch.Tensor:
         s = self.shape
         n = x.shape[0]
         y = self.input_norm(x)
         q = self.q_proj(y).view(n, s.num_attention_heads, s.head_dim)
         k = self.k_proj(y).view(n, s.num_key_value_heads, s.head_dim)
         v = self.v_proj(y).view(n, s.num_key_value_heads, s.head_dim)
-        q = rotary(q, positions, inv_freq)
-        k = rotary(k, positions, inv_freq)
+        q = rotary(q, *rope)
+        k = rotary(k, *rope)
         x = x + self.o_proj(attn(self.layer_id, q, k, v))
         y = self.post_norm(x)
         return x + self.down_proj(nn.functional.silu(self.gate_proj(y)) * self.up_proj(y))
@@ -222,9 +225,9 @@ class TinyTransformer(nn.Module):
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, attn: LayerAttention) -> torch.Tensor:
         x = self.embed(ids)
-        inv_freq = self.inv_freq.to(x.device)
+        rope = rotary_tables(positions, self.inv_freq, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, attn, inv_freq)
+            x = layer(x, rope, attn)
         return self.lm_head(self.norm(x)).float()
 
 

@@ -150,6 +150,8 @@ def expected_tensors(shape: ModelShape) -> dict[str, tuple[str, tuple[int, ...]]
         }
         if shape.attention_bias:
             sizes |= {"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)}
+        if shape.output_bias:
+            sizes["self_attn.o_proj.bias"] = (hidden,)
         for part, size in sizes.items():
             module, _, kind = part.rpartition(".")
             out[f"model.layers.{i}.{part}"] = (f"layers.{i}.{_LAYER_PARTS[module]}.{kind}", size)

@@ -75,7 +75,8 @@ class ModelShape:
     # every id that ends a sequence (`eos_token_id` may list several); the first is eos_token_id
     eos_token_ids: tuple[int, ...] = ()
     model_type: str | None = None
-    attention_bias: bool = False
+    attention_bias: bool = False  # on the q, k and v projections
+    output_bias: bool = False  # on the output projection (Llama's attention_bias; never in Qwen2)
     tie_word_embeddings: bool = False
     rope_scaling: RopeScaling | None = None
 
@@ -392,6 +393,7 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
         eos_token_ids=_all_ints(cfg.get("eos_token_id")),
         model_type=model_type if isinstance(model_type, str) else None,
         attention_bias=bool(bias),
+        output_bias=bool(cfg.get("attention_bias", False)) and model_type != "qwen2",
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         rope_scaling=rope_scaling,
     )

@@ -1,4 +1,4 @@
-"""Tiny Hugging Face checkpoints written by the tests: random Llama/Qwen2 weights from
+"""Tiny Hugging Face checkpoints written by the tests: random Llama/Qwen2/Mistral weights from
 `transformers`' own classes (safetensors via `save_pretrained`) and a byte-level BPE
 tokenizer trained here with `tokenizers`, so parity is checked against the reference
 implementation without downloading anything.
@@ -70,22 +70,35 @@ def qwen2_config(ids: dict[str, int], **overrides: Any) -> Any:
     return Qwen2Config(**{**base, **overrides})
 
 
+def mistral_config(ids: dict[str, int], **overrides: Any) -> Any:
+    from transformers import MistralConfig
+
+    base = dict(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, sliding_window=4,
+        bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+    )
+    return MistralConfig(**{**base, **overrides})
+
+
 def write_checkpoint(directory: Path, family: str = "llama", *, seed: int = 0, max_shard_size: str | None = None,
                      **overrides: Any) -> Any:
     """A tiny random `family` model saved to `directory` with a tokenizer; returns the transformers model."""
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+    from transformers import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 
     ids = train_tokenizer(directory)
     torch.manual_seed(seed)
+    model: Any
     if family == "llama":
         model = LlamaForCausalLM(llama_config(ids, **overrides))
+    elif family == "mistral":
+        model = MistralForCausalLM(mistral_config(ids, **overrides))
     else:
         model = Qwen2ForCausalLM(qwen2_config(ids, **overrides))
-    if family == "qwen2":  # biases start at zero: make them count, so a dropped bias shows in the logits
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                    proj.bias.normal_(0, 0.2)
+    with torch.no_grad():  # biases start at zero: make them count, so a dropped bias shows in the logits
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0, 0.2)
     model.eval()
     model.generation_config.eos_token_id = [ids["</s>"], ids["<|im_end|>"]]
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}

@@ -1,5 +1,5 @@
-"""Real checkpoints: tiny Llama and Qwen2 models written by `transformers` are served with the
-reference's tokens and logits; broken checkpoints, weightless configs and oversized models
+"""Real checkpoints: tiny Llama, Qwen2 and Mistral models written by `transformers` are served
+with the reference's tokens and logits (sliding windows through the SWA pools); broken checkpoints, weightless configs and oversized models
 are refused before anything is allocated."""
 
 from __future__ import annotations
@@ -22,22 +22,36 @@ PROMPTS = ["hello world, the quick", "paged attention keeps", "a serving runtime
 FLAGS = ["--max-total-tokens", "1024", "--page-size", "4"]
 
 
+# name -> (family, config overrides); qwen2-hybrid slides on layer 1 only: full and SWA pools side by side
+MODELS = {
+    "llama": ("llama", {}),  # llama3 rope scaling, untied head
+    "llama-linear": ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "attention_bias": True}),
+    "qwen2": ("qwen2", {}),
+    "mistral": ("mistral", {}),
+    "qwen2-hybrid": ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}),
+}
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
     root = tmp_path_factory.mktemp("ckpt")
-    return {family: (root / family, write_checkpoint(root / family, family)) for family in ("llama", "qwen2")}
+    return {name: (root / name, write_checkpoint(root / name, family, **extra)) for name, (family, extra) in MODELS.items()}
 
 
 def _engine(path: Path, *flags: str) -> Engine:
     return Engine.from_args(["--model-path", str(path), *FLAGS, *flags])
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_greedy_tokens_and_logits_match_transformers(checkpoints, family: str) -> None:
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_tokens_and_logits_match_transformers(checkpoints, name: str) -> None:
     """Batched greedy decoding through the paged engine equals `generate`; logits agree to 1e-4."""
-    path, ref = checkpoints[family]
+    path, ref = checkpoints[name]
     with _engine(path) as engine:
         assert engine.weights_source.load_format == "safetensors"
+        pool = type(engine.memory.kv_pool).__name__
+        assert pool == ("SWAKVPool" if name in ("mistral", "qwen2-hybrid") else "MHATokenToKVPool")
+        if name == "qwen2-hybrid":
+            assert (engine.shape.full_attention_layer_ids, engine.shape.swa_attention_layer_ids) == ((0,), (1,))
         reqs = [engine.submit(p, max_new_tokens=12, ignore_eos=True) for p in PROMPTS]  # one batch
         ours = [list(engine.wait(r, timeout=120).token_ids) for r in reqs]
         for prompt, tokens in zip(PROMPTS, ours, strict=True):
