@@ -82,7 +82,10 @@ class ChatTemplate:
         try:
             return str(self._compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                              bos_token=self.bos_token, eos_token=self.eos_token))
-        except jinja2.TemplateError as exc:
+        except TemplateError:
+            raise
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            # a template is user-supplied code over request data: its failures are the request's
             raise TemplateError(f"the chat template ({self.origin}) refused the messages: {exc}") from None
 
 
