@@ -10,12 +10,24 @@ request with noise, and a full-size model would only be built to run out of memo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 
-from engine.weights import WeightsError, has_weights
+from engine.model import TinyTransformer
+from engine.weights import (
+    Checkpoint,
+    WeightsError,
+    check_checkpoint,
+    check_model_type,
+    find_checkpoint,
+    has_weights,
+    load_weights,
+)
+from mem_cache.model_shape import ModelShape
 from sgconf.errors import Problem
 from sgconf.models import builtin_model_path
 
@@ -64,4 +76,36 @@ def choose_weights(snap: Any) -> WeightsSource:
     raise WeightsError([Problem("$.model.load_format", msg)], header="the model has no weights")
 
 
-__all__ = ["LOAD_FORMATS", "WeightsSource", "choose_weights", "model_directory"]
+def read_checkpoint(source: WeightsSource, shape: ModelShape, config: Mapping[str, Any]) -> Checkpoint | None:
+    """The checkpoint's tensor table, checked against the config (headers only: nothing allocated)."""
+    if not source.is_checkpoint or source.directory is None:
+        return None
+    check_model_type(shape, config)
+    checkpoint = find_checkpoint(source.directory)
+    check_checkpoint(checkpoint, shape)
+    return checkpoint
+
+
+def build_model(checkpoint: Checkpoint | None, shape: ModelShape, *, dtype: torch.dtype, device: str, seed: int) -> TinyTransformer:
+    """The checkpoint's weights when there is one, else random ones from `seed`."""
+    if checkpoint is not None:
+        return load_weights(checkpoint, shape, dtype=dtype, device=device)
+    return TinyTransformer(shape, seed=seed, dtype=dtype).to(device)
+
+
+def draft_model(snap: Any, shape: ModelShape, target: Checkpoint | None, *, dtype: torch.dtype, device: str,
+                seed: int) -> TinyTransformer:
+    """The draft's weights: its own checkpoint, else the target checkpoint's embedding, first
+    layers and head (an early exit of the target, tensors shared by name), else random ones."""
+    spec = snap.spec
+    own = spec.speculative_draft_model_path
+    if own is not None and has_weights(Path(own)):
+        checkpoint = find_checkpoint(Path(own))
+        check_checkpoint(checkpoint, shape)
+        return load_weights(checkpoint, shape, dtype=dtype, device=device)
+    if own is None and spec.speculative_draft_model_config is None:
+        return build_model(target, shape, dtype=dtype, device=device, seed=seed)
+    return TinyTransformer(shape, seed=seed, dtype=dtype).to(device)
+
+
+__all__ = ["LOAD_FORMATS", "WeightsSource", "build_model", "choose_weights", "draft_model", "model_directory", "read_checkpoint"]

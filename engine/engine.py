@@ -39,7 +39,7 @@ from attention import create_attention_backend
 from engine.boundary import StepBoundary
 from engine.capacity import PlannedCapacity
 from engine.chat_template import load_chat_template
-from engine.checkpoint import choose_weights
+from engine.checkpoint import build_model, choose_weights, draft_model, read_checkpoint
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -57,13 +57,6 @@ from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
 from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
-from engine.weights import (
-    Checkpoint,
-    check_checkpoint,
-    check_model_type,
-    find_checkpoint,
-    load_weights,
-)
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
@@ -136,7 +129,7 @@ class Engine:
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
         self.weights_source = choose_weights(snap)
-        self.checkpoint = self._read_checkpoint()
+        self.checkpoint = read_checkpoint(self.weights_source, self.shape, self.model_config)
         self.tokenizer: Tokenizer = choose_tokenizer(snap, self.weights_source, run_sizes(self.shape)[2])
         self.eos_token_ids = stop_token_ids(snap, self.shape.eos_token_ids)
         self.chat_template = load_chat_template(snap)  # what the chat routes render; a bad one fails here
@@ -186,24 +179,11 @@ class Engine:
 
     # -- building ------------------------------------------------------------------------
 
-    def _read_checkpoint(self) -> Checkpoint | None:
-        """The checkpoint's tensor table, checked against the config (headers only: nothing allocated)."""
-        source = self.weights_source
-        if not source.is_checkpoint or source.directory is None:
-            return None
-        check_model_type(self.shape, self.model_config)
-        checkpoint = find_checkpoint(source.directory)
-        check_checkpoint(checkpoint, self.shape)
-        return checkpoint
-
     def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
-        if self.checkpoint is not None:
-            self.model = load_weights(self.checkpoint, self.shape, dtype=dtype, device=self.device)
-        else:
-            self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype).to(self.device)
+        self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
 
@@ -276,8 +256,8 @@ class Engine:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
-        draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype).to(self.device)
-        draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
+        draft = draft_model(snap, self.memory.draft_shape, self.checkpoint, dtype=dtype, device=self.device, seed=self.seed)
+        draft_runner = self._make_runner(draft, self.memory.draft_kv_pool, is_draft=True)
         topk = snap.spec.speculative_eagle_topk
         if topk is not None and topk > 1:
             log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)

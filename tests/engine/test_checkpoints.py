@@ -64,6 +64,22 @@ def test_greedy_tokens_and_logits_match_transformers(checkpoints, name: str) -> 
             torch.testing.assert_close(logits, ref(t).logits[0], atol=1e-4, rtol=1e-4)  # type: ignore[operator]
 
 
+def test_speculative_draft_is_an_early_exit_of_the_checkpoint(checkpoints) -> None:
+    """EAGLE's default draft takes the checkpoint's embedding, first layer and head; output stays the reference's."""
+    path, ref = checkpoints["llama"]
+    with _engine(path, "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2") as engine:
+        draft = engine.speculative.draft.model  # type: ignore[union-attr]
+        assert draft.shape.num_hidden_layers == 1
+        assert torch.equal(draft.layers[0].q_proj.weight, engine.model.layers[0].q_proj.weight)
+        assert torch.equal(draft.lm_head.weight, engine.model.lm_head.weight)
+        ids = engine.tokenizer.encode(PROMPTS[0])
+        t = torch.tensor([ids])
+        theirs = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=12, min_new_tokens=12,  # type: ignore[attr-defined]
+                              do_sample=False)[0, len(ids):].tolist()
+        assert list(engine.generate(PROMPTS[0], max_new_tokens=12, ignore_eos=True).token_ids) == theirs
+        assert engine.stats()["speculative"]["verify_steps"] > 0
+
+
 def test_model_follows_the_config_it_was_trained_with(checkpoints) -> None:
     """The parsed checkpoint carries what the math depends on: GQA, llama3 rope, Qwen2 biases, tied head."""
     with _engine(checkpoints["llama"][0]) as engine:
