@@ -27,9 +27,9 @@ from engine.weights import (
     has_weights,
     load_weights,
 )
+from mem_cache.examples import EMBEDDED, example_path
 from mem_cache.model_shape import ModelShape
 from sgconf.errors import Problem
-from sgconf.models import builtin_model_path
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 
@@ -54,9 +54,8 @@ def model_directory(model: Any) -> Path | None:
 
 
 def _is_shipped(model: Any) -> bool:
-    if model.model_config is not None:
-        return not Path(model.model_config).exists() and builtin_model_path(model.model_config) is not None
-    return not Path(model.model_path).exists() and builtin_model_path(model.model_path) is not None
+    name = model.model_config if model.model_config is not None else model.model_path
+    return not Path(name).exists() and (name == EMBEDDED or example_path(name) is not None)
 
 
 def choose_weights(snap: Any) -> WeightsSource:
