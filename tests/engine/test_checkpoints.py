@@ -136,6 +136,43 @@ def test_missing_tensor_and_shape_mismatch_name_the_tensor(tmp_path: Path, monke
     assert "'model.layers.0.self_attn.k_proj.weight' has shape [31, 64], the config needs [32, 64]" in problem.message
 
 
+def test_bfloat16_checkpoint_runs_in_its_own_dtype(tmp_path: Path) -> None:
+    """`--dtype auto` takes the checkpoint's dtype (config `dtype`); logits match the reference in bfloat16."""
+    ref = write_checkpoint(tmp_path / "src", "qwen2")
+    ref.to(torch.bfloat16).save_pretrained(str(tmp_path / "bf16"))  # type: ignore[attr-defined]
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "bf16" / name).write_bytes((tmp_path / "src" / name).read_bytes())
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text()).get("dtype") == "bfloat16"
+    with _engine(tmp_path / "bf16") as engine:
+        assert engine.context.snapshot().model.dtype == "bfloat16"
+        assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+        ids = torch.tensor(engine.tokenizer.encode(PROMPTS[1]))
+        ours = engine.model(ids, torch.arange(len(ids)), DenseAttention(engine.shape))
+        torch.testing.assert_close(ours, ref(ids[None]).logits[0].float(), atol=0.1, rtol=0.05)  # type: ignore[operator]
+    with _engine(tmp_path / "bf16", "--dtype", "float32") as engine:  # converted on load
+        assert {p.dtype for p in engine.model.parameters()} == {torch.float32}
+
+
+def test_unexpected_tensors_and_unknown_families_are_refused(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    write_checkpoint(tmp_path, "llama")
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["model.layers.0.mlp.experts.0.weight"] = torch.zeros(2)
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(WeightsError, match="unexpected tensor: 'model.layers.0.mlp.experts.0.weight'"):
+        _engine(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh"}))
+    with pytest.raises(ConfigError) as info:
+        _engine(tmp_path)
+    assert [p.path for p in info.value.problems] == ["$.model_type", "$.hidden_act"]
+    assert "'gemma2' checkpoints are not implemented" in info.value.problems[0].message
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
+    with pytest.raises(ConfigError, match=r"\$\.rope_scaling\.rope_type: 'yarn' is not implemented"):
+        _engine(tmp_path)
+
+
 def test_missing_shard_is_named(tmp_path: Path) -> None:
     write_checkpoint(tmp_path, "llama", max_shard_size="40KB")
     shard = sorted(tmp_path.glob("*.safetensors"))[1]
