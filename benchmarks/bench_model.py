@@ -4,8 +4,8 @@ Writes one small random Llama checkpoint with `transformers` (safetensors), serv
 with the engine (`--load-format safetensors`, paged KV, continuous batching) and runs
 the reference `generate` (its own KV cache) on the same prompts, greedy, in the same
 run: batch 1 (one request at a time) and batch 8 (eight at once; equal-length prompts,
-so `generate` needs no padding). Each side is warmed up first and measured as the
-median of a few rounds. Prints tokens/s, time to first token and the engine/reference
+so `generate` needs no padding). Each side is warmed up first; rounds alternate between
+the two sides, so drift on a shared machine hits both, and each side's median counts. Prints tokens/s, time to first token and the engine/reference
 ratios; never asserts absolute times.
 """
 
@@ -21,7 +21,7 @@ import torch
 
 NEW_TOKENS = 48
 PROMPT_LEN = 32
-ROUNDS = 3
+ROUNDS = 5
 SIZES = dict(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
              num_key_value_heads=2, max_position_embeddings=1024)
 
@@ -74,10 +74,19 @@ def ours(engine: object, batch: list[list[int]]) -> tuple[float, float]:
     return first, len(batch) * (NEW_TOKENS - 1) / max(wall - first, 1e-9)
 
 
-def median_of(fn: object, *args: object) -> tuple[float, float]:
-    fn(*args)  # type: ignore[operator]  # warm-up
-    runs = [fn(*args) for _ in range(ROUNDS)]  # type: ignore[operator]
-    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+def alternate(ref: object, engine: object, batch: list[list[int]]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Medians of (ttft, tokens/s) for the reference and the engine, rounds interleaved."""
+    reference(ref, batch)  # warm-up, both sides
+    ours(engine, batch)
+    theirs_runs, our_runs = [], []
+    for _ in range(ROUNDS):
+        theirs_runs.append(reference(ref, batch))
+        our_runs.append(ours(engine, batch))
+
+    def med(runs: list[tuple[float, float]]) -> tuple[float, float]:
+        return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+    return med(theirs_runs), med(our_runs)
 
 
 def main() -> int:
@@ -100,8 +109,7 @@ def main() -> int:
             print(f"{'batch':>5} {'side':>12} {'ttft ms':>9} {'decode tok/s':>13}")
             for size in (1, 8):
                 batch = prompts(size)
-                r_first, r_rate = median_of(reference, ref, batch)
-                o_first, o_rate = median_of(ours, engine, batch)
+                (r_first, r_rate), (o_first, o_rate) = alternate(ref, engine, batch)
                 print(f"{size:>5} {'transformers':>12} {r_first * 1e3:>9.1f} {r_rate:>13.1f}")
                 print(f"{size:>5} {'engine':>12} {o_first * 1e3:>9.1f} {o_rate:>13.1f}")
                 print(f"{size:>5} {'ratio':>12} {r_first / o_first:>8.2f}x {o_rate / r_rate:>12.2f}x"
