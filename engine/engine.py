@@ -1,8 +1,10 @@
 """The embedded engine: publish the config, build pools and backends, generate tokens.
 
 `Engine(record)` publishes the record (role `scheduler`), reads everything it needs
-from one config snapshot, plans and builds the KV pools, the attention backend(s), the
-model (random weights from `random_seed`), the prefix cache, the HiCache tiers and a
+from one config snapshot, decides where the weights come from (`engine.checkpoint`)
+and checks a checkpoint against the config before anything is allocated, plans and
+builds the KV pools, the attention backend(s), the model (the checkpoint's weights, or
+random ones from `random_seed`), its tokenizer, the prefix cache, the HiCache tiers and a
 draft worker when speculative decoding is on, then runs the scheduler on one
 background thread. `generate()` is thread-safe: it queues a request and waits for it,
 so concurrent callers are batched together (continuous batching); `stream()` gives the
@@ -37,6 +39,8 @@ import torch
 from attention import create_attention_backend
 from engine.boundary import StepBoundary
 from engine.capacity import PlannedCapacity
+from engine.chat_template import load_chat_template
+from engine.checkpoint import build_model, choose_weights, draft_model, read_checkpoint
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -47,12 +51,13 @@ from engine.errors import (
 )
 from engine.hicache_bridge import HiCacheBridge
 from engine.memory import build_memory
-from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model import TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
+from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
@@ -142,11 +147,26 @@ class Engine:
         if configure_logs:
             configure_logs()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
+        try:
+            self._build(snap, model_config)
+        except BaseException:
+            # a refused model leaves no half-built engine behind, nor its config live
+            if is_published() and get_context() is self.context:
+                reset()
+            raise
+        log.info("engine.start", **self._startup_summary(snap))
+
+    def _build(self, snap: Any, model_config: dict[str, Any] | None) -> None:
+        """Everything after publishing: weights source, tokenizer, pools, model, caches, scheduler, loop."""
         if model_config is None:
             model_config = load_model_config(snap.model.model_path, snap.model.model_config)
         self.model_config = dict(model_config)
         self.shape = runnable_shape(self.model_config, name="target")
-        self.tokenizer = ByteTokenizer()
+        self.weights_source = choose_weights(snap)
+        self.checkpoint = read_checkpoint(self.weights_source, self.shape, self.model_config)
+        self.tokenizer: Tokenizer = choose_tokenizer(snap, self.weights_source, run_sizes(self.shape)[2])
+        self.eos_token_ids = stop_token_ids(snap, self.shape.eos_token_ids)
+        self.chat_template = load_chat_template(snap)  # what the chat routes render; a bad one fails here
         self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)
         self._lock = threading.RLock()  # held by the loop for each step and by admin operations
@@ -161,7 +181,6 @@ class Engine:
         self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
-        log.info("engine.start", **self._startup_summary(snap))
 
     def _startup_summary(self, snap: Any) -> dict[str, Any]:
         """One line an operator reads at start-up: model, pools, tokens, backends and storage."""
@@ -175,6 +194,7 @@ class Engine:
         return {
             "model": snap.model.model_path if snap.model.model_config is None else snap.model.model_config,
             "layers": self.shape.num_hidden_layers,
+            "weights": self.weights_source.reason,
             "pools": pools,
             "kv_tokens": self.memory.max_total_tokens,
             **({"swa_tokens": int(swa)} if swa is not None else {}),
@@ -197,7 +217,7 @@ class Engine:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
         self.memory = build_memory(snap, self.shape, self.model_config)
         dtype = torch_dtype(snap.model.dtype)
-        self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
+        self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
         self.speculative = self._make_speculative(snap, dtype)
 
@@ -225,6 +245,7 @@ class Engine:
             page_size=self.memory.page_size,
             max_context_len=self.memory.max_context_len,
             eos_token_id=self.shape.eos_token_id,
+            eos_token_ids=self.eos_token_ids,
             context_length=snap.model.context_length,
         )
         return Scheduler(
@@ -269,8 +290,8 @@ class Engine:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
-        draft_model = TinyTransformer(self.memory.draft_shape, seed=self.seed, dtype=dtype)
-        draft_runner = self._make_runner(draft_model, self.memory.draft_kv_pool, is_draft=True)
+        draft = draft_model(snap, self.memory.draft_shape, self.checkpoint, dtype=dtype, device=self.device, seed=self.seed)
+        draft_runner = self._make_runner(draft, self.memory.draft_kv_pool, is_draft=True)
         topk = snap.spec.speculative_eagle_topk
         if topk is not None and topk > 1:
             log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)
@@ -380,6 +401,7 @@ class Engine:
         ignore_eos: bool = False,
         stream: bool = False,
         timeout_s: float | None = None,
+        add_special_tokens: bool = True,
         **sampling: Any,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
@@ -391,9 +413,10 @@ class Engine:
 
         With the loop paused (`pause()`), queued requests run only when `step()` is
         called, which lets a caller fix the exact interleaving of a batch.
+        `add_special_tokens=False` tokenizes text that already carries them (a rendered chat).
         """
         if isinstance(prompt_or_ids, str):
-            ids = self.tokenizer.encode(prompt_or_ids)
+            ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
         else:
             ids = [int(t) for t in prompt_or_ids]
             vocab = run_sizes(self.shape)[2]

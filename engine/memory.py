@@ -10,7 +10,9 @@ from typing import Any
 
 import attrs
 
+from engine.memory_guard import MemoryNeed, check_fits, usable_bytes
 from engine.model import runnable_shape
+from engine.weights import weights_bytes
 from mem_cache.allocator import PagedKVAllocator
 from mem_cache.model_shape import ModelShape
 from mem_cache.pool_configurator import MemoryPoolConfig
@@ -18,6 +20,7 @@ from mem_cache.pools import KVPool, ReqToTokenPool
 
 CPU_KV_BUDGET_BYTES = 64 << 20
 DEFAULT_MAX_RUNNING = 64
+WEIGHT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @attrs.define(slots=True)
@@ -79,9 +82,16 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
     `CPU_KV_BUDGET_BYTES` on CPU: the embedded model needs little, and zero-filled
     gigabytes would only slow start-up. A plan that does not fit the cap is made from the
     uncapped budget instead, so a refusal always names the mem_fraction_static that fits.
+    On cuda the weights share the device, so they come out of the budget first.
+    Before anything is allocated, the weights (target and draft) plus the planned pools
+    go through the memory guard (`engine.memory_guard`).
     """
     from mem_cache.errors import InsufficientMemoryError
-    from mem_cache.kv_cache_configurator import KVCacheConfigurator, default_available_bytes
+    from mem_cache.kv_cache_configurator import (
+        KVCacheConfigurator,
+        default_available_bytes,
+        device_of,
+    )
     tp = int(snap.parallel.tp_size)  # ranks of any kind: this engine is one process, one rank
     if tp > 1:
         from sgconf.errors import ConfigError, Problem
@@ -93,22 +103,32 @@ def build_memory(snap: Any, shape: ModelShape, model_config: dict[str, Any]) -> 
         raise ConfigError([Problem("$.parallel.tp_size", msg)], header="tensor parallelism is not executed here")
 
     target_shape = shape
-    device_budget = default_available_bytes(snap)
-    budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget
     spec = snap.spec
     algorithm = spec.speculative_algorithm
     draft_cfg = draft_config_for(model_config, spec) if algorithm else None
     draft_mshape = runnable_shape(draft_cfg, name="draft") if draft_cfg is not None else None
+    weights = {d: weights_bytes(shape, d) + (weights_bytes(draft_mshape, d) if draft_mshape else 0) for d in WEIGHT_DTYPES}
+    device, dtype = device_of(snap), str(snap.model.dtype)
+    usable = usable_bytes(device, float(snap.schedule.mem_fraction_static or 0.8))
+    context = int(snap.model.context_length or shape.max_position_embeddings or 1)
+    check_fits(MemoryNeed(dtype, weights, 0, 0, context, device), usable)  # the weights alone, before planning
+    device_budget = default_available_bytes(snap)
+    if device.startswith("cuda"):
+        device_budget = max(device_budget - weights[dtype], 1)
+    budget = min(device_budget, CPU_KV_BUDGET_BYTES) if str(snap.device.device) == "cpu" else device_budget
     try:
-        target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
+        configurator = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap)
+        plan = configurator.plan()
     except InsufficientMemoryError:
         if budget == device_budget:
             raise
         # the cap only saves start-up time: raising mem_fraction_static cannot lift it, so it
         # must not be what refuses a plan
         budget = device_budget
-        target = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap).build()
-    plan = target.plan
+        configurator = KVCacheConfigurator(target_shape, budget, draft_shape=draft_mshape, snapshot=snap)
+        plan = configurator.plan()
+    check_fits(MemoryNeed(dtype, weights, int(plan.total_bytes), int(plan.max_total_num_tokens), context, device), usable)
+    target = configurator.build()
     rows, cols = plan.req_to_token_shape
     limit = snap.schedule.max_running_requests
     memory = EngineMemory(

@@ -14,6 +14,7 @@ is what makes "paged equals dense" a meaningful test.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -42,6 +43,9 @@ def runnable_shape(config: Mapping[str, Any], *, name: str | None = None) -> Mod
         problems.append(Problem("$.v_head_dim", f"must equal head_dim {shape.head_dim} here (got {shape.v_head_dim})"))
     if shape.swa_head_dim or shape.swa_num_key_value_heads or shape.swa_v_head_dim:
         problems.append(Problem("$.swa_head_dim", "the embedded model runs one head geometry for every layer"))
+    if shape.rope_scaling is not None and shape.rope_scaling.rope_type not in ROPE_TYPES:
+        problems.append(Problem("$.rope_scaling.rope_type", f"{shape.rope_scaling.rope_type!r} is not implemented -- "
+                                f"the model runs {', '.join(ROPE_TYPES)} scaling or none"))
     if problems:
         raise ModelShapeError(problems, header=f"model config{f' {name!r}' if name else ''} cannot be run")
     return shape
@@ -60,8 +64,8 @@ class ByteTokenizer:
 
     vocab_size = 256
 
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(text.encode("utf-8"))  # no special tokens to add
 
     def decode(self, ids: Sequence[int]) -> str:
         # A cut multi-byte character (a sampled stray byte) shows as U+FFFD rather than failing.
@@ -81,18 +85,53 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.pow(2).mean(-1, keepdim=True)
-        return x * torch.rsqrt(var + self.eps) * self.weight
+        # in float32 whatever the model dtype, as the reference does: a bfloat16 mean of
+        # squares loses enough to change greedy choices
+        y = x.float()
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+ROPE_TYPES = ("linear", "llama3")
+
+
+def rope_inv_freq(shape: ModelShape) -> torch.Tensor:
+    """Rotary inverse frequencies `[head_dim / 2]` (float32), stretched as `rope_scaling` says.
+
+    `linear` divides every frequency by the factor; `llama3` divides only the low
+    frequencies (wavelengths beyond `original_max_position_embeddings / low_freq_factor`),
+    keeps the high ones and blends between the two.
+    """
+    dim = shape.head_dim
+    inv = 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
+    scaling = shape.rope_scaling
+    if scaling is None:
+        return inv
+    if scaling.rope_type == "linear":
+        return inv / scaling.factor
+    if scaling.rope_type != "llama3":
+        raise ValueError(f"rope_type {scaling.rope_type!r} is not implemented -- use one of {', '.join(ROPE_TYPES)}")
+    original = scaling.original_max_position_embeddings or shape.max_position_embeddings or 8192
+    low_wavelen = original / scaling.low_freq_factor
+    high_wavelen = original / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / scaling.factor, inv)
+    smooth = (original / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, blended, scaled)
+
+
+def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(cos, sin)`, each `[tokens, 1, head_dim]`: computed once per forward, shared by every layer."""
+    angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos()[:, None, :].to(dtype), emb.sin()[:, None, :].to(dtype)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Apply rotary position embedding (rotate-half form) to `[tokens, heads, dim]`."""
-    dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim))
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-    cos = torch.cat([angles.cos(), angles.cos()], dim=-1)[:, None, :].to(x.dtype)
-    sin = torch.cat([angles.sin(), angles.sin()], dim=-1)[:, None, :].to(x.dtype)
-    half = dim // 2
+    half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
 
@@ -104,39 +143,44 @@ class DecoderLayer(nn.Module):
         self.shape = shape
         h, mlp, _vocab = run_sizes(shape)
         d = shape.head_dim
+        bias = shape.attention_bias
         self.input_norm = RMSNorm(h, shape.rms_norm_eps)
-        self.q_proj = nn.Linear(h, shape.num_attention_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=False)
-        self.o_proj = nn.Linear(shape.num_attention_heads * d, h, bias=False)
+        self.q_proj = nn.Linear(h, shape.num_attention_heads * d, bias=bias)
+        self.k_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=bias)
+        self.v_proj = nn.Linear(h, shape.num_key_value_heads * d, bias=bias)
+        self.o_proj = nn.Linear(shape.num_attention_heads * d, h, bias=shape.output_bias)
         self.post_norm = RMSNorm(h, shape.rms_norm_eps)
         self.gate_proj = nn.Linear(h, mlp, bias=False)
         self.up_proj = nn.Linear(h, mlp, bias=False)
         self.down_proj = nn.Linear(mlp, h, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: LayerAttention) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], attn: LayerAttention) -> torch.Tensor:
         s = self.shape
         n = x.shape[0]
         y = self.input_norm(x)
         q = self.q_proj(y).view(n, s.num_attention_heads, s.head_dim)
         k = self.k_proj(y).view(n, s.num_key_value_heads, s.head_dim)
         v = self.v_proj(y).view(n, s.num_key_value_heads, s.head_dim)
-        q = rotary(q, positions, s.rope_theta)
-        k = rotary(k, positions, s.rope_theta)
+        q = rotary(q, *rope)
+        k = rotary(k, *rope)
         x = x + self.o_proj(attn(self.layer_id, q, k, v))
         y = self.post_norm(x)
         return x + self.down_proj(nn.functional.silu(self.gate_proj(y)) * self.up_proj(y))
 
 
 class TinyTransformer(nn.Module):
-    """Decoder-only transformer: RMSNorm, RoPE, GQA attention (via a callable), SwiGLU MLP.
+    """Decoder-only transformer of the Llama family: RMSNorm, RoPE, GQA attention (via a
+    callable), SwiGLU MLP; q/k/v biases (Qwen2) and a head tied to the embedding as the
+    shape says.
 
     `forward(ids, positions, attn)` takes a flat ragged batch (all new tokens of all
     requests, concatenated) and returns logits for every token; which rows matter is the
-    caller's business.
+    caller's business. `TinyTransformer(shape, seed=...)` fills the weights from a seed;
+    `TinyTransformer.empty(shape)` builds one with no storage at all, for a checkpoint
+    to fill (`engine.weights`).
     """
 
-    def __init__(self, shape: ModelShape, *, seed: int, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, shape: ModelShape, *, seed: int | None, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.shape = shape
         hidden, _mlp, vocab = run_sizes(shape)
@@ -144,10 +188,20 @@ class TinyTransformer(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(shape, i) for i in range(shape.num_hidden_layers))
         self.norm = RMSNorm(hidden, shape.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
-        self._init_weights(seed)
+        self.inv_freq = rope_inv_freq(shape)  # a plain attribute: not a weight, never loaded
+        if seed is not None:
+            self._init_weights(seed)
+        if shape.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
         self.to(dtype)
         self.requires_grad_(False)
         self.eval()
+
+    @classmethod
+    def empty(cls, shape: ModelShape, *, dtype: torch.dtype = torch.float32) -> TinyTransformer:
+        """A model whose parameters have no storage (the meta device) until weights are assigned."""
+        with torch.device("meta"):
+            return cls(shape, seed=None, dtype=dtype)
 
     def _init_weights(self, seed: int) -> None:
         # One generator per parameter, seeded from (seed, name): the same seed gives the same
@@ -160,6 +214,8 @@ class TinyTransformer(nn.Module):
                     p.fill_(1.0)
                 elif name == "embed.weight":
                     p.copy_(torch.randn(p.shape, generator=gen))
+                elif name.endswith(".bias"):
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
                 else:
                     p.copy_(torch.randn(p.shape, generator=gen) / p.shape[-1] ** 0.5)
             # A sharper output head keeps the top logit well separated, so greedy choices do not
@@ -169,8 +225,9 @@ class TinyTransformer(nn.Module):
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, attn: LayerAttention) -> torch.Tensor:
         x = self.embed(ids)
+        rope = rotary_tables(positions, self.inv_freq, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, attn)
+            x = layer(x, rope, attn)
         return self.lm_head(self.norm(x)).float()
 
 

@@ -77,6 +77,8 @@ class SchedulerLimits:
     max_context_len: int
     eos_token_id: int | None
     context_length: int | None = None
+    # every id that ends a sequence (a checkpoint's generation_config may list several)
+    eos_token_ids: tuple[int, ...] = ()
 
 
 @attrs.define(slots=True, eq=False)
@@ -672,7 +674,8 @@ class Scheduler:
         if req.first_token_at is None:
             req.first_token_at = time.perf_counter()
         req.output.append(token)
-        if (not req.ignore_eos and token == self.limits.eos_token_id) or token in req.params.stop_token_ids:
+        eos = token == self.limits.eos_token_id or token in self.limits.eos_token_ids
+        if (not req.ignore_eos and eos) or token in req.params.stop_token_ids:
             req.finish_reason = "stop"
         elif len(req.output) >= req.max_new_tokens:
             req.finish_reason = "length"

@@ -42,6 +42,9 @@ SECRET_FLAGS_WARNED = ("admin_api_key", "api_key")
 log = structlog.get_logger(__name__)
 
 
+# Flags other runtimes take for a model hub; there is none here, so each gets one line saying so.
+HUB_FLAGS = ("--revision", "--tokenizer-revision", "--code-revision", "--download-dir", "--hf-token")
+
 # What `serve` applies instead of the declared default, as its --help and provenance say it.
 HICACHE_DEFAULT = "sgconf serve's default (on unless --disable-radix-cache)"
 SHOWN_DEFAULTS = {"enable_hierarchical_cache": "true for sgconf serve, unless --disable-radix-cache"}
@@ -55,6 +58,7 @@ def serve_parser() -> Any:
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
     env = os.environ if env is None else env
+    refuse_hub_flags(argv)
     ns = serve_parser().parse_args(list(argv))
     loaded = load_from_args(ns, env, schema=SERVING)
     winner = loaded.winner("enable_hierarchical_cache")
@@ -110,6 +114,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 engine.shutdown()  # flushes pending HiCache write-back
         finally:
             close_listeners(listeners)
+
+
+def refuse_hub_flags(argv: Sequence[str]) -> None:
+    """A ConfigError for flags that fetch from a model hub: nothing is downloaded here."""
+    given = [a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in HUB_FLAGS]
+    if given:
+        problems = [Problem(f"$.{g[2:].replace('-', '_')}",
+                            f"{g} selects what to download from a model hub, and this server downloads nothing "
+                            "-- download the checkpoint first and pass its directory with --model-path")
+                    for g in dict.fromkeys(given)]
+        raise ConfigError(problems, header="invalid command line")
 
 
 def check_admin_key_file(serving: Any) -> None:

@@ -5,8 +5,10 @@ so the layers a plan sizes as sliding-window are exactly the layers the model ru
 a window. Planning needs the layer count, KV heads and head sizes (full and
 sliding-window geometry), which layers slide, and the draft layers of speculative
 decoding; the model also needs the hidden, MLP and vocabulary sizes, norms, rotary base
-and end-of-sequence id, which are parsed here too (optional for a plan, checked by the
-engine before it builds a model). Layer types come from, in order: `layer_types`;
+and end-of-sequence ids, attention bias, tied embeddings and rotary scaling, which are
+parsed here too (optional for a plan, checked by the engine before it builds a model).
+Both spellings of a config are read: `torch_dtype`, `rope_theta` and `rope_scaling` as
+older checkpoints write them, `dtype` and `rope_parameters` as newer ones do. Layer types come from, in order: `layer_types`;
 `swa_attention_layer_ids` / `full_attention_layer_ids`; `sliding_window_pattern` (layer
 i is full when `(i + 1) % pattern == 0`); otherwise every layer slides when a window is
 set (and `use_sliding_window` is not false), else none does.
@@ -25,6 +27,21 @@ from sgconf.errors import Problem
 SLIDING = "sliding_attention"
 FULL = "full_attention"
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+@attrs.frozen(slots=True)
+class RopeScaling:
+    """How rotary frequencies are stretched for long contexts (`rope_scaling` / `rope_parameters`).
+
+    `rope_type` is kept as written, so a plan still works for a kind the model code does
+    not implement; the engine refuses those before it builds a model.
+    """
+
+    rope_type: str
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int | None = None
 
 
 @attrs.frozen(slots=True)
@@ -55,6 +72,13 @@ class ModelShape:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     eos_token_id: int | None = None
+    # every id that ends a sequence (`eos_token_id` may list several); the first is eos_token_id
+    eos_token_ids: tuple[int, ...] = ()
+    model_type: str | None = None
+    attention_bias: bool = False  # on the q, k and v projections
+    output_bias: bool = False  # on the output projection (Llama's attention_bias; never in Qwen2)
+    tie_word_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None
 
     # ---- layer kinds -------------------------------------------------------------------
     @property
@@ -201,6 +225,41 @@ def _first_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _all_ints(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else [value]
+    return tuple(i for i in items if isinstance(i, int) and not isinstance(i, bool))
+
+
+def _rope(cfg: Mapping[str, Any], problems: list[Problem]) -> tuple[float, RopeScaling | None]:
+    """`(rope_theta, scaling)` from `rope_theta` + `rope_scaling`, or from `rope_parameters`."""
+    params = cfg.get("rope_parameters")
+    if params is not None and not isinstance(params, Mapping):
+        problems.append(_problem("rope_parameters", f"must be an object (got {params!r})"))
+        params = None
+    theta_src: Mapping[str, Any] = cfg if "rope_theta" in cfg or params is None else params
+    theta = _float(theta_src, "rope_theta", 10000.0, problems)
+    scaling = cfg.get("rope_scaling")
+    key = "rope_scaling"
+    if scaling is None and params is not None:
+        scaling, key = params, "rope_parameters"
+    if scaling is None:
+        return theta, None
+    if not isinstance(scaling, Mapping):
+        problems.append(_problem(key, f"must be an object (got {scaling!r})"))
+        return theta, None
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if not isinstance(kind, str):
+        problems.append(_problem(f"{key}.rope_type", f"must be a string (got {kind!r})"))
+        return theta, None
+    if kind == "default":
+        return theta, None
+    factor = _float(scaling, "factor", 1.0, problems)
+    low = _float(scaling, "low_freq_factor", 1.0, problems)
+    high = _float(scaling, "high_freq_factor", 4.0, problems)
+    original = _int(scaling, "original_max_position_embeddings", problems)
+    return theta, RopeScaling(kind, factor, low, high, original)
+
+
 def _ids(cfg: Mapping[str, Any], key: str, n: int, problems: list[Problem]) -> tuple[int, ...] | None:
     value = cfg.get(key)
     if value is None:
@@ -278,7 +337,7 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     window = _int(cfg, "sliding_window", problems)
     if window is None:
         window = _int(cfg, "sliding_window_size", problems)
-    dtype = cfg.get("torch_dtype", "bfloat16")
+    dtype = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         problems.append(_problem("torch_dtype", f"unknown dtype {dtype!r} -- use one of {sorted(DTYPE_BYTES)}"))
     nextn = _int(cfg, "num_nextn_predict_layers", problems, minimum=0) or 0
@@ -290,7 +349,10 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     intermediate = _int(cfg, "intermediate_size", problems)
     vocab = _int(cfg, "vocab_size", problems)
     norm_eps = _float(cfg, "rms_norm_eps", 1e-6, problems)
-    rope_theta = _float(cfg, "rope_theta", 10000.0, problems)
+    rope_theta, rope_scaling = _rope(cfg, problems)
+    model_type = cfg.get("model_type")
+    # Qwen2 always has q/k/v biases and writes no flag for them; Llama-family configs say so
+    bias = cfg.get("attention_bias", model_type == "qwen2")
     swa: tuple[int, ...] = ()
     full: tuple[int, ...] = ()
     mtp_local = None
@@ -328,6 +390,12 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
         rms_norm_eps=norm_eps,
         rope_theta=rope_theta,
         eos_token_id=_first_int(cfg.get("eos_token_id")),
+        eos_token_ids=_all_ints(cfg.get("eos_token_id")),
+        model_type=model_type if isinstance(model_type, str) else None,
+        attention_bias=bool(bias),
+        output_bias=bool(cfg.get("attention_bias", False)) and model_type != "qwen2",
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_scaling=rope_scaling,
     )
 
 
@@ -355,6 +423,7 @@ def draft_swa_full_capacity(
 
 __all__ = [
     "ModelShape",
+    "RopeScaling",
     "draft_swa_full_capacity",
     "is_hybrid_swa_mtp_draft",
     "model_shape_from_config",

@@ -44,6 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine.chat_template import load_chat_template
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import (
@@ -84,7 +85,8 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
         metrics = Metrics(backend)
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
-        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe)
+        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
+                              chat_template=load_chat_template(get_context().snapshot()))
     if admin:
         _add_storage_routes(app, backend)
         _add_config_routes(app, backend)

@@ -8,9 +8,10 @@ each of `n` choices is one engine request, run through the same `ServingBackend`
 first match; in a stream, text that could still start a stop string is held back until
 it cannot, so the streamed pieces always add up to the non-streamed text.
 
-Chat messages go through a jinja2 chat template: the tokenizer's own when it has one,
-else `DEFAULT_CHAT_TEMPLATE` (`<|role|>` headers, one message per line, then an
-assistant header for the reply).
+Chat messages go through the server's jinja2 chat template (`engine.chat_template`:
+`--chat-template`, else the tokenizer's own, else `<|role|>` headers, one message per
+line, then an assistant header for the reply); the rendered text already carries the
+template's special tokens, so it is tokenized without adding them again.
 """
 
 from __future__ import annotations
@@ -26,16 +27,14 @@ import attrs
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.problems import HTTPProblem, problem_of
 from engine.sampling import SamplingParams
 from sgconf.suggest import did_you_mean
 
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+DEFAULT_CHAT_TEMPLATE = NAMED_TEMPLATES["default"]
 
 COMMON_FIELDS = (
     "model", "max_tokens", "temperature", "top_p", "n", "stop", "seed", "stream", "stream_options",
@@ -174,7 +173,7 @@ def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
     raise _bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists")
 
 
-def render_chat(messages: Any, template: str | None) -> str:
+def render_chat(messages: Any, template: ChatTemplate | None) -> str:
     """The prompt text for `messages` through `template` (or the default one)."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "'messages' must be a non-empty list of {role, content} objects")
@@ -190,10 +189,10 @@ def render_chat(messages: Any, template: str | None) -> str:
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content", f"message {i} needs a string content")
         clean.append({"role": m["role"], "content": content})
-    import jinja2.sandbox
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(keep_trailing_newline=True)
-    return env.from_string(template or DEFAULT_CHAT_TEMPLATE).render(messages=clean, add_generation_prompt=True)
+    try:
+        return (template or default_template()).render(clean)
+    except TemplateError as exc:
+        raise _bad("messages", str(exc)) from None
 
 
 class StopCutter:
@@ -233,10 +232,12 @@ def _finish(reason: str, stopped: bool) -> str:
     return "stop" if stopped or reason == "stop" else "length"
 
 
-def _args(prompt: str | list[int], s: Sampling, index: int) -> dict[str, Any]:
+def _args(prompt: str | list[int], s: Sampling, index: int, *, chat: bool) -> dict[str, Any]:
     seed = s.seed + index if s.seed is not None else (secrets.randbelow(2**31) if s.n > 1 else None)
     args: dict[str, Any] = {"prompt_or_ids": prompt, "max_new_tokens": s.max_tokens, "temperature": s.temperature,
                             "seed": seed, "ignore_eos": False}
+    if chat:  # the template printed the special tokens it wants
+        args["add_special_tokens"] = False
     for name in ("top_p", "presence_penalty", "frequency_penalty"):
         if getattr(s, name) != DEFAULTS[name]:  # only what was asked, so defaults stay the engine's
             args[name] = getattr(s, name)
@@ -253,7 +254,7 @@ def install_openai_routes(
     *,
     model_name: Callable[[], str],
     observe: Callable[[dict[str, Any]], None],
-    chat_template: str | None = None,
+    chat_template: ChatTemplate | None = None,
 ) -> None:
     """Add the `/v1` routes; `model_name()` is the name clients must send (read per request),
     `observe(meta)` counts each finished engine request for `/metrics`."""
@@ -320,7 +321,7 @@ async def _serve(
                                  media_type="text/event-stream")
     import asyncio
 
-    jobs = [backend.generate(_args(p, s, i)) for p in prompts for i in range(s.n)]
+    jobs = [backend.generate(_args(p, s, i, chat=chat)) for p in prompts for i in range(s.n)]
     results = await asyncio.gather(*jobs)
     choices = []
     prompt_tokens = completion_tokens = 0
@@ -367,7 +368,7 @@ async def _stream(
     cutter = StopCutter(s.stop)
     final: dict[str, Any] = {}
     try:
-        async for piece in backend.stream(_args(prompt, s, 0)):
+        async for piece in backend.stream(_args(prompt, s, 0, chat=chat)):
             if "meta_info" in piece:
                 final = piece
                 observe(piece["meta_info"])

@@ -43,6 +43,15 @@ class ModelConfig:
     model_config: str | None = setting(
         None, help="path to an HF-style config.json, or a shipped model name (overrides the one in model_path)"
     )
+    load_format: Literal["auto", "safetensors", "dummy"] = setting(
+        "auto",
+        help="where weights come from; auto: the model directory's *.safetensors, random weights for a shipped "
+        "layout, else refused; dummy: random weights from random_seed",
+    )
+    tokenizer_path: str | None = setting(None, help="directory holding tokenizer.json; default: model_path")
+    chat_template: str | None = setting(
+        None, help="jinja2 chat template file, or a name (default, chatml, llama-3); default: the tokenizer's own"
+    )
     dtype: DType = setting("auto", help="weight and activation dtype; auto: the model's torch_dtype, else bfloat16 on cuda, float32 on cpu")
     kv_cache_dtype: KVCacheDType = setting(
         "auto", help="KV cache dtype; auto follows dtype", allow_sources=("model_runner.*",)

@@ -78,7 +78,8 @@ def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, s
     if dtype == "auto":
         # A checkpoint's own dtype beats the device default: a bfloat16 model planned on a CPU
         # host should not be sized (or run) as float32.
-        declared = env.model.get("torch_dtype") if env.model is not None else None
+        # (newer checkpoints write `dtype` where older ones wrote `torch_dtype`)
+        declared = env.model.get("torch_dtype", env.model.get("dtype")) if env.model is not None else None
         if declared in MODEL_DTYPES:
             dtype, reason = declared, "model torch_dtype"
         else:
