@@ -67,6 +67,7 @@ from runtime.serving import (
     get_serving,
     max_speculative_num_draft_tokens,
 )
+from runtime.serving import configure_logs as configure_serving_logs
 from sgconf.serving import load
 from sgconf.serving.models import load_model_config
 
@@ -137,21 +138,21 @@ class Engine:
         self._owns_context = context is not None
         self.context = context if context is not None else publish(record, role="scheduler", model=model_config)
         with self._in_context():
-            self._build(model_config, configure_logs)
+            self._start(model_config, configure_logs)
 
     def _in_context(self) -> contextlib.AbstractContextManager[Any]:
         """The engine's own context for the block when it was given one; nothing to do when it published."""
         return use_context(self.context) if self._owns_context else contextlib.nullcontext()
 
-    def _build(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
+    def _start(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
         if configure_logs:
-            configure_logs()
+            configure_serving_logs()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
         try:
             self._build(snap, model_config)
         except BaseException:
             # a refused model leaves no half-built engine behind, nor its config live
-            if is_published() and get_context() is self.context:
+            if not self._owns_context and is_published() and get_context() is self.context:
                 reset()
             raise
         log.info("engine.start", **self._startup_summary(snap))

@@ -311,7 +311,8 @@ class Source(Protocol):
     for a source of a runtime's own).
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def read(self, request: SourceRequest) -> LayerInput: ...
 
