@@ -61,7 +61,7 @@ def parse_assignments(words: Sequence[str]) -> dict[str, Any]:
         try:
             out[name] = plain(structure(text, info))
         except ConversionError as exc:
-            problems.append(Problem(info.path, f"'{name}' {exc} (got {text!r})", SOURCE))
+            problems.append(Problem(info.path, f"'{name}': {exc} (got {text!r})", SOURCE))
     if problems:
         raise ConfigError(problems, header="fleet change refused, nothing written")
     return out
