@@ -5,7 +5,7 @@ dead store never delays a request. One session with the store:
 
 1. register the server (a key bound to a lease: `fleet status` sees who is running),
 2. read the desired config and apply it when this server does not run that version yet,
-3. write the status (`applying` first, then ACK or NACK), then
+3. write the status (ACK or NACK; `applying` first when the version waits for a drain), then
 4. watch the desired key from the revision read in 2, so no version is missed, while
    refreshing the lease every `refresh_s`.
 
@@ -35,6 +35,8 @@ from engine.fleet.apply import FleetApplier, Outcome
 from engine.fleet.errors import FleetError, StoreUnavailable
 from engine.fleet.records import DesiredConfig, Keys, Member, ServerStatus, decode
 from engine.fleet.store import FleetStore
+from sgconf.errors import ConfigError
+from sgconf.registry import apply_mode
 
 log = structlog.get_logger(__name__)
 
@@ -218,7 +220,8 @@ class FleetAgent:
         elif self.applier.applied_version is not None and desired.version < self.applier.applied_version:
             return  # an older event than what runs: a later one is already applied
         else:
-            await store.put_status(self.options.name, self._status("applying", desired.version))
+            if self._may_wait(desired):  # a drain can take long: say so, so `fleet status` shows it
+                await store.put_status(self.options.name, self._status("applying", desired.version))
             loop = asyncio.get_running_loop()
             # the apply may wait for a drain: off this loop, so the lease keeps being refreshed
             outcome = await loop.run_in_executor(None, self.applier.apply, desired)
@@ -226,6 +229,13 @@ class FleetAgent:
                 self._outcome = outcome
         self._in_sync.set()
         await store.put_status(self.options.name, self._status(outcome.state, outcome.version, outcome))
+
+    def _may_wait(self, desired: DesiredConfig) -> bool:
+        """Whether applying `desired` may wait for a drain (its fields, or those it drops, declare `drain`)."""
+        try:
+            return apply_mode({*desired.fields, *self.applier.applied_fields}) != "step"
+        except ConfigError:  # a field this server does not know: refused at once
+            return False
 
     def _status(self, state: Any, version: int, outcome: Outcome | None = None) -> ServerStatus:
         from runtime.context import get_context
