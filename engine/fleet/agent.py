@@ -217,8 +217,8 @@ class FleetAgent:
             last = self._outcome
         if last is not None and last.version == desired.version and (last.state == "ack" or not resync):
             outcome = last  # a repeat (or a resync of a version it runs): report, do not apply again
-        elif self.applier.applied_version is not None and desired.version < self.applier.applied_version:
-            return  # an older event than what runs: a later one is already applied
+        elif not resync and self.applier.applied_version is not None and desired.version < self.applier.applied_version:
+            return  # an event older than what runs (a resync applies what the store holds, even a store rebuilt anew)
         else:
             if self._may_wait(desired):  # a drain can take long: say so, so `fleet status` shows it
                 await store.put_status(self.options.name, self._status("applying", desired.version))
