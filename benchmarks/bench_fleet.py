@@ -131,13 +131,13 @@ def main() -> int:
                 proc.wait(timeout=120)
             etcd.terminate()
             etcd.wait(timeout=30)
-    base = p(results[SIZES[0]], 0.99)
+    base, base50 = p(results[SIZES[0]], 0.99), statistics.median(results[SIZES[0]])
     print(f"fleet set -> every server ACKs ({ROUNDS} versions per size, one etcd on loopback, data in {shm or 'a temp dir'},"
           f" {os.cpu_count()} cores)")
-    print(f"{'servers':>7}  {'p50 ms':>8}  {'p99 ms':>8}  {'max ms':>8}  {'p99 / 1 server':>14}")
+    print(f"{'servers':>7}  {'p50 ms':>8}  {'p99 ms':>8}  {'max ms':>8}  {'p50 / 1 server':>14}  {'p99 / 1 server':>14}")
     for size, times in results.items():
         print(f"{size:>7}  {statistics.median(times) * 1e3:8.1f}  {p(times, 0.99) * 1e3:8.1f}  {max(times) * 1e3:8.1f}"
-              f"  {p(times, 0.99) / base:14.2f}")
+              f"  {statistics.median(times) / base50:14.2f}  {p(times, 0.99) / base:14.2f}")
     ratio = p(results[SIZES[-1]], 0.99) / base
     print(f"goal p99 at {SIZES[-1]} servers <= 2.00x one server: {ratio:.2f}x ({'met' if ratio <= 2 else 'missed'})")
     return 0

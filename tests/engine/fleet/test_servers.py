@@ -143,3 +143,17 @@ def test_a_server_killed_while_applying_comes_back_at_a_consistent_version(
     assert (cfg["memory"]["hicache_storage_backend"], cfg["serving"]["stream_interval"]) == ("memory", 2)
     s = statuses(etcd, fleet_name)["a"]
     assert (s.state, s.version, s.applied_version, s.pid) == ("ack", 1, 1, again.proc.pid)
+
+
+def test_a_replica_group_takes_each_version_on_every_rank(etcd: Etcd, fleet_name: str, servers: list[Server]) -> None:
+    """With --dp-size 2 a version goes through the group's two-phase round: every rank at one generation."""
+    assert fleet("set", fleet_name, "schedule_policy=lpm", "--store", etcd.url) == 0
+    server = Server(fleet_name, etcd.url, "--dp-size", "2")
+    servers.append(server)
+    assert server.wait_healthy()["fleet"]["state"] == "ack"
+    assert fleet("set", fleet_name, "hicache_storage_backend=memory", "stream_interval=2", "--store", etcd.url,
+                 "--wait", WAIT) == 0
+    info = server.info()
+    assert (info["config"]["memory"]["hicache_storage_backend"], info["config"]["serving"]["stream_interval"]) == ("memory", 2)
+    assert len(info["ranks"]) == 3
+    assert len({r["generation"] for r in info["ranks"]}) == 1
