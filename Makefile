@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lint ratchet test run bench mutate clean
+.PHONY: install etcd lint ratchet test run bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,15 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# the etcd server the fleet tests and benchmark start their own copies of (Debian's etcd-server);
+# installed when missing and we are root, else the fleet tests skip and say why
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; \
+	  else echo "make etcd: no etcd binary and not root -- install etcd-server (the fleet tests skip without it)"; fi; }
+	@command -v etcd >/dev/null 2>&1 && etcd --version | head -1 || true
 
 lint: install
 	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks examples
@@ -24,13 +33,13 @@ ratchet: install
 	$(BIN)/sgconf-ratchet unread
 	cd examples/minirt && ../../$(BIN)/sgconf-ratchet check
 
-test: lint ratchet
+test: lint ratchet etcd
 	$(BIN)/python -m pytest -q
 
 run: install
 	$(BIN)/sgconf serve
 
-bench: install
+bench: install etcd
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # mutation testing of the modules in mutation.toml (not part of `make test`); MODULES=path.py limits it

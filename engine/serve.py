@@ -52,7 +52,11 @@ SHOWN_DEFAULTS = {"enable_hierarchical_cache": "true for sgconf serve, unless --
 
 def serve_parser() -> Any:
     """The `serve` parser: every setting's flag and aliases, with serve's own defaults in its help."""
-    return config_parser(PROG, "run the embedded runtime and its HTTP control plane", schema=SERVING, shown_defaults=SHOWN_DEFAULTS)
+    from engine.fleet.flags import add_fleet_flags
+
+    parser = config_parser(PROG, "run the embedded runtime and its HTTP control plane", schema=SERVING, shown_defaults=SHOWN_DEFAULTS)
+    add_fleet_flags(parser)  # --fleet NAME --fleet-store etcd://host:port: follow a fleet's desired config
+    return parser
 
 
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
@@ -92,24 +96,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     from engine.http.listeners import EarlyStop
 
     with EarlyStop().installed() as early:
-        record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+        args = list(sys.argv[1:] if argv is None else argv)
+        record = load_serve_record(args)
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
+        from engine.fleet.flags import fleet_options
+
+        fleet = fleet_options(serve_parser().parse_args(args), serving)
         try:
             listeners = bind_listeners(serving)
         except PortUnavailable as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 1
         try:
-            status = serve_dp(record, listeners, early)  # --dp-size N > 1: replicas behind a controller
+            status = serve_dp(record, listeners, early, fleet=fleet)  # --dp-size N > 1: replicas behind a controller
             if status is not None:
                 return status
             from engine.engine import Engine
 
             engine = Engine(record, configure_logs=True)
             try:
-                return serve(engine, listeners, early)
+                return serve(engine, listeners, early, fleet=fleet)
             finally:
                 engine.shutdown()  # flushes pending HiCache write-back
         finally:
@@ -139,14 +147,14 @@ def check_admin_key_file(serving: Any) -> None:
         raise ConfigError([Problem("$.serving.admin_api_key_file", str(exc))]) from None
 
 
-def serve(engine: Any, listeners: Sequence[Any] | None = None, early: Any = None) -> int:
+def serve(engine: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None) -> int:
     """Serve one `engine` on the configured listeners (bound now when not given); returns when the server stops."""
     from engine.http.engine_backend import EngineBackend
 
-    return run_app(EngineBackend(engine), listeners, early)
+    return run_app(EngineBackend(engine), listeners, early, fleet=fleet)
 
 
-def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = None) -> int | None:
+def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None) -> int | None:
     """Serve `record` with data-parallel replicas when its dp_size is above 1; None (nothing done) otherwise.
 
     Publishes the record with role `dp_controller`, starts the replicas, serves until
@@ -166,19 +174,22 @@ def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = N
             return 0  # told to stop before the replicas were started
         controller = DPController()
         try:
-            return run_app(ReplicaGroupBackend(controller), listeners, early, dp_size=controller.dp_size)
+            return run_app(ReplicaGroupBackend(controller), listeners, early, fleet=fleet, dp_size=controller.dp_size)
         finally:
             controller.shutdown()
     finally:
         reset()
 
 
-def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = None, **listen_fields: Any) -> int:
+def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None,
+            **listen_fields: Any) -> int:
     """Serve the HTTP app around `backend` until SIGTERM/SIGINT; 0 when it served (or was stopped), 1 otherwise.
 
     With a separate admin listener (`admin_host`/`admin_port`) the public app has no
-    admin routes and the admin app has only those (and `/health`).
+    admin routes and the admin app has only those (and `/health`). With `fleet` (a
+    `FleetOptions`) the server applies its fleet's desired config before it serves.
     """
+    from engine.fleet.backend import fleet_member
     from engine.http.app import create_app
     from engine.http.listeners import serve_listeners
 
@@ -186,11 +197,12 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     own = listeners is None
     listeners = bind_listeners(serving) if listeners is None else listeners
     try:
-        apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
-        for li in listeners:
-            # whatever the level: an operator must always be able to find where the server listens
-            announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)
-        return serve_listeners(listeners, apps, backend, grace_s=serving.shutdown_grace_s, early=early)
+        with fleet_member(backend, fleet, url=listeners[-1].url) as backend:
+            apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
+            for li in listeners:
+                # whatever the level: an operator must always be able to find where the server listens
+                announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)
+            return serve_listeners(listeners, apps, backend, grace_s=serving.shutdown_grace_s, early=early)
     finally:
         if own:
             close_listeners(listeners)
