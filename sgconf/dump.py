@@ -17,9 +17,8 @@ if TYPE_CHECKING:
     from sgconf.declarations import Declarations
 
 
-def plain(value: Any) -> Any:
-    """A JSON-able, mutable copy of a field value (tuples become lists, mappings become dicts)."""
-    return thaw(value)
+# A JSON-able, mutable copy of a field value (tuples become lists, mappings become dicts): the one copy.
+plain = thaw
 
 
 def redacted(name: str, value: Any, schema: Declarations) -> Any:

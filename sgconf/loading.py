@@ -138,15 +138,25 @@ def load_layers(
     if found:
         raise ConfigError(found)
     record = schema.record(**merged)
-
-    chains: dict[str, tuple[Origin, ...]] = {}
-    for name, info in infos.items():
-        chain = [Origin("default", "defaults", info.default, secret=info.setting.secret)]
-        chain.extend(layer.origin(name, values[name]) for layer, values in converted if name in values)
-        chains[name] = tuple(chain)
-    provenance = types.MappingProxyType(chains)
-    object.__setattr__(record, "_sgconf_provenance", provenance)  # frozen: set once, before anyone sees it
+    origins = [(name, layer.origin(name, value)) for layer, values in converted for name, value in values.items()]
+    provenance = attach_provenance(record, schema, origins)
     return Loaded(record, provenance, file_text)
+
+
+def attach_provenance(record: Any, schema: Declarations, origins: Sequence[tuple[str, Origin]]) -> Provenance:
+    """Give a freshly built record its provenance: each field's default, then `(field, origin)` pairs in precedence order.
+
+    The one place a record gets its provenance (loading, and publishing an adopted
+    instance); set once, before anyone sees the record.
+    """
+    chains: dict[str, list[Origin]] = {
+        name: [Origin("default", "defaults", info.default, secret=info.setting.secret)] for name, info in schema.fields().items()
+    }
+    for name, origin in origins:
+        chains[name].append(origin)
+    provenance = types.MappingProxyType({name: tuple(chain) for name, chain in chains.items()})
+    object.__setattr__(record, "_sgconf_provenance", provenance)  # frozen: set once, before anyone sees it
+    return provenance
 
 
 def explain(

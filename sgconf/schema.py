@@ -7,7 +7,6 @@ loading, building records, the JSON Schema, the CLI parser and `main`.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from sgconf.declarations import PATH_ATTR, SCHEMA_ATTR, TEST_ROLE, Declarations,
 from sgconf.errors import DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
-from sgconf.loading import load
+from sgconf.loading import attach_provenance, load
 from sgconf.provenance import Origin
 from sgconf.sources import Source, default_sources
 from sgconf.validation import build_record
@@ -98,13 +97,9 @@ class Schema(Declarations):
             given = {n: v for n, v in raw.items() if v != self._fields[n].default}
             built = build_record(given, dict.fromkeys(given, f"from {detail}"), schema=self)
             # provenance: the dataclass's defaults, then what the adopter's own loading set
-            chains = {}
-            for n, info in self._fields.items():
-                chain = [Origin("default", "defaults", info.default, secret=info.setting.secret)]
-                if n in given:
-                    chain.append(Origin("record", detail, getattr(built, n), secret=info.setting.secret))
-                chains[n] = tuple(chain)
-            object.__setattr__(built, "_sgconf_provenance", types.MappingProxyType(chains))
+            infos = self._fields
+            origins = [(n, Origin("record", detail, getattr(built, n), secret=infos[n].setting.secret)) for n in given]
+            attach_provenance(built, self, origins)
             return built
         raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
 
