@@ -549,10 +549,9 @@ class Engine:
 
     def _require_hicache(self) -> Any:
         if self.hicache is None:
-            from sgconf.errors import ConfigError, Problem
+            from engine.storage_change import hicache_off
 
-            msg = "the hierarchical cache is off -- start with --enable-hierarchical-cache to attach storage"
-            raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
+            raise hicache_off()
         return self.hicache
 
     def attach_storage_backend(

@@ -15,6 +15,7 @@ from typing import Any
 from engine.dp.controller import ROLE, DPController
 from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineBusy
 from engine.http.backend import Applied
+from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
 from runtime.overrides import shown
@@ -118,17 +119,19 @@ class ReplicaGroupBackend:
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:
-        from mem_cache.hicache.file_storage import with_default_dir
-
-        extra = with_default_dir(fields.get("hicache_storage_backend"), fields.get("hicache_storage_backend_extra_config"))
-        fields = {**fields, "hicache_storage_backend_extra_config": extra}
-        return self._propagate("hicache.attach", fields)
+        values = attach_values(
+            fields["hicache_storage_backend"],
+            extra_config=fields.get("hicache_storage_backend_extra_config"),
+            prefetch_policy=fields.get("hicache_storage_prefetch_policy"),
+            write_policy=fields.get("hicache_write_policy"),
+        )
+        return self._propagate(ATTACH_SOURCE, values)
 
     def detach(self) -> Applied | None:
         ranks = self.controller.ranks("hicache_storage_backend")
         if all(r.get("values", {}).get("hicache_storage_backend") is None for r in ranks if r.get("rank")):
             return None
-        return self._propagate("hicache.detach", dict.fromkeys(STORAGE_FIELDS))
+        return self._propagate(DETACH_SOURCE, dict(DETACH_VALUES))
 
     def override(self, source: str, fields: dict[str, Any]) -> Applied:
         return self._propagate(source, fields)

@@ -16,7 +16,8 @@ requests, as unresponsive (`engine.dp.controller`).
 `BoundaryEffect` is the replica's side of every propagated override: the engine loop is
 parked between two steps (after a drain when a field declares `drain`) before the
 replica votes, and a HiCache backend is opened on every replica before anyone commits
-(`prepare_attach`), made live on commit and released on abort, so replicas end all
+(`engine.storage_change.StorageChange`, as on one engine), made live on commit and
+released on abort, so replicas end all
 attached or all detached and no step runs across a round.
 """
 
@@ -70,26 +71,10 @@ class BoundaryEffect:
         return _Held(held, storage)
 
     def _storage(self, values: Mapping[str, Any]) -> Any:
-        hicache = self.engine.hicache
-        if hicache is None:
-            msg = "the hierarchical cache is off on this replica -- start with --enable-hierarchical-cache"
-            raise RuntimeError(msg)
-        controller = hicache.controller
-        backend = values["hicache_storage_backend"]
-        if backend is None:
-            return _Detach(controller)
-        try:
-            prepared = controller.prepare_attach(
-                backend,
-                values.get("hicache_storage_backend_extra_config"),
-                prefetch_policy=values.get("hicache_storage_prefetch_policy"),
-                write_policy=values.get("hicache_write_policy"),
-            )
-        except OSError as exc:  # the backend cannot open here: reported with the field path, as on one engine
-            from engine.hicache_bridge import storage_refused
+        from engine.storage_change import StorageChange
 
-            raise storage_refused(exc) from None
-        return _Attach(controller, prepared)
+        hicache = self.engine.hicache
+        return StorageChange.prepare(None if hicache is None else hicache.controller, values)
 
 
 class _Held:
@@ -112,29 +97,6 @@ class _Held:
                 self.storage.abort()
         finally:
             self.held.close()
-
-
-class _Attach:
-    def __init__(self, controller: Any, prepared: Any) -> None:
-        self.controller = controller
-        self.prepared = prepared
-
-    def commit(self) -> None:
-        self.controller.commit_attach(self.prepared)
-
-    def abort(self) -> None:
-        self.controller.abort_attach(self.prepared)
-
-
-class _Detach:
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-
-    def commit(self) -> None:
-        self.controller.detach_storage_backend()
-
-    def abort(self) -> None:
-        pass  # nothing was touched at prepare
 
 
 def replica_main(

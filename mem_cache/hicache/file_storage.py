@@ -23,8 +23,8 @@ directory anyone can write would be trusted KV.
 `dir`, given or defaulted, goes through `resolve_storage_dir`: `~` expanded, made
 absolute, `..` and symbolic links resolved, NUL bytes refused; the resolved path is
 what the backend uses and what its status shows. After that nothing in the directory is
-trusted: the root is opened once and every shard directory and page file is opened
-relative to it without following symbolic links, so a link planted in the directory
+trusted: every shard directory and page file is opened relative to the resolved root
+without following symbolic links, so a link planted in the directory
 cannot send a read or a write outside it (such an entry, or a FIFO or device where a
 page belongs, is counted in `stats.unsafe_skipped`, removed and read as missing);
 shard directories are created only under the opened root; a page file is read only up
@@ -42,7 +42,6 @@ import stat
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -132,9 +131,6 @@ class FileStorage(StorageBase):
         self._dirty_dirs: set[str] = set()
         self._dirs_lock = threading.Lock()
         self._unsafe_logged = False
-        # every later file operation is relative to this descriptor, so no path is resolved again
-        self._root_fd = os.open(root, _DIR_FLAGS)
-        self._fd_closer = weakref.finalize(self, os.close, self._root_fd)
         self._sweep_temp_files()
 
     def path_for(self, key: str) -> Path:
@@ -242,23 +238,29 @@ class FileStorage(StorageBase):
         then the shard reads as missing, or is created as a real directory when `create`.
         Raises FileNotFoundError when it is missing and not created, OSError otherwise.
         """
+        # the root is the resolved path (no link in it); opened by name each time, so a
+        # directory moved away or replaced reads as missing rather than being followed
+        root = os.open(self.root, _DIR_FLAGS)
         try:
-            return os.open(shard, _DIR_FLAGS, dir_fd=self._root_fd)
-        except FileNotFoundError:
-            if not create:
-                raise
-        except OSError as exc:
-            # only a link is removed; a file there makes the write fail, as any unwritable spot does
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) or not _is_link(shard, self._root_fd):
-                raise
-            self._remove_unsafe(self._root_fd, shard, "a symbolic link")
-            if not create:
-                raise FileNotFoundError(errno.ENOENT, "shard directory removed", shard) from None
-        try:
-            os.mkdir(shard, 0o700, dir_fd=self._root_fd)
-        except FileExistsError:
-            pass  # another writer made it meanwhile; the open below still refuses a link
-        return os.open(shard, _DIR_FLAGS, dir_fd=self._root_fd)
+            try:
+                return os.open(shard, _DIR_FLAGS, dir_fd=root)
+            except FileNotFoundError:
+                if not create:
+                    raise
+            except OSError as exc:
+                # only a link is removed; a file there makes the write fail, as any unwritable spot does
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) or not _is_link(shard, root):
+                    raise
+                self._remove_unsafe(root, shard, "a symbolic link")
+                if not create:
+                    raise FileNotFoundError(errno.ENOENT, "shard directory removed", shard) from None
+            try:
+                os.mkdir(shard, 0o700, dir_fd=root)
+            except FileExistsError:
+                pass  # another writer made it meanwhile; the open below still refuses a link
+            return os.open(shard, _DIR_FLAGS, dir_fd=root)
+        finally:
+            os.close(root)
 
     def _remove_unsafe(self, dir_fd: int, name: str, what: str) -> None:
         """Count and remove an entry that is not what the layout puts there (unlink never follows a link)."""
@@ -279,7 +281,7 @@ class FileStorage(StorageBase):
             dirs, self._dirty_dirs = self._dirty_dirs, set()
         for shard in dirs:
             try:
-                fd = os.open(shard, _DIR_FLAGS, dir_fd=self._root_fd)
+                fd = self._open_shard(shard, create=False)
             except OSError:
                 continue
             try:
@@ -288,9 +290,6 @@ class FileStorage(StorageBase):
                 pass
             finally:
                 os.close(fd)
-
-    def _close(self) -> None:
-        self._fd_closer()
 
     def _abandon(self) -> None:
         if self.created is None:
