@@ -8,7 +8,10 @@ without applying it (`validate_override`) and prepares the side effects that go 
 it (a storage attach), then votes yes or no with its reasons. Only when every rank
 voted yes do all ranks commit, ending at the same generation; otherwise every rank
 that prepared something releases it and the caller gets one `PropagationFailed`
-naming each refusing rank and its reasons, and each rank that stayed silent. Either
+naming each refusing rank and its reasons, and each rank that stayed silent. Each
+refusal also carries one typed reason (`refusal_reason`: an exception's own, or
+`invalid`, `not_hot`, `diverged`, `failed`), so a caller decides from it, never from
+the text. Either
 way the call returns only once every rank that answered has finished the round.
 
 Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every
@@ -78,7 +81,7 @@ import structlog
 import torch.distributed as dist
 
 from runtime.overrides import inner_source, shown
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import ConfigError, OverrideRefused, Problem
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +93,8 @@ _HOST_BYTES = 255
 _CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
 _STALE_ROUNDS = 64  # how long a key a late rank may still write is looked for
 _TIMEOUT_FIELD = "config_sync_timeout_s"
+# the refusal reasons of the group itself; a rank's own exceptions may declare others
+INVALID, NOT_HOT, FAILED = "invalid", "not_hot", "failed"
 
 
 class PreparedEffect(Protocol):
@@ -117,9 +122,12 @@ class PropagationFailed(ConfigError):
         *,
         timeout_s: float,
         late: bool = False,
+        reasons: Mapping[int, str] | None = None,
     ) -> None:
         self.source = source
-        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
+        self.refusals = {rank: tuple(lines) for rank, lines in sorted(refusals.items())}
+        # each refusing rank's typed reason (`refusal_reason`), so callers never read the text
+        self.reasons = {rank: str((reasons or {}).get(rank, FAILED)) for rank in self.refusals}
         self.silent = tuple(sorted(silent))
         problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
         problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
@@ -130,6 +138,12 @@ class PropagationFailed(ConfigError):
         who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
         header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
         super().__init__(problems, header=header)
+
+
+class RankDiverged(ConfigError):
+    """Raised on a rank asked to vote on a round based on another generation than its own."""
+
+    refusal_reason = "diverged"
 
 
 class RanksSilent(PropagationFailed, TimeoutError):
@@ -213,6 +227,20 @@ def _reasons(exc: BaseException) -> list[str]:
     if isinstance(exc, ConfigError):
         return exc.lines()
     return [str(exc) or type(exc).__name__]
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """The typed reason a refusal travels with: the exception's own `refusal_reason`, else the group's.
+
+    The group's reasons: `not_hot` (a field that may not change after publish), `invalid`
+    (any other config problem), `failed` (anything else).
+    """
+    own = getattr(exc, "refusal_reason", None)
+    if isinstance(own, str):
+        return str(own)
+    if isinstance(exc, OverrideRefused):
+        return NOT_HOT
+    return INVALID if isinstance(exc, ConfigError) else FAILED
 
 
 def _digest(value: Any) -> str:
@@ -457,7 +485,9 @@ class ConfigGroup:
             prepared = self._prepare(source, fields)
         except Exception as exc:
             log.warning("config_group.aborted", round=n, source=source, fields=sorted(fields), refused=[self.rank])
-            raise PropagationFailed(source, {self.rank: _reasons(exc)}, timeout_s=timeout_s) from None
+            raise PropagationFailed(
+                source, {self.rank: _reasons(exc)}, timeout_s=timeout_s, reasons={self.rank: refusal_reason(exc)}
+            ) from None
         try:
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
@@ -466,6 +496,7 @@ class ConfigGroup:
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
+            reasons = {rank: vote.get("reason", FAILED) for rank, vote in votes.items() if not vote["ok"]}
             wanted = _COMMIT if not refusals and not silent else _ABORT
             decision = self._decide(n, wanted)
         except BaseException:
@@ -487,7 +518,7 @@ class ConfigGroup:
                 "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
             )
             error = RanksSilent if silent or late else PropagationFailed
-            raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
+            raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
         own = self._commit(prepared)
         acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
         self._forget_decision(n, self._followers(), acks)
@@ -571,11 +602,11 @@ class ConfigGroup:
                     "-- the ranks diverged; resync this rank from the coordinator"
                     " (POST /replicas/<index>/resync on a data-parallel server) or publish the same config on every rank"
                 )
-                raise ConfigError([Problem("$generation", msg)])
+                raise RankDiverged([Problem("$generation", msg)])
             prepared = self._prepare(source, fields)
             vote: dict[str, Any] = {"ok": True, "generation": generation}
         except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
-            vote = {"ok": False, "generation": generation, "reasons": _reasons(exc)}
+            vote = {"ok": False, "generation": generation, "reasons": _reasons(exc), "reason": refusal_reason(exc)}
         store.set(f"vote/{n}/{self.rank}", json.dumps(vote))
         if prepared is None:
             return
@@ -829,8 +860,10 @@ __all__ = [
     "PreparedEffect",
     "Propagated",
     "PropagationFailed",
+    "RankDiverged",
     "RankState",
     "RanksSilent",
     "ResyncFailed",
     "SideEffect",
+    "refusal_reason",
 ]

@@ -3,8 +3,9 @@
 Requests go to one replica (`DPController.pick`); config changes go to every rank
 through the config group, all or nothing. Each replica applies a round between two of
 its scheduler steps, after a drain when a field declares `drain` (attach, detach), as
-one engine does; a drain that cannot finish on some replica refuses the round there,
-and the group answers like one engine would: `DrainTimeout` (409 with Retry-After).
+one engine does; a drain that cannot finish on some replica refuses the round there
+with the typed reason `drain_timeout`, and the group answers like one engine would:
+`DrainTimeout` (409 with Retry-After).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
-from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineBusy
+from engine.errors import DrainTimeout, EngineBusy, Refusal
 from engine.http.backend import Applied
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
 from runtime.context import get_context
@@ -65,10 +66,8 @@ class ReplicaGroupBackend:
         return self.controller.abort_pending(reason)
 
     async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        # replicas answer whole requests over their pipe: the text arrives as one piece
-        body = await self.controller.generate(args)
-        yield {"text": body["text"], "token_ids": list(body["output_ids"])}
-        yield body
+        async for piece in self.controller.stream(args):
+            yield piece
 
     def usage(self) -> dict[str, float]:
         return {}  # the pools live in the replica processes; their use is not sent over the pipe yet
@@ -98,12 +97,14 @@ class ReplicaGroupBackend:
         try:
             result = self.controller.propagate(source, **fields)
         except PropagationFailed as exc:
-            drains = [r for reasons in exc.refusals.values() for r in reasons if BOUNDARY_TIMEOUT_MARK in r]
-            if drains and not isinstance(exc, RanksSilent):
+            drained = set(exc.reasons.values()) == {Refusal.DRAIN_TIMEOUT}
+            if drained and not isinstance(exc, RanksSilent):
+                # only drains refused: busy like one engine, with its Retry-After
                 _replicas, running = self.controller.busy()
                 # the controller's role reads no schedule bag; the flat value is the same setting
                 timeout = float(get_context().value("drain_timeout_s"))
-                msg = f"{exc.header}: {'; '.join(drains)}"
+                lines = [line for rank in exc.reasons for line in exc.refusals[rank]]
+                msg = f"{exc.header}: {'; '.join(lines)}"
                 raise DrainTimeout(msg, queued=0, running=running, retry_after_s=timeout) from None
             raise
         ranks = []

@@ -92,6 +92,10 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
 def test_busy_replica_whose_steps_stop_is_stalled() -> None:
     """A replica that keeps reporting but finishes no step while it holds requests counts as stalled."""
     from engine.dp.controller import Replica
+    from engine.dp.messages import Heartbeat
+
+    def beat(progress: int) -> Heartbeat:
+        return Heartbeat(0, progress=progress, queued=0, running=2)
 
     class Proc:
         exitcode = None
@@ -102,12 +106,12 @@ def test_busy_replica_whose_steps_stop_is_stalled() -> None:
     replica = Replica(0, Proc(), None)
     now = [100.0]
     replica.clock = lambda: now[0]
-    replica._report({"progress": 5, "busy": 2})
+    replica._report(beat(5))
     for _ in range(10):
         now[0] += 1.0
-        replica._report({"progress": 5, "busy": 2})  # alive, but stuck
+        replica._report(beat(5))  # alive, but stuck
     assert replica.stalled_for(now[0]) == (10.0, "no finished step for 10.0s with 2 requests")
-    replica._report({"progress": 6, "busy": 2})
+    replica._report(beat(6))
     assert replica.stalled_for(now[0]) == (0.0, "no progress report for 0.0s")
     now[0] += 4.0
     assert replica.stalled_for(now[0]) == (4.0, "no progress report for 4.0s")
