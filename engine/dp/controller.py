@@ -64,6 +64,7 @@ from engine.errors import (
     ReplicaRunning,
     ReplicaUnresponsive,
 )
+from engine.http.backend import EngineLoad
 
 log = structlog.get_logger(__name__)
 
@@ -265,6 +266,19 @@ class DPController:
         """Flush every replica's prefix cache; each refuses (EngineBusy) while it runs requests."""
         futures = [r.submit(FlushCache(next(self._rids))) for r in self.replicas]
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    def loads(self) -> list[EngineLoad]:
+        """Each live replica's last reported queue and pool use (requests it holds until its first report)."""
+        out = []
+        for replica in self.replicas:
+            if not replica.alive():
+                continue
+            beat = replica.load
+            if beat is None:
+                out.append(EngineLoad(replica.index, 0, replica.inflight))
+            else:
+                out.append(EngineLoad(replica.index, beat.queued, beat.running, beat.token_usage, beat.cache_hit_rate))
+        return out
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""

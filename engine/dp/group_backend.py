@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.dp.controller import ROLE, DPController
 from engine.errors import DrainTimeout, EngineBusy, Refusal
-from engine.http.backend import Applied
+from engine.http.backend import Applied, EngineLoad
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
@@ -69,8 +69,11 @@ class ReplicaGroupBackend:
         async for piece in self.controller.stream(args):
             yield piece
 
-    def usage(self) -> dict[str, float]:
-        return {}  # the pools live in the replica processes; their use is not sent over the pipe yet
+    def loads(self) -> list[EngineLoad]:
+        return self.controller.loads()
+
+    def busy(self) -> int:
+        return self.controller.busy()[1]
 
     async def flush_cache(self) -> dict[str, Any]:
         _, inflight = self.controller.busy()

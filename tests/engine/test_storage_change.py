@@ -44,17 +44,29 @@ def _refusal_on_replica(engine: Engine, values: dict[str, Any]) -> StorageRefuse
     return exc.value
 
 
-def test_cache_off_is_one_refusal_on_an_engine_and_on_a_replica(make_engine) -> None:
-    """Without --enable-hierarchical-cache both paths raise the same StorageRefused naming the flag."""
+def test_cache_off_is_refused_by_the_rule_first_and_by_the_change_after(make_engine) -> None:
+    """Without the cache: the engine refuses as a group's coordinator does (the rule), a replica's change the same way."""
+    from sgconf.errors import ConfigError
+
     engine = make_engine()
     values = attach_values("memory")
+    with pytest.raises(ConfigError) as exc:
+        engine.attach_storage_backend("memory")
+    assert not isinstance(exc.value, StorageRefused)
+    assert exc.value.lines() == [
+        "$.memory.enable_hierarchical_cache: --hicache-storage-backend requires --enable-hierarchical-cache"
+        " -- enable the hierarchical cache at launch (from override hicache.attach)"
+    ]
     expected = [
         "$.memory.enable_hierarchical_cache: the hierarchical cache is off"
         " -- start with --enable-hierarchical-cache to attach storage"
     ]
-    assert _refusal_on_engine(engine, values).lines() == expected
+    with pytest.raises(StorageRefused) as refused:
+        StorageChange.prepare(None, values)
+    assert refused.value.lines() == expected
     assert _refusal_on_replica(engine, values).lines() == expected
     assert engine.boundary.holding() is False  # the replica's parked loop was released
+    assert engine.detach_storage_backend() is None  # nothing attached: a no-op, as in a group
 
 
 def test_a_backend_that_cannot_open_is_one_refusal_on_an_engine_and_on_a_replica(make_engine, tmp_path: Path) -> None:
