@@ -44,23 +44,21 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import functools
 import itertools
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import structlog
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Chunk, FlushCache, Generate
+from engine.dp.messages import FlushCache
+from engine.dp.routing import RequestRouter, choose
 from engine.errors import (
     NoSuchReplica,
     ReplicaExited,
     ReplicaFailed,
-    ReplicaLost,
     ReplicaRunning,
     ReplicaUnresponsive,
 )
@@ -106,7 +104,7 @@ class DPController:
         self._entry = replica_main
         self.replicas: list[Replica] = []
         self._rids = itertools.count(1)
-        self._rr = itertools.count()
+        self.router = RequestRouter(self.replicas, self._rids)
         self._restart_lock = threading.Lock()
         self._closed = False
         try:
@@ -149,80 +147,15 @@ class DPController:
 
     def pick(self) -> Replica:
         """The replica for the next request, by `load_balance_method`; raises ReplicaFailed when none is alive."""
-        from runtime.accessors import get_parallel
-
-        return choose(self.replicas, get_parallel().load_balance_method, next(self._rr))
-
-    def _route(self, tried: set[int]) -> Replica:
-        """The next replica for a request that `tried` could not serve; raises ReplicaFailed when none is left."""
-        from runtime.accessors import get_parallel
-
-        candidates = [r for r in self.replicas if r.index not in tried]
-        try:
-            replica = choose(candidates, get_parallel().load_balance_method, next(self._rr))
-        except ReplicaFailed:
-            if not tried:
-                raise
-            which = ", ".join(map(str, sorted(tried)))
-            msg = (
-                f"replica(s) {which} exited or stopped responding before answering and no other replica is"
-                " available -- the request was not served; retry later"
-            )
-            raise ReplicaUnresponsive(msg) from None
-        tried.add(replica.index)
-        return replica
+        return self.router.pick()
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Route one request and await its answer (raises ReplicaFailed or a replica's error).
+        """Route one request and await its answer (see `RequestRouter.generate`)."""
+        return await self.router.generate(args)
 
-        A request whose replica exits or stops responding before it answers is sent to
-        another healthy replica: nothing of it reached the client yet, and generation is
-        deterministic, so the answer is the one the first replica would have given. Each
-        replica is tried once, so a request that kills every replica it reaches ends there.
-        """
-        tried: set[int] = set()
-        while True:
-            replica = self._route(tried)
-            try:
-                return await asyncio.wrap_future(replica.submit(Generate(next(self._rids), args)))
-            except (ReplicaUnresponsive, ReplicaLost) as exc:
-                log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
-
-    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """Route one request as a stream: `{"text", "token_ids"}` pieces as the replica fills them, then the answer.
-
-        Retried like `generate` while nothing was streamed; once a piece reached the
-        caller, the replica's failure is raised instead (the stream ends with an error).
-        """
-        loop = asyncio.get_running_loop()
-        tried: set[int] = set()
-        while True:
-            replica = self._route(tried)
-            queue: asyncio.Queue[Chunk | None] = asyncio.Queue()
-
-            def put(item: Chunk | None, queue: asyncio.Queue[Chunk | None] = queue) -> None:
-                try:  # from the reader thread; a loop that closed has no one left to tell
-                    loop.call_soon_threadsafe(queue.put_nowait, item)
-                except RuntimeError:
-                    pass
-
-            future = replica.submit(Generate(next(self._rids), args, stream=True), on_chunk=put)
-            future.add_done_callback(functools.partial(_ended, put))
-            streamed = False
-            try:
-                while (chunk := await queue.get()) is not None:
-                    streamed = True
-                    yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
-                body = future.result()
-            except (ReplicaUnresponsive, ReplicaLost) as exc:
-                if streamed:
-                    raise
-                log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
-                continue
-            finally:
-                future.cancel()  # a caller that stopped reading: whatever comes later is dropped
-            yield body
-            return
+    def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Route one request as a stream (see `RequestRouter.stream`)."""
+        return self.router.stream(args)
 
     # -- liveness ----------------------------------------------------------------------
 
@@ -405,26 +338,6 @@ class DPController:
             t.start()
         for t in threads:
             t.join()
-
-
-def choose(replicas: Sequence[Replica], method: str, turn: int) -> Replica:
-    """The live replica for request number `turn`: in turn (round_robin), or the least busy (shortest_queue).
-
-    Raises ReplicaFailed when no replica is alive (ReplicaUnresponsive when some are, but none responds). Ties in shortest_queue go to the lowest index.
-    """
-    alive = [r for r in replicas if r.healthy()]
-    if not alive:
-        if any(r.alive() for r in replicas):
-            msg = "no replica is responsive -- retry later; /health names the replicas that stopped responding"
-            raise ReplicaUnresponsive(msg)
-        raise ReplicaFailed("no replica is alive -- restart them with POST /replicas/<index>/restart")
-    if method == "shortest_queue":
-        return min(alive, key=lambda r: (r.inflight, r.index))
-    return alive[turn % len(alive)]
-
-
-def _ended(put: Callable[[Chunk | None], None], _future: Future[dict[str, Any]]) -> None:
-    put(None)  # the answer (or failure) is in: the stream's reader takes it from the future
 
 
 def _free_port() -> int:
