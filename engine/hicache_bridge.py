@@ -21,7 +21,6 @@ from engine.storage_change import (
     DETACH_VALUES,
     StorageChange,
     attach_values,
-    storage_refused,
 )
 
 log = structlog.get_logger(__name__)
@@ -61,11 +60,15 @@ class HiCacheBridge:
             mac_secret=mem.hicache_storage_mac_key,
         )
         if mem.hicache_storage_backend is not None:
+            values = {
+                "hicache_storage_backend": mem.hicache_storage_backend,
+                "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
+            }
             try:
-                controller.attach_storage_backend(mem.hicache_storage_backend, mem.hicache_storage_backend_extra_config)
-            except OSError as exc:
+                StorageChange.prepare(controller, values).commit()  # refused as a live attach would be
+            except BaseException:
                 controller.close()
-                raise storage_refused(exc) from None
+                raise
         return cls(engine, controller)
 
     # -- scheduler hooks -------------------------------------------------------------------
