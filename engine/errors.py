@@ -15,13 +15,16 @@ from typing import ClassVar
 from sgconf.errors import ConfigError
 
 
-class Refusal(enum.StrEnum):
+class Refusal(str, enum.Enum):
     """Why a rank refused a config change; travels with the refusal, and the HTTP status is chosen from it.
 
     `invalid`, `not_hot`, `diverged` and `failed` are the config group's own reasons
     (`runtime.distributed`); the others are declared by the exceptions below as
     `refusal_reason`.
     """
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
 
     INVALID = "invalid"  # a bad name, type, choice or cross-field rule
     NOT_HOT = "not_hot"  # the field may not change after publish

@@ -98,8 +98,11 @@ class Result:
     body: dict[str, Any]
 
 
-class FailureKind(enum.StrEnum):
+class FailureKind(str, enum.Enum):
     """Why a request failed on a replica; names the exception the controller raises (`FAILURES`)."""
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
 
     REJECTED = "rejected"
     STOPPED = "stopped"

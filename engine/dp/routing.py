@@ -96,7 +96,11 @@ class RequestRouter:
                 except RuntimeError:
                     pass
 
-            future = replica.submit(Generate(next(self._rids), args, stream=True), on_chunk=put)
+            try:
+                future = replica.submit(Generate(next(self._rids), args, stream=True), on_chunk=put)
+            except (ReplicaUnresponsive, ReplicaLost) as exc:  # it went away since it was chosen
+                log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
+                continue
             future.add_done_callback(functools.partial(_ended, put))
             streamed = 0
             try:

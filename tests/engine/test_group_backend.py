@@ -102,4 +102,4 @@ def test_every_refusal_reason_has_a_status() -> None:
     from engine.errors import Refusal
     from engine.http.problems import STATUS_BY_REFUSAL
 
-    assert sorted(reason for reason, _ in STATUS_BY_REFUSAL) == sorted(Refusal)
+    assert sorted(reason.value for reason, _ in STATUS_BY_REFUSAL) == sorted(r.value for r in Refusal)
