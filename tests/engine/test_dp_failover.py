@@ -10,23 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.engine.serving import wait_for
 
 BODY = {"text": "a request that outlives its replica", "max_new_tokens": 4}
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0) -> Any:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_a_killed_replicas_request_is_retried_on_the_healthy_one() -> None:

@@ -10,25 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.engine.serving import wait_for
 
 ADMIN = {"Authorization": "Bearer admin-key"}
 BODY = {"text": "a request that outlives its replica", "max_new_tokens": 4}
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0) -> Any:
-    """Poll `condition` until it is truthy; fail naming `what` after a generous deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> None:

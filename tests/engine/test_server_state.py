@@ -10,15 +10,13 @@ deadlines.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine.serving import MODES, serve_in_mode
+from tests.engine.serving import MODES, serve_in_mode, wait_for
 
 pytestmark = pytest.mark.server_args_shared
 ADMIN = {"Authorization": "Bearer admin-key"}
@@ -38,16 +36,6 @@ def samples(http: TestClient) -> list[tuple[str, dict[str, str], float]]:
     r = http.get("/metrics")
     assert r.status_code == 200, r.text
     return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(r.text) for s in fam.samples]
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0) -> Any:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def overrides(http: TestClient) -> dict[tuple[str, str], float]:
