@@ -566,16 +566,16 @@ class Engine:
         from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
         from runtime.context import get_context
 
+        values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
+                               write_policy=write_policy)
         hicache = self.hicache
         if hicache is None:
             # refused as a replica group's coordinator refuses it: by the config rule naming the flag
-            values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
-                                   write_policy=write_policy)
             get_context().validate_override(ATTACH_SOURCE, **values)
             StorageChange.prepare(None, values)  # raises: the cache is off
         assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
+            return hicache.attach(values)
 
     def detach_storage_backend(self) -> Any:
         """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.

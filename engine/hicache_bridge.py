@@ -11,6 +11,7 @@ exactly as they were.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -20,7 +21,6 @@ from engine.storage_change import (
     DETACH_SOURCE,
     DETACH_VALUES,
     StorageChange,
-    attach_values,
 )
 
 log = structlog.get_logger(__name__)
@@ -141,21 +141,14 @@ class HiCacheBridge:
 
     # -- attach / detach ---------------------------------------------------------------------
 
-    def attach(
-        self,
-        backend: str,
-        *,
-        extra_config: dict[str, Any] | None = None,
-        prefetch_policy: str | None = None,
-        write_policy: str | None = None,
-    ) -> Any:
-        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
+    def attach(self, values: Mapping[str, Any]) -> Any:
+        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure.
+
+        `values` is the override of the attach (`engine.storage_change.attach_values`).
+        """
         from runtime.context import get_context
 
         ctx = get_context()
-        values = attach_values(
-            backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
-        )
         proposal = ctx.validate_override(ATTACH_SOURCE, **values)
         change = StorageChange.prepare(self.controller, values)
         try:
