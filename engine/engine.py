@@ -617,13 +617,6 @@ class Engine:
 
     # -- HiCache storage -----------------------------------------------------------------
 
-    def _require_hicache(self) -> Any:
-        if self.hicache is None:
-            from sgconf.errors import ConfigError, Problem
-
-            msg = "the hierarchical cache is off -- start with --enable-hierarchical-cache to attach storage"
-            raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
-        return self.hicache
 
     @_under_own_context
     def attach_storage_backend(
@@ -641,14 +634,29 @@ class Engine:
         values or a backend that cannot start (bad directory): then config and cache are
         exactly as before.
         """
-        hicache = self._require_hicache()
+        from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
+        from runtime.context import get_context
+
+        values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
+                               write_policy=write_policy)
+        hicache = self.hicache
+        if hicache is None:
+            # refused as a replica group's coordinator refuses it: by the config rule naming the flag
+            get_context().validate_override(ATTACH_SOURCE, **values)
+            StorageChange.prepare(None, values)  # raises: the cache is off
+        assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
+            return hicache.attach(values)
 
     @_under_own_context
     def detach_storage_backend(self) -> Any:
-        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
-        hicache = self._require_hicache()
+        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.
+
+        Returns None when nothing is attached, also on an engine without the hierarchical cache.
+        """
+        hicache = self.hicache
+        if hicache is None:
+            return None
         with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach()
 

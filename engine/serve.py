@@ -191,14 +191,17 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     """
     from engine.fleet.backend import fleet_member
     from engine.http.app import create_app
+    from engine.http.lifecycle import Lifecycle
     from engine.http.listeners import serve_listeners
+    from engine.http.metrics import OverrideTally
 
     serving = get_serving()
     own = listeners is None
     listeners = bind_listeners(serving) if listeners is None else listeners
     try:
+        lifecycle, tally = Lifecycle(), OverrideTally()  # one server: its apps stop together and count together
         with fleet_member(backend, fleet, url=listeners[-1].url) as backend:
-            apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
+            apps = [create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally) for li in listeners]
             for li in listeners:
                 # whatever the level: an operator must always be able to find where the server listens
                 announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)

@@ -78,6 +78,8 @@ class HiCacheStats:
     prefetched_pages: int  # pages prefetch moved from storage into host
     corrupt_skipped: int  # damaged pages/temp files found in storage, across backends
     forged_skipped: int  # pages that failed their MAC or were moved under another key, across backends
+    oversized_skipped: int  # stored pages larger than the layout's page, across backends
+    unsafe_skipped: int  # links or special files in a storage directory, across backends
     read_timeouts: int  # storage waits on the engine's path cut short by read_timeout_s
     storage_writes: int
     write_errors: int
@@ -174,6 +176,8 @@ class HiCacheController:
         self._inflight: dict[str, cf.Future[bool]] = {}
         self._retired_corrupt = 0
         self._retired_forged = 0
+        self._retired_oversized = 0
+        self._retired_unsafe = 0
         self._counts = dict.fromkeys(
             ("backed_up_pages", "host_hits", "storage_hits", "prefetched_pages", "storage_writes",
              "write_errors", "host_evictions", "layout_mismatches", "read_timeouts"),
@@ -360,6 +364,7 @@ class HiCacheController:
         _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
         options = _parse_extra_config(extra_config)
         opened = create_storage_backend(backend, options, mac_secret=self._mac_secret)
+        opened.bound_pages(self.layout.page_bytes)  # a stored page larger than our layout's is never read whole
         return PreparedAttach(backend, dict(options), opened, prefetch_policy, write_policy, id(self))
 
     def commit_attach(self, prepared: PreparedAttach) -> StorageStatus:
@@ -432,10 +437,13 @@ class HiCacheController:
             backend = self._backend
             corrupt = self._retired_corrupt + c["layout_mismatches"]
             forged = self._retired_forged
+            oversized, unsafe = self._retired_oversized, self._retired_unsafe
             if backend is not None:
                 bstats = backend.stats
                 corrupt += bstats.corrupt_skipped
                 forged += bstats.forged_skipped
+                oversized += bstats.oversized_skipped
+                unsafe += bstats.unsafe_skipped
             return HiCacheStats(
                 backed_up_pages=c["backed_up_pages"],
                 host_hits=c["host_hits"],
@@ -443,6 +451,8 @@ class HiCacheController:
                 prefetched_pages=c["prefetched_pages"],
                 corrupt_skipped=corrupt,
                 forged_skipped=forged,
+                oversized_skipped=oversized,
+                unsafe_skipped=unsafe,
                 read_timeouts=c["read_timeouts"],
                 storage_writes=c["storage_writes"],
                 write_errors=c["write_errors"],
@@ -498,6 +508,8 @@ class HiCacheController:
                 retired = backend.stats
                 self._retired_corrupt += retired.corrupt_skipped
                 self._retired_forged += retired.forged_skipped
+                self._retired_oversized += retired.oversized_skipped
+                self._retired_unsafe += retired.unsafe_skipped
 
     def _saves_on_evict(self) -> bool:
         return self._backend is not None and self.write_policy == "write_back"
