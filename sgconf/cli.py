@@ -226,8 +226,12 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
 
 def _explain_text(name: str, chain: Sequence[Any], schema: Schema) -> str:
     info = schema.field_info(name)
-    aliases = f" (aliases {', '.join(info.spec.aliases)})" if info.spec.aliases else ""
-    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.spec.help}"]
+    names = [*info.spec.aliases, *(f"{flag} (inverse)" for flag in info.spec.inverse_aliases)]
+    aliases = f" (aliases {', '.join(names)})" if names else ""
+    # a help text's "default 1" is what resolution picks for a declared null: say so, so the
+    # header agrees with the chain's first line
+    decided = " (declared null: resolution picks it when no layer sets it)" if info.default is None and "default" in info.spec.help else ""
+    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.spec.help}{decided}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
         value = json.dumps(plain(origin.shown_value()), default=str)

@@ -42,6 +42,7 @@ class FieldSpec:
     hot: bool = False
     cli: str | None = None
     aliases: tuple[str, ...] = ()
+    inverse_aliases: tuple[str, ...] = ()
     allow_sources: tuple[str, ...] = ()
     fingerprint: bool = True
     choices: tuple[Any, ...] | None = None
@@ -63,6 +64,7 @@ def setting(
     hot: bool = False,
     cli: str | None = None,
     aliases: Sequence[str] = (),
+    inverse_aliases: Sequence[str] = (),
     allow_sources: Sequence[str] = (),
     fingerprint: bool | None = None,
     checks: Sequence[Callable[[Any], None]] = (),
@@ -74,7 +76,10 @@ def setting(
     Secrets never count towards the fingerprint unless asked, so a hash of the
 from named sources (`allow_sources`), how a change after publish takes effect
 (`apply`), its CLI flag and the short aliases users type (`--tp` for `--tp-size`), and
-whether it counts towards the context fingerprint.
+whether it counts towards the context fingerprint. A boolean field may also take
+`inverse_aliases`: flags that mean its opposite, the way another runtime names the same
+switch (`--enable-prefix-caching` for `--no-disable-radix-cache`); each comes with its
+`--no-` form.
     """
     mode: ApplyMode = apply if apply is not None else ("step" if hot else "restart")
     if mode not in APPLY_MODES:
@@ -89,6 +94,7 @@ whether it counts towards the context fingerprint.
         hot=hot,
         cli=cli,
         aliases=tuple(aliases),
+        inverse_aliases=tuple(inverse_aliases),
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
         checks=tuple(checks),

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
 from sgconf.registry import set_serving
+from sgconf.refused_flags import REFUSED_FLAGS
 from sgconf.rules import RULES
 from sgconf.schema import Schema
 from sgconf.sources import SERVING_RESERVED_ENV
@@ -28,6 +29,7 @@ SERVING = Schema(
     steps=STEPS,
 )
 SERVING.reserved_env |= SERVING_RESERVED_ENV
+SERVING.refused_flags.update(REFUSED_FLAGS)
 set_serving(SERVING)
 namespace = SERVING.namespace
 
@@ -157,13 +159,23 @@ class MemoryConfig:
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
         None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES, apply="drain"
     )
-    disable_radix_cache: bool = setting(False, help="disable prefix reuse")
+    disable_radix_cache: bool = setting(False, help="disable prefix reuse", inverse_aliases=["--enable-prefix-caching"])
 
 
 @namespace("schedule")
 class ScheduleConfig:
     mem_fraction_static: float | None = setting(
-        None, help="fraction of device memory for weights and KV pools; default by device", checks=[interval(0, 1, low_open=True, high_open=True)]
+        None,
+        help="fraction of the free device memory the KV pools may take (needs a measured device: cuda); "
+        "default by device, unused when kv_cache_memory_bytes sets the budget",
+        checks=[interval(0, 1, low_open=True, high_open=True)],
+        aliases=["--gpu-memory-utilization"],
+    )
+    kv_cache_memory_bytes: int | None = setting(
+        None,
+        help="bytes the KV pools of one rank may take, instead of device memory times mem_fraction_static; "
+        "default: measured on cuda, 64MiB on cpu (where no device memory is measured)",
+        checks=[positive()],
     )
     max_running_requests: int | None = setting(
         None,
@@ -171,6 +183,7 @@ class ScheduleConfig:
         checks=[interval(1, 1 << 20)],
         allow_sources=MEMORY_POOL_SOURCES,
         hot=True,
+        aliases=["--max-num-seqs"],
     )
     max_total_tokens: int | None = setting(
         None, help="cap on the KV pool size in tokens", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
@@ -180,6 +193,7 @@ class ScheduleConfig:
         help="max tokens of one prefill chunk; default by device; hot up to the value planned at start-up",
         checks=[interval(1, 1 << 24)],
         hot=True,
+        aliases=["--max-num-batched-tokens"],
     )
     max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
     page_size: int | None = setting(None, help="tokens per KV page; default 1", checks=[power_of_two()])
@@ -287,7 +301,9 @@ class ObservabilityConfig:
         "info", help="log level", hot=True, fingerprint=False
     )
     log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
-    log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
+    log_requests: bool = setting(
+        False, help="log every request", hot=True, fingerprint=False, inverse_aliases=["--disable-log-requests"]
+    )
     overrides_log_limit: int = setting(
         256,
         help="post-publish overrides kept in the overrides log and undoable one by one; older ones are counted",
@@ -309,7 +325,7 @@ class GraphConfig:
         False, help="compile the model forward with torch.compile (one compiled graph per config fingerprint)", hot=True
     )
     cuda_graph_max_bs: int | None = setting(None, help="largest batch captured in a CUDA graph", checks=[positive()])
-    disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture")
+    disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture", aliases=["--enforce-eager"])
 
 
 @namespace("exec.mamba")

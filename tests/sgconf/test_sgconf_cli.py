@@ -99,7 +99,8 @@ def test_show_explain_prints_the_chain_winner_last(capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "show", "--config", str(cfg), "--page-size", "8", "--explain", "page_size")
     assert code == 0
     assert out.splitlines() == [
-        "page_size ($.schedule.page_size, --page-size, env SGCONF_PAGE_SIZE): tokens per KV page; default 1",
+        "page_size ($.schedule.page_size, --page-size, env SGCONF_PAGE_SIZE): tokens per KV page; "
+        "default 1 (declared null: resolution picks it when no layer sets it)",
         "  1. default    null                     from defaults",
         f"  2. file       2                        from {cfg}",
         "  3. env        4                        from env SGCONF_PAGE_SIZE",
