@@ -161,7 +161,7 @@ class Engine:
 
     def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
-        self.memory = build_memory(snap, self.shape, self.model_config)
+        self.memory = build_memory(snap, self.shape)
         dtype = torch_dtype(snap.model.dtype)
         self.model = TinyTransformer(self.shape, seed=self.seed, dtype=dtype)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)

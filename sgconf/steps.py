@@ -17,6 +17,11 @@ from sgconf.rules import TREE_DRAFT_ALGORITHMS
 # Defaults by device kind, chosen to leave room for activations and graphs on GPU.
 MEM_FRACTION_STATIC = {"cuda": 0.88, "cpu": 0.8}
 CHUNKED_PREFILL_SIZE = {"cuda": 8192, "cpu": 2048}
+# A CPU has no device memory to measure, so the KV budget there is a size of its own: the
+# embedded models need little, and zero-filled gigabytes would only slow start-up.
+CPU_KV_CACHE_BYTES = 64 << 20
+# Requests one CPU batch runs at most; on cuda the plan sizes it from memory and context.
+CPU_MAX_RUNNING_REQUESTS = 64
 DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 MODEL_DTYPES = ("float16", "bfloat16", "float32")  # the checkpoint dtypes `dtype` accepts
 ATTENTION_BACKEND = {"cuda": "torch_native", "cpu": "torch_native"}
@@ -73,8 +78,19 @@ def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any
         out["page_size"] = (1, "default page size")
     if v["swa_full_tokens_ratio"] is None:
         out["swa_full_tokens_ratio"] = (0.8, "default SWA/full ratio")
+    budget = v["kv_cache_memory_bytes"]
+    if budget is None and dev == "cpu":
+        budget = CPU_KV_CACHE_BYTES
+        out["kv_cache_memory_bytes"] = (budget, "default for cpu: no device memory is measured there")
+    elif budget is None:
+        out["kv_cache_memory_bytes"] = (None, f"measured when the pools are planned: free {dev} memory times mem_fraction_static")
     if v["mem_fraction_static"] is None:
-        out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
+        if budget is None:
+            out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
+        else:
+            out["mem_fraction_static"] = (None, "unused: kv_cache_memory_bytes is the KV budget")
+    if v["max_running_requests"] is None and dev == "cpu":
+        out["max_running_requests"] = (CPU_MAX_RUNNING_REQUESTS, "default for cpu")
     if v["chunked_prefill_size"] is None:
         out["chunked_prefill_size"] = (CHUNKED_PREFILL_SIZE[dev], f"default for {dev}")
     return out
@@ -129,7 +145,10 @@ STEPS: list[tuple[str, Step]] = [
     ("device", _reads(_step_device, 'device')),
     ("dtype", _reads(_step_dtype, 'device', 'dtype', 'kv_cache_dtype')),
     ("context_length", _reads(_step_context_length, 'context_length')),
-    ("schedule_defaults", _reads(_step_schedule, 'device', 'page_size', 'swa_full_tokens_ratio', 'mem_fraction_static', 'chunked_prefill_size')),
+    ("schedule_defaults", _reads(
+        _step_schedule, 'device', 'page_size', 'swa_full_tokens_ratio', 'mem_fraction_static', 'kv_cache_memory_bytes',
+        'max_running_requests', 'chunked_prefill_size',
+    )),
     ("attention_backend", _reads(_step_attention_backend, 'device', 'attention_backend')),
     ("spec_defaults", _reads(_step_spec_defaults, 'speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk', 'speculative_num_draft_tokens', 'max_speculative_num_draft_tokens')),
     ("serving_defaults", _reads(_step_serving, 'served_model_name', 'model_path', 'random_seed', 'mamba_radix_cache_strategy')),

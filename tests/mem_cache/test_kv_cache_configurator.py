@@ -125,9 +125,10 @@ def test_configurator_choice() -> None:
 
 
 def test_not_enough_memory_names_the_fraction() -> None:
-    """A budget too small raises with the smallest mem_fraction_static that fits."""
+    """A budget of measured device memory too small raises with the smallest mem_fraction_static that fits."""
     # one token of 4 float32 layers (2048 B) + its padding page + a 2-row table of 1028 columns = 12320 B
-    with override_server_args(context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+    # (cuda: only a measured device's budget scales with the fraction; nothing is allocated by a plan)
+    with override_server_args(device="cuda", dtype="float32", context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
         with pytest.raises(InsufficientMemoryError) as info:
             KVCacheConfigurator(_shape("small-dense"), 12000, device="meta").plan()
         assert KVCacheConfigurator(_shape("small-dense"), 12320, device="meta").plan().max_total_num_tokens == 1
@@ -140,7 +141,7 @@ def test_not_enough_memory_names_the_fraction() -> None:
 
 def test_not_enough_memory_names_the_explicit_budget() -> None:
     """An explicit budget too small raises with the smallest budget, in bytes and GiB, for the flag that set it."""
-    with override_server_args(context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+    with override_server_args(context_length=1024, max_running_requests=1):
         with pytest.raises(InsufficientMemoryError) as info:
             KVCacheConfigurator(_shape("small-dense"), 12000, device="meta", budget_flag="--available-memory").plan()
     assert (info.value.min_budget_bytes, info.value.min_mem_fraction_static) == (12320, None)
