@@ -45,8 +45,9 @@ from engine.errors import (
     RequestRejected,
 )
 from engine.hicache_bridge import HiCacheBridge
+from engine.machine import checked_launch
 from engine.memory import build_memory
-from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model import ByteTokenizer, TinyTransformer, run_sizes, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
@@ -59,7 +60,6 @@ from runtime.accessors import attention_backends, get_serving, max_speculative_n
 from runtime.context import get_context, is_published, publish, reset
 from runtime.logs import configure_from_config
 from sgconf.loading import load
-from sgconf.models import load_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -104,14 +104,11 @@ class Engine:
         `clock` is what request deadlines are measured on (a test passes a fake one)."""
         self._compile_backend = compile_backend
         self.clock = clock
-        self.context = publish(record, role="scheduler", model=model_config)
+        self.model_config, self.shape = checked_launch(record, model_config)  # refused before publishing
+        self.context = publish(record, role="scheduler", model=self.model_config)
         if configure_logs:
             configure_from_config()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
-        if model_config is None:
-            model_config = load_model_config(snap.model.model_path, snap.model.model_config)
-        self.model_config = dict(model_config)
-        self.shape = runnable_shape(self.model_config, name="target")
         self.tokenizer = ByteTokenizer()
         self.device = device_of(snap)  # cuda:<base_gpu_id> on cuda
         self.seed = int(snap.device.random_seed or 0)

@@ -48,8 +48,13 @@ class EngineMemory:
         size_swa = getattr(self.kv_pool, "size_swa", None)
         if size_swa is not None:
             out["swa_tokens"] = int(size_swa)
+            out["swa_index_map_bytes"] = int(self.kv_pool.full_to_swa_index_mapping.nbytes)
         if self.draft_kv_pool is not None:
             out["draft_kv_pool_bytes"] = int(self.draft_kv_pool.nbytes())
+            mapping = getattr(self.draft_kv_pool, "full_to_swa_index_mapping", None)
+            if mapping is not None and mapping is not getattr(self.kv_pool, "full_to_swa_index_mapping", None):
+                out["draft_index_map_bytes"] = int(mapping.nbytes)  # a full-capacity draft's own identity map
+        out["total_bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
         if self.plan is not None and hasattr(self.plan, "describe"):
             out["plan"] = self.plan.describe()
         return out

@@ -179,7 +179,8 @@ def _show(argv: Sequence[str], schema: Schema) -> int:
     if ns.explain is not None:
         schema.field_info(ns.explain)  # an unknown name fails before any loading work, with a suggestion
     loaded = load_from_args(ns, schema=schema)
-    resolved = resolve_once(loaded.record)
+    # the model is read as `plan` and `serve` read it: one they would refuse is refused here too
+    resolved = resolve_once(loaded.record, require_model=True)
     if ns.explain is not None:
         chain = explain(loaded.record, ns.explain, resolved, provenance=loaded.provenance)
         text = _explain_text(ns.explain, chain, schema) if ns.format != "json" else _explain_json(ns.explain, chain, schema)

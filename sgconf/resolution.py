@@ -82,11 +82,12 @@ def detect_device() -> str:
 _lock = threading.Lock()
 
 
-def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> Resolved:
+def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None, *, require_model: bool = False) -> Resolved:
     """Resolve `record` (a ServerArgs) once; later calls return the same `Resolved`.
 
     `model` is an HF-style config dict (or an object with `to_config()`/`config`); when
-    None, the config named by model_path/model_config is read if it exists.
+    None, the config named by model_path/model_config is read if it exists; with
+    `require_model` one that cannot be read is a ConfigError, as for `plan` and `serve`.
     Raises ResolutionError when the resolved values break a rule; the failure is
     remembered so the same record cannot be resolved again. Raises ConfigError when the
     record was already resolved and `model` differs from the model used then.
@@ -107,7 +108,7 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
                 raise ConfigError([Problem("$model", msg)], header="cannot resolve against a different model")
             return result
         try:
-            result = _resolve(record, _model_config(record, model))
+            result = _resolve(record, _model_config(record, model, require_model))
         except ConfigError as exc:
             failure = ResolutionError(list(exc.problems), header="resolution failed")
             object.__setattr__(record, "_sgconf_resolution", failure)
@@ -116,7 +117,7 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
         return result
 
 
-def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
+def _model_config(record: Any, model: Any, required: bool = False) -> Mapping[str, Any] | None:
     if model is None:
         if not hasattr(record, "model_path"):
             return None  # a schema without a model to read
@@ -125,7 +126,7 @@ def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
         try:
             return load_model_config(record.model_path, getattr(record, "model_config", None))
         except ConfigError:
-            if getattr(record, "model_config", None) is not None:
+            if required or getattr(record, "model_config", None) is not None:
                 raise
             return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
     if isinstance(model, Mapping):
