@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from mem_cache.model_shape import ModelShape
-
 from sgconf.errors import ConfigError, Problem
 from sgconf.registry import field_info
 

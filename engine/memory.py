@@ -45,14 +45,15 @@ class EngineMemory:
             "kv_pool_bytes": int(self.kv_pool.nbytes()),
             "req_to_token_bytes": int(self.req_to_token_pool.nbytes()),
         }
+        target_map = getattr(self.kv_pool, "full_to_swa_index_mapping", None)
         size_swa = getattr(self.kv_pool, "size_swa", None)
-        if size_swa is not None:
+        if size_swa is not None and target_map is not None:
             out["swa_tokens"] = int(size_swa)
-            out["swa_index_map_bytes"] = int(self.kv_pool.full_to_swa_index_mapping.nbytes)
+            out["swa_index_map_bytes"] = int(target_map.nbytes)
         if self.draft_kv_pool is not None:
             out["draft_kv_pool_bytes"] = int(self.draft_kv_pool.nbytes())
             mapping = getattr(self.draft_kv_pool, "full_to_swa_index_mapping", None)
-            if mapping is not None and mapping is not getattr(self.kv_pool, "full_to_swa_index_mapping", None):
+            if mapping is not None and mapping is not target_map:
                 out["draft_index_map_bytes"] = int(mapping.nbytes)  # a full-capacity draft's own identity map
         out["total_bytes"] = sum(v for k, v in out.items() if k.endswith("_bytes"))
         if self.plan is not None and hasattr(self.plan, "describe"):

@@ -25,8 +25,8 @@ from typing import Any
 import structlog
 
 from engine.errors import PortUnavailable
-from engine.machine import refuse_unhonoured
 from engine.http.listeners import bind_listeners, close_listeners
+from engine.machine import refuse_unhonoured
 from runtime.accessors import get_serving
 from runtime.context import publish, reset
 from runtime.logs import announce, configure_from_record

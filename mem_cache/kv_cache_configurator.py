@@ -26,7 +26,6 @@ from mem_cache.allocator import (
     TokenToKVPoolAllocator,
 )
 from mem_cache.errors import PlanError
-from sgconf.errors import Problem
 from mem_cache.model_shape import (
     ModelShape,
     draft_swa_full_capacity,
@@ -42,6 +41,7 @@ from mem_cache.pool_configurator import (
 )
 from mem_cache.pools import KVPool, MHATokenToKVPool, ReqToTokenPool, SWAKVPool
 from runtime import get_context, max_speculative_num_draft_tokens
+from sgconf.errors import Problem
 
 log = structlog.get_logger("mem_cache.kv_cache")
 

@@ -23,8 +23,8 @@ from mem_cache.kv_cache_configurator import KVCacheConfigurator
 from mem_cache.model_shape import model_shape_from_config
 from mem_cache.pool_configurator import MemoryPoolConfig
 from sgconf.cli import config_parser, load_from_args, run_cli
-from sgconf.flags import TYPED_ATTR
 from sgconf.errors import UsageError
+from sgconf.flags import TYPED_ATTR
 from sgconf.models import load_model_config
 
 PROG = "sgconf plan"
@@ -72,8 +72,8 @@ def _plan(argv: Sequence[str]) -> int:
             raise UsageError("'--available-memory' and '--kv-cache-memory-bytes' both set the KV budget -- give one")
         # the size is the kv_cache_memory_bytes setting, typed as --available-memory
         ns.kv_cache_memory_bytes = str(parse_size(ns.available_memory))
-        getattr(ns, TYPED_ATTR, None) or setattr(ns, TYPED_ATTR, {})
-        getattr(ns, TYPED_ATTR)["kv_cache_memory_bytes"] = flag = "--available-memory"
+        flag = "--available-memory"
+        setattr(ns, TYPED_ATTR, {**(getattr(ns, TYPED_ATTR, None) or {}), "kv_cache_memory_bytes": flag})
     loaded = load_from_args(ns)
     record = loaded.record
     cfg = load_model_config(record.model_path, record.model_config)

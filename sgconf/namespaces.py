@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from sgconf import derived
 from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
-from sgconf.registry import set_serving
 from sgconf.refused_flags import REFUSED_FLAGS
+from sgconf.registry import set_serving
 from sgconf.rules import RULES
 from sgconf.schema import Schema
 from sgconf.sources import SERVING_RESERVED_ENV

@@ -9,10 +9,10 @@ import pytest
 from engine.engine import Engine
 from engine.serve import load_serve_record
 from mem_cache.errors import ModelShapeError
-from sgconf.models import builtin_model_names as example_names
 from mem_cache.plan_cli import main as plan_main
 from runtime import is_published
 from sgconf.errors import ConfigError
+from sgconf.models import builtin_model_names as example_names
 
 # the shipped models `serve` runs (random weights); the others hold attention sizes only, or
 # (small-hybrid-mtp) a second head geometry for SWA layers, which the embedded model lacks
