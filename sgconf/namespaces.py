@@ -179,7 +179,8 @@ class ScheduleConfig:
     )
     max_running_requests: int | None = setting(
         None,
-        help="cap on concurrently running requests; hot up to the capacity planned at start-up",
+        help="cap on concurrently running requests; default 64 on cpu, on cuda what the KV plan sizes from "
+        "memory and context; hot up to the capacity planned at start-up",
         checks=[interval(1, 1 << 20)],
         allow_sources=MEMORY_POOL_SOURCES,
         hot=True,

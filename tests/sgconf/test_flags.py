@@ -67,6 +67,10 @@ def test_aliases_show_in_every_commands_help(capsys: pytest.CaptureFixture[str],
     assert "--tp-size, --tp, --tensor-parallel-size INT" in out
     assert "--dp-size, --dp, --data-parallel-size INT" in out
     assert "--model-path, --model STR" in out
+    assert "--mem-fraction-static, --gpu-memory-utilization FLOAT" in out
+    assert "--max-running-requests, --max-num-seqs INT" in out
+    assert "--chunked-prefill-size, --max-num-batched-tokens INT" in out
+    assert "--enable-prefix-caching, --no-enable-prefix-caching" in out
 
 
 def test_explain_names_the_aliases(capsys: pytest.CaptureFixture[str]) -> None:
