@@ -91,11 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with EarlyStop().installed() as early:
         record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+        launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
+        refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
-        launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
-        refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
         try:
             listeners = bind_listeners(serving)
         except PortUnavailable as exc:
