@@ -337,7 +337,7 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
 
 
 def config_report() -> dict[str, Any]:
-    """The published config as `/server_info` shows it: values, generation, overrides and their provenance."""
+    """The published config as `/server_info` shows it: values, what resolution decided and why, generation, overrides and their provenance."""
     ctx = get_context()
     overrides_log = ctx.overrides_log()
     changed = sorted({c.name for rec in overrides_log for c in rec.changes})
@@ -350,8 +350,16 @@ def config_report() -> dict[str, Any]:
     # the value each overridden field had at startup: the winner of the launch layers
     startup = {name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
                for name, chain in provenance.items()}
+    # every value resolution decided (the KV budget and request cap among them), with its reason
+    resolution = {}
+    for name in ctx.schema.field_names():
+        decided = [o for o in ctx.explain(name) if o.layer == "resolution"]
+        if decided:
+            step, _, reason = decided[-1].detail.partition(" (")
+            resolution[name] = {"step": step, "reason": reason.removesuffix(")"), "value": decided[-1].shown_value()}
     return {
         "config": ctx.resolved_dict(redact=True),
+        "resolution": resolution,
         "generation": ctx.generation,
         "fingerprint": ctx.fingerprint(),
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],

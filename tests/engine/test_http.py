@@ -299,3 +299,17 @@ def test_server_info_lists_how_each_field_applies(serve) -> None:
     modes = client.get("/server_info").json()["apply_modes"]
     assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == ("step", "drain", "restart")
     assert set(modes.values()) == {"step", "drain", "restart"}
+
+
+def test_server_info_says_what_resolution_decided_and_the_budget_the_pools_were_sized_for(serve) -> None:
+    """Every resolved value carries its step and reason, and the pools name their budget and its source."""
+    _, client = serve()
+    info = client.get("/server_info").json()
+    assert info["resolution"]["kv_cache_memory_bytes"] == {
+        "step": "schedule_defaults", "reason": "default for cpu: no device memory is measured there", "value": 64 << 20,
+    }
+    assert info["resolution"]["max_running_requests"]["reason"] == "default for cpu"
+    assert "page_size" not in info["resolution"]  # given on the command line: not a decision
+    plan = info["pools"]["plan"]
+    assert (plan["budget_bytes"], plan["budget_source"]) == (64 << 20, "kv_cache_memory_bytes")
+    assert info["pools"]["total_bytes"] == plan["total_bytes"]
