@@ -17,15 +17,11 @@ Write policies: `write_through` stores a page in host and storage at backup time
 loaded back at least once (proven reuse), and on nothing else.
 
 Storage I/O runs on background threads (one writer, `io_threads` readers); host pool
-and device copies happen under one lock. Storage errors never reach the caller:
-damaged pages are counted in `stats.corrupt_skipped`, pages that fail their MAC in
-`stats.forged_skipped`, and both are treated as missing; failed writes are counted in
-`stats.write_errors` and back the backend off (it reports itself degraded). No call
-made on the engine's path waits on storage longer than `read_timeout_s`: a read or an
-existence check that takes longer counts in `stats.read_timeouts` and is a miss (the
-read may still land in host later, for the next request).
-
-Device copies (through the pool's full->SWA slot map) are `mem_cache.hicache.device_copy`'s.
+and device copies (`mem_cache.hicache.device_copy`) happen under one lock. Storage
+errors never reach the caller: damaged or forged pages are counted and treated as
+missing; failed writes are counted and back the backend off (it reports itself
+degraded). No call on the engine's path waits on storage longer than `read_timeout_s`:
+a read that takes longer counts in `stats.read_timeouts` and is a miss.
 
 Attach is two-phase, so several ranks can make it all-or-nothing:
 `prepare_attach` opens and validates the backend without touching the controller,
