@@ -24,7 +24,7 @@ def test_a_killed_replicas_request_is_retried_on_the_healthy_one() -> None:
     from engine.dp.controller import DPController
     from engine.dp.group_backend import ReplicaGroupBackend
     from engine.http.app import create_app
-    from runtime.testing import override_server_args
+    from runtime import override_server_args
 
     with override_server_args(role="dp_controller", dp_size=2, replica_heartbeat_interval_s=0.2):
         controller = DPController(monitor=False)
