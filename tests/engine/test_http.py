@@ -156,7 +156,8 @@ def test_bad_attach_bodies_change_nothing(serve, tmp_path: Path) -> None:
     )
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "$.memory.hicache_storage_backend: expected one of 'file', 'memory', got 'nfs' (from override hicache.attach)",
+        "$.memory.hicache_storage_backend: must name a registered HiCache storage backend (file, memory), got 'nfs' "
+        "(from override hicache.attach)",
         "$.memory.hicache_write_policy: expected one of 'write_through', 'write_back', 'write_through_selective',"
         " got 'sometimes' (from override hicache.attach)",
     ]
