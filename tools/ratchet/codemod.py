@@ -5,10 +5,15 @@
 the rewrite left unused (`get_server_args`, typically) are removed. An alias
 (`sa = get_server_args()`) is rewritten only when every use of it is a field read that
 can be rewritten; its binding statement is then removed (unless comments sit on it).
-Writes, records built in place (`ServerArgs(...)`, `dataclasses.replace(...)`: not the
-published record, so an accessor would read something else), walrus-bound records,
-aliases used for anything else and names that hold the
-record on some paths only (branches that bind them differently) are listed, never
+
+An accessor reads the record the process published, so only a read of that record keeps
+its meaning when rewritten. A read through the getter is one. A record an object holds
+(`self.server_args`) or a caller passes in (a parameter) may be another one: engines
+sharing a process can each carry their own. Those reads are rewritten only when
+`ratchet.toml` says `one_record_per_process = true`; otherwise they are listed for
+review with the reason. Writes, records built in place (`ServerArgs(...)`,
+`dataclasses.replace(...)`), computed `getattr` names, walrus-bound records, aliases used
+for anything else and names that hold the record on some paths only are listed, never
 touched: rewriting them would change what the code does.
 
 Which sites exist is decided by the scanner (`tools.ratchet.scanner` on `ast`), exactly
@@ -19,10 +24,14 @@ them, keeping every comment and blank line.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import attrs
 import libcst as cst
@@ -30,13 +39,17 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from tools.ratchet.cache import FixCache, content_hash
 from tools.ratchet.scanner import Found, allow_comments, collect, scan_module
-from tools.ratchet.settings import ScanSettings
+from tools.ratchet.settings import ScanSettings, decode_with_encoding
 from tools.ratchet.sites import Site
+from tools.ratchet.syntax import NewSyntaxError, parse_any
 
 _ACCESSOR_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")
 # libcst walks its tree recursively; give it room for what CPython itself parses
 _DEEP = 200_000
+# below this many files to rewrite, a pool costs more than it saves (a libcst parse is dear)
+FIX_POOL_THRESHOLD = 8
 
 
 @attrs.frozen(slots=True)
@@ -49,6 +62,8 @@ class FixResult:
     fixed: tuple[Site, ...] = ()
     skipped: tuple[tuple[Site, str], ...] = ()
     error: str | None = None
+    #: reads of a record that may not be the published one: the author decides
+    review: tuple[tuple[Site, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -64,6 +79,19 @@ class Plan:
     needed: frozenset[str]
     fixed: tuple[Site, ...]
     skipped: tuple[tuple[Site, str], ...]
+    review: tuple[tuple[Site, str], ...] = ()
+
+
+#: why a read of a record that may not be the process's is left for review, by origin
+REVIEW_REASONS = {
+    "instance": "the record is held per instance here and may not be the process's published one",
+    "passed": "the record is passed in here and may not be the process's published one",
+}
+REVIEW_HINT = "rewrite it by hand, or set one_record_per_process = true in ratchet.toml"
+WRITE_REASON = (
+    "a write to the record; set the value before publish (a config source or flag), "
+    "or after publish through an override (get_context().override(source, field=value))"
+)
 
 
 @contextmanager
@@ -132,15 +160,25 @@ def _has_comments(line: cst.SimpleStatementLine) -> bool:
     return any(empty.comment is not None for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
 
 
+def _review(found: Found, per_process: bool) -> str | None:
+    """Why a read must be reviewed: its record may not be the published one (None when it is)."""
+    if per_process or found.origin not in REVIEW_REASONS:
+        return None
+    return f"{REVIEW_REASONS[found.origin]} -- {REVIEW_HINT}"
+
+
 def _problem(
     found: Found,
     accessors: Mapping[str, str | None],
     site_of: Callable[[Found], Site],
     counted: Callable[[Site], bool],
+    per_process: bool = False,
 ) -> str | None:
     """Why `found` cannot be rewritten safely, or None when it can."""
     if found.kind == "write":
-        return "a write to the record; change it by hand (post-publish changes go through an override)"
+        return WRITE_REASON
+    if found.kind == "computed":
+        return "getattr() with a name computed at run time; read the bag by name (get_context().value(name))"
     accessor = accessors.get(found.field)
     if not accessor or _ACCESSOR_CALL.match(accessor) is None:
         return f"no accessor known for '{found.field}'"
@@ -164,7 +202,7 @@ def _problem(
     for read in binding.reads:
         if not counted(site_of(read)):
             return f"alias '{binding.name}' also has allowed or exempt reads"
-        if read is not found and (read.kind == "write" or not accessors.get(read.field)):
+        if read is not found and (read.kind in ("write", "computed") or not accessors.get(read.field)):
             return f"alias '{binding.name}' also has reads that cannot be rewritten"
     return None
 
@@ -175,8 +213,10 @@ def plan_fixes(
     found: Sequence[Found],
     accessors: Mapping[str, str | None],
     exempt: Callable[[Site], bool],
+    *,
+    per_process: bool = False,
 ) -> Plan:
-    """Decide, for every counted site, its rewrite or the reason it stays."""
+    """Decide, for every counted site, its rewrite, or the reason it stays (for review or for good)."""
     scan = collect(path, list(found), allow_comments(text))
     by_position = {(s.line, s.col, s.kind, s.field): s for s in scan.sites}
 
@@ -191,6 +231,7 @@ def plan_fixes(
     needed: set[str] = set()
     fixed: list[Site] = []
     skipped: list[tuple[Site, str]] = []
+    review: list[tuple[Site, str]] = []
     for f in sorted(found, key=lambda f: (f.line, f.col)):
         site = site_of(f)
         if not counted(site):
@@ -198,6 +239,12 @@ def plan_fixes(
         reason = _problem(f, accessors, site_of, counted)
         if reason is not None:
             skipped.append((site, reason))
+            continue
+        why = _review(f, per_process)
+        if why is None and f.binding is not None:
+            why = next((r for read in f.binding.reads if (r := _review(read, per_process))), None)
+        if why is not None:
+            review.append((site, why))
             continue
         accessor = accessors[f.field]
         assert accessor is not None
@@ -207,7 +254,7 @@ def plan_fixes(
         if f.binding is not None and f.binding.kind == "alias" and f.binding.stmt is not None:
             line, col = f.binding.stmt
             remove.add((line, _char_col(text, line, col)))
-    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped))
+    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review))
 
 
 def _char_col(text: str, line: int, offset: int) -> int:
@@ -251,7 +298,7 @@ def fix_imports(old: ast.Module, new: cst.Module, needed: frozenset[str], module
     context = CodemodContext()
     for name in sorted(needed):
         AddImportsVisitor.add_needed_import(context, module_name, name)
-    gone = _loaded_names(old) - _loaded_names(ast.parse(new.code))
+    gone = _loaded_names(old) - _loaded_names(parse_any("<rewritten>", new.code)[0])
     removals = 0
     for stmt in old.body:
         if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
@@ -277,15 +324,22 @@ def fix_text(
     *,
     module_name: str = "runtime",
     exempt: Callable[[Site], bool] = lambda site: False,
+    per_process: bool = False,
 ) -> FixResult:
-    """Rewrite every counted, safely fixable read in `text`; never raises on bad input."""
+    """Rewrite every counted, safely fixable read in `text`; never raises on bad input.
+
+    `per_process`: the project publishes one record per process, so a record held per
+    instance or passed in is that one and its reads may be rewritten too.
+    """
     try:
-        tree = ast.parse(text, filename=path)
+        tree, parsed = parse_any(path, text, settings.target_version)
+    except NewSyntaxError as exc:
+        return FixResult(path, text, text, error=f"cannot parse: {exc}")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return FixResult(path, text, text, error=f"cannot parse: {_one_line(str(exc))}")
-    plan = plan_fixes(path, text, scan_module(tree, text, settings), accessors, exempt)
+    plan = plan_fixes(path, parsed, scan_module(tree, parsed, settings), accessors, exempt, per_process=per_process)
     if not plan.replace:
-        return FixResult(path, text, text, (), plan.skipped)
+        return FixResult(path, text, text, (), plan.skipped, review=plan.review)
     with _deep_recursion():
         try:
             module = cst.parse_module(text)
@@ -297,4 +351,73 @@ def fix_text(
     if missing:  # a site libcst could not find again: refuse rather than half-fix the file
         where = ", ".join(f"line {line}" for _, line, _ in sorted(missing, key=lambda k: k[1]))
         return FixResult(path, text, text, error=f"cannot rewrite: sites not found by position ({where})")
-    return FixResult(path, text, new_text, plan.fixed, plan.skipped)
+    return FixResult(path, text, new_text, plan.fixed, plan.skipped, review=plan.review)
+
+
+def _fix_job(job: tuple[str, str, str, ScanSettings, Mapping[str, str | None], str, bool, frozenset[tuple[int, int, str, str]]]) -> FixResult:
+    """Worker entry point: one file's rewrite, its exempt sites given by position."""
+    rel, text, _, settings, accessors, module_name, per_process, exempt = job
+    return fix_text(
+        rel,
+        text,
+        settings,
+        accessors,
+        module_name=module_name,
+        exempt=lambda site: (site.line, site.col, site.kind, site.field) in exempt,
+        per_process=per_process,
+    )
+
+
+def _rows(items: Sequence[tuple[Site, str]]) -> list[list[Any]]:
+    return [[*site.to_row(), reason] for site, reason in items]
+
+
+def _unrows(path: str, rows: list[list[Any]]) -> tuple[tuple[Site, str], ...]:
+    return tuple((Site.from_row(path, row[:5]), str(row[5])) for row in rows)
+
+
+def fix_files(
+    files: Sequence[tuple[str, Path, frozenset[tuple[int, int, str, str]]]],
+    settings: ScanSettings,
+    accessors: Mapping[str, str | None],
+    *,
+    module_name: str,
+    per_process: bool = False,
+    cache: FixCache | None = None,
+    jobs: int = 0,
+) -> list[tuple[FixResult, str]]:
+    """`fix_text` over `(rel, path, exempt sites)`, on a process pool when there are enough files.
+
+    Returns `(result, encoding)` in the given order; a file whose content and settings
+    were seen unchanged before is answered from `cache` without being parsed.
+    """
+    results: dict[str, tuple[FixResult, str]] = {}
+    jobs_todo = []
+    keys: dict[str, str] = {}
+    for rel, path, exempt in files:
+        try:
+            data = path.read_bytes()
+            text, encoding = decode_with_encoding(data)
+        except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
+            results[rel] = (FixResult(rel, "", "", error=f"cannot read: {exc}"), "utf-8")
+            continue
+        key = FixCache.entry_key(content_hash(data), exempt)
+        entry = cache.get(key) if cache is not None else None
+        if entry is not None:
+            result = FixResult(rel, text, text, (), _unrows(rel, entry["skipped"]), review=_unrows(rel, entry["review"]))
+            results[rel] = (result, encoding)
+            continue
+        keys[rel] = key
+        jobs_todo.append((rel, text, encoding, settings, dict(accessors), module_name, per_process, exempt))
+    workers = jobs if jobs > 0 else min(os.cpu_count() or 1, 8)
+    if workers > 1 and len(jobs_todo) >= (FIX_POOL_THRESHOLD if jobs <= 0 else 2):
+        chunk = max(1, len(jobs_todo) // (workers * 4))
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(_fix_job, jobs_todo, chunksize=chunk))
+    else:
+        done = [_fix_job(job) for job in jobs_todo]
+    for job, result in zip(jobs_todo, done, strict=True):
+        results[result.path] = (result, job[2])
+        if cache is not None and result.error is None and not result.changed:
+            cache.put(keys[result.path], {"skipped": _rows(result.skipped), "review": _rows(result.review)})
+    return [results[rel] for rel, _, _ in files]
