@@ -1,6 +1,6 @@
 """sgconf: declarations, sources, validation and resolution of a serving runtime's configuration."""
 
-from sgconf.adopt import from_dataclass
+from sgconf.adopt import adopt, from_dataclass
 from sgconf.dump import nested
 from sgconf.errors import (
     ConfigError,
@@ -11,7 +11,7 @@ from sgconf.errors import (
     UnknownFieldError,
     UsageError,
 )
-from sgconf.fields import FieldSpec, setting
+from sgconf.fields import REQUIRED, FieldSpec, setting
 from sgconf.frozen import FrozenDict, deep_freeze
 from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load, provenance_of
@@ -62,6 +62,7 @@ __all__ = [
     "OverrideRefused",
     "ParallelConfig",
     "Problem",
+    "REQUIRED",
     "RESERVED_ENV",
     "RULES",
     "ResolutionError",
@@ -75,6 +76,7 @@ __all__ = [
     "SpecConfig",
     "UnknownFieldError",
     "UsageError",
+    "adopt",
     "build_record",
     "builtin_model_config",
     "check_rules",

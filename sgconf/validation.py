@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sgconf.convert import ConversionError, structure
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
-from sgconf.fields import FieldValueError
+from sgconf.fields import REQUIRED, FieldValueError
 from sgconf.record import record_to_dict
 from sgconf.registry import FieldInfo, serving
 from sgconf.rules import check_rules
@@ -70,6 +70,17 @@ def convert_fields(
     return out, problems
 
 
+def missing_required(values: Mapping[str, Any], schema: Schema) -> list[Problem]:
+    """A problem for every required setting (declared `REQUIRED`) that no input set."""
+    out = []
+    for name, value in values.items():
+        if value is REQUIRED:
+            info = schema.field_info(name)
+            msg = f"'{name}' is required and nothing set it -- pass {info.flag}, set {info.env_var}, or put it in a config file"
+            out.append(Problem(info.path, msg))
+    return out
+
+
 def build_record(
     raw: Mapping[str, Any], sources: Mapping[str, str] | None = None, *, base: Any = None, schema: Schema | None = None
 ) -> Any:
@@ -81,6 +92,7 @@ def build_record(
     values, problems = convert_fields(raw, sources, schema=schema)
     merged = record_to_dict(base, schema) if base is not None else {n: i.default for n, i in schema.fields().items()}
     merged.update(values)
+    problems.extend(missing_required(merged, schema))
     if not problems:
         problems.extend(check_rules(merged, sources, schema=schema))
     if problems:
