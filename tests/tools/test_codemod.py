@@ -343,3 +343,40 @@ def test_fix_handles_expressions_as_deep_as_cpython_accepts():
     assert result.error is None
     assert len(result.fixed) == 800
     assert "server_args" not in result.new.split("\n", 2)[2]
+
+
+BELOW = """
+x = 1
+from runtime import get_server_args
+
+
+def f():
+    return get_server_args().page_size
+"""
+
+
+@pytest.mark.parametrize("before", [*(case.values[0] for case in CASES), *(case.values[0] for case in IMPORT_CASES), BELOW])
+def test_the_text_rewrite_and_the_libcst_rewrite_agree(before, monkeypatch):
+    """Where the fast text edit applies a plan it gives exactly libcst's result; where it cannot, libcst does it."""
+    import tools.ratchet.codemod as codemod
+
+    code = textwrap.dedent(before).lstrip("\n")
+    fast = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
+    monkeypatch.setattr(codemod, "text_rewrite", lambda *args: None)
+    slow = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
+    assert (fast.new, fast.fixed, fast.error) == (slow.new, slow.fixed, slow.error)
+    assert slow.changed
+
+
+def test_imports_below_the_code_are_left_to_the_libcst_rewrite():
+    """An import below the code that the rewrite made unused is removed, by the whole-module path."""
+    from tools.ratchet.codemod import plan_fixes
+    from tools.ratchet.scanner import scan_module
+    from tools.ratchet.textfix import text_rewrite
+
+    code = textwrap.dedent(BELOW).lstrip("\n")
+    tree = __import__("ast").parse(code)
+    plan = plan_fixes("m.py", code, scan_module(tree, code, SETTINGS), ACCESSORS, lambda site: False)
+    assert text_rewrite(code, tree, plan, "runtime", SETTINGS) is None
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert "get_server_args" not in result.new and "return get_schedule().page_size" in result.new

@@ -163,14 +163,12 @@ def test_a_second_fix_changes_nothing_and_is_answered_from_the_caches(corpus, mo
     corpus.run("fix")
     code, _, err = corpus.run("fix")  # the files the first run rewrote are scanned once more
     assert code == 1 and err.splitlines()[-1] == "sgconf-ratchet: fixed 0 site(s) in 0 file(s)"
-    import tools.ratchet.codemod as codemod
-    import tools.ratchet.runner as runner
+    import tools.ratchet.fixrun as fixrun
 
     def refuse(*args, **kwargs):
         raise AssertionError("parsed again")
 
-    monkeypatch.setattr(codemod, "_fix_job", refuse)
-    monkeypatch.setattr(runner, "scan_job", refuse)
+    monkeypatch.setattr(fixrun, "_fix_job", refuse)
     code, _, err = corpus.run("fix")
     assert code == 1 and err.splitlines()[-1] == "sgconf-ratchet: fixed 0 site(s) in 0 file(s)"
 

@@ -27,7 +27,7 @@ def tool_version() -> str:
     """
     digest = hashlib.blake2b(digest_size=8)
     here = Path(__file__).parent
-    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py", "syntax.py", "lowering.py", "codemod.py"):
+    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py", "syntax.py", "lowering.py", "codemod.py", "textfix.py", "imports.py"):
         digest.update((here / name).read_bytes())
     from tools.ratchet.version import __version__
 
@@ -114,18 +114,13 @@ class ScanCache:
 class FixCache(ScanCache):
     """What `fix` left unchanged, by content hash: a run with nothing to change parses nothing.
 
-    Keyed also by everything that decides a rewrite: the accessors, their module and
-    `one_record_per_process`; entries by the file's hash plus its exempt sites.
+    Keyed also by everything that decides a rewrite: the accessors, their module,
+    `one_record_per_process` and the exemptions.
     """
 
     kind = "fix"
 
     def __init__(self, directory: Path | None, settings: ScanSettings, accessors: dict[str, str | None], module: str, config: Any) -> None:
-        extra = json.dumps([sorted(accessors.items()), module, bool(config.one_record_per_process)])
+        exempts = [[e.path, e.field] for e in config.exempt]
+        extra = json.dumps([sorted(accessors.items()), module, bool(config.one_record_per_process), exempts])
         super().__init__(directory, settings, extra=extra)
-
-    @staticmethod
-    def entry_key(digest: str, exempt: frozenset[tuple[int, int, str, str]]) -> str:
-        if not exempt:
-            return digest
-        return digest + "-" + content_hash(json.dumps(sorted(exempt)).encode())

@@ -200,44 +200,37 @@ def _explain(config: RatchetConfig, settings: ScanSettings, args: argparse.Names
 def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace) -> int:
     """Rewrite (or, with --diff, show) every fixable site; the diff alone goes to stdout.
 
-    It starts from the cached, pooled scan, so only files with counted sites are parsed
-    again; a file whose last run left it unchanged is answered from the fix cache.
+    Files the scan cache knows are judged from their cached sites, files the fix cache
+    saw left unchanged are answered from there, and the rest are scanned and rewritten
+    in one pass on a process pool (`tools.ratchet.fixrun`).
     """
-    from tools.ratchet.codemod import fix_files
+    from tools.ratchet.fixrun import fix_files
 
     module = config.module_for_accessors()
     if module is None:
         msg = "fix needs the module the accessors are imported from"
         raise RatchetConfigError(msg + " -- set accessor_module in [config], or point field_source at your schema")
-    scans = _scan(config, settings, args, args.paths)
-    status = 0
-    for scan in scans:
-        if scan.error is not None:
-            _note(f"{scan.path}: {scan.error}")
-            status = 2
-    exempt = {
-        scan.path: frozenset((s.line, s.col, s.kind, s.field) for s in scan.sites if exempt_for(config, s) is not None)
-        for scan in scans
-    }
-    todo = [
-        scan.path
-        for scan in scans
-        if scan.error is None and any(s.allowed is None and (s.line, s.col, s.kind, s.field) not in exempt[scan.path] for s in scan.sites)
-    ]
-    files = {f.rel: f.path for f in collect_files(config, args.paths)}
+    files = [(f.rel, f.path) for f in collect_files(config, args.paths)]
     accessors = config.accessors(sorted(settings.fields))
-    cache = None if args.no_cache else FixCache(config.root / config.cache_dir, settings, accessors, module, config)
+    scan_cache = fix_cache = None
+    if not args.no_cache:
+        scan_cache = ScanCache(config.root / config.cache_dir, settings)
+        fix_cache = FixCache(config.root / config.cache_dir, settings, accessors, module, config)
+    status = 0
     fixed_total = changed_files = 0
-    for outcome in fix_files(
-        [(rel, files[rel], exempt[rel]) for rel in todo],
+    outcomes = fix_files(
+        files,
         settings,
         accessors,
         module_name=module,
+        exempts=config.exempt,
         per_process=config.one_record_per_process,
-        cache=cache,
+        scan_cache=scan_cache,
+        fix_cache=fix_cache,
         jobs=args.jobs,
-    ):
-        result, encoding = outcome
+    )
+    where = dict(files)
+    for result, encoding in outcomes:
         if result.error is not None:
             _note(f"{result.path}: {result.error}")
             status = 2
@@ -252,13 +245,14 @@ def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace
             continue
         if args.diff:
             sys.stdout.write(_diff(result.path, result.old, result.new))
-        elif not _write(files[result.path], result.path, result.new, encoding):
+        elif not _write(where[result.path], result.path, result.new, encoding):
             status = 2
             continue
         fixed_total += len(result.fixed)
         changed_files += 1
-    if cache is not None:
-        cache.save()
+    for cache in (scan_cache, fix_cache):
+        if cache is not None:
+            cache.save()
     verb = "would fix" if args.diff else "fixed"
     _note(f"sgconf-ratchet: {verb} {fixed_total} site(s) in {changed_files} file(s)")
     return status

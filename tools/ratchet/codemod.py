@@ -23,33 +23,25 @@ them, keeping every comment and blank line.
 
 from __future__ import annotations
 
-import ast
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 import attrs
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from tools.ratchet.cache import FixCache, content_hash
+from tools.ratchet.imports import fix_imports
 from tools.ratchet.scanner import Found, allow_comments, collect, scan_module
-from tools.ratchet.settings import ScanSettings, decode_with_encoding
-from tools.ratchet.sites import Site
+from tools.ratchet.settings import ScanSettings
+from tools.ratchet.sites import FileScan, Site
 from tools.ratchet.syntax import NewSyntaxError, parse_any
+from tools.ratchet.textfix import text_rewrite
 
 _ACCESSOR_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")
 # libcst walks its tree recursively; give it room for what CPython itself parses
 _DEEP = 200_000
-# below this many files to rewrite, a pool costs more than it saves (a libcst parse is dear)
-FIX_POOL_THRESHOLD = 8
 
 
 @attrs.frozen(slots=True)
@@ -64,6 +56,8 @@ class FixResult:
     error: str | None = None
     #: reads of a record that may not be the published one: the author decides
     review: tuple[tuple[Site, str], ...] = ()
+    #: the scan of `old`, as `check` sees it
+    scan: FileScan | None = None
 
     @property
     def changed(self) -> bool:
@@ -80,6 +74,12 @@ class Plan:
     fixed: tuple[Site, ...]
     skipped: tuple[tuple[Site, str], ...]
     review: tuple[tuple[Site, str], ...] = ()
+    #: the span each replaced expression covers: ((line, col), (end line, end col)), 0-based columns
+    spans: dict[tuple[str, int, int], tuple[tuple[int, int], tuple[int, int]]] = attrs.field(factory=dict)
+    #: (kind, field) of every access the plan leaves in place, counted or not
+    left: tuple[tuple[str, str], ...] = ()
+    #: the file's scan, as `check` sees it (so `fix` can fill the scan cache)
+    scan: FileScan | None = None
 
 
 #: why a read of a record that may not be the process's is left for review, by origin
@@ -146,7 +146,8 @@ class _Rewriter(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
-        if len(original_node.body) == 1 and self._pos(original_node.body[0]) in self.remove:
+        # an alias statement with comments on it stays: its comment would be lost
+        if len(original_node.body) == 1 and self._pos(original_node.body[0]) in self.remove and not _has_comments(original_node):
             return cst.RemoveFromParent()
         return updated_node
 
@@ -227,6 +228,7 @@ def plan_fixes(
         return site.allowed is None and not exempt(site)
 
     replace: dict[tuple[str, int, int], str] = {}
+    spans: dict[tuple[str, int, int], tuple[tuple[int, int], tuple[int, int]]] = {}
     remove: set[tuple[int, int]] = set()
     needed: set[str] = set()
     fixed: list[Site] = []
@@ -249,12 +251,14 @@ def plan_fixes(
         accessor = accessors[f.field]
         assert accessor is not None
         replace[f.key] = accessor
+        spans[f.key] = ((f.line, f.col - 1), f.end)
         needed.add(_ACCESSOR_CALL.match(accessor).group(1))  # type: ignore[union-attr]
         fixed.append(site)
         if f.binding is not None and f.binding.kind == "alias" and f.binding.stmt is not None:
             line, col = f.binding.stmt
             remove.add((line, _char_col(text, line, col)))
-    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review))
+    left = tuple((f.kind, f.field) for f in found if f.key not in replace)
+    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review), spans, left, scan)
 
 
 def _char_col(text: str, line: int, offset: int) -> int:
@@ -263,57 +267,11 @@ def _char_col(text: str, line: int, offset: int) -> int:
     return len(text.splitlines()[line - 1].encode("utf-8")[:offset].decode("utf-8", "replace"))
 
 
-def _keep_commented(module: cst.Module, remove: frozenset[tuple[int, int]]) -> frozenset[tuple[int, int]]:
-    """Alias statements with comments on them stay (their comment would be lost)."""
-    if not remove:
-        return remove
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
-    keep = set()
-    for node, pos in positions.items():
-        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and _has_comments(node):
-            start = positions[node.body[0]].start
-            keep.add((start.line, start.column))
-        del pos
-    return frozenset(remove - keep)
-
-
 def rewrite(module: cst.Module, plan: Plan) -> tuple[cst.Module, set[tuple[str, int, int]]]:
     """Apply the plan's replacements and removals; returns the new module and the keys rewritten."""
-    rewriter = _Rewriter(plan.replace, _keep_commented(module, plan.remove))
+    rewriter = _Rewriter(plan.replace, plan.remove)
     new = MetadataWrapper(module, unsafe_skip_copy=True).visit(rewriter)
     return new, rewriter.done
-
-
-def _loaded_names(tree: ast.AST) -> set[str]:
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-
-
-def fix_imports(old: ast.Module, new: cst.Module, needed: frozenset[str], module_name: str) -> cst.Module:
-    """Import the accessors the rewrite uses; drop imports whose every use the rewrite removed.
-
-    An import that was unused before the rewrite is not ours to remove, so only names that
-    were read before and are read no more go.
-    """
-    context = CodemodContext()
-    for name in sorted(needed):
-        AddImportsVisitor.add_needed_import(context, module_name, name)
-    gone = _loaded_names(old) - _loaded_names(parse_any("<rewritten>", new.code)[0])
-    removals = 0
-    for stmt in old.body:
-        if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
-            for alias in stmt.names:
-                if (alias.asname or alias.name) in gone:
-                    RemoveImportsVisitor.remove_unused_import(context, stmt.module, alias.name, alias.asname)
-                    removals += 1
-        elif isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if (alias.asname or alias.name.partition(".")[0]) in gone:
-                    RemoveImportsVisitor.remove_unused_import(context, alias.name, None, alias.asname)
-                    removals += 1
-    new = AddImportsVisitor(context).transform_module(new)
-    # the removal visitor runs a full scope analysis: only pay for it when there is work
-    return RemoveImportsVisitor(context).transform_module(new) if removals else new
 
 
 def fix_text(
@@ -339,7 +297,10 @@ def fix_text(
         return FixResult(path, text, text, error=f"cannot parse: {_one_line(str(exc))}")
     plan = plan_fixes(path, parsed, scan_module(tree, parsed, settings), accessors, exempt, per_process=per_process)
     if not plan.replace:
-        return FixResult(path, text, text, (), plan.skipped, review=plan.review)
+        return FixResult(path, text, text, (), plan.skipped, review=plan.review, scan=plan.scan)
+    fast = text_rewrite(text, tree, plan, module_name, settings)
+    if fast is not None:
+        return FixResult(path, text, fast, plan.fixed, plan.skipped, review=plan.review, scan=plan.scan)
     with _deep_recursion():
         try:
             module = cst.parse_module(text)
@@ -351,73 +312,4 @@ def fix_text(
     if missing:  # a site libcst could not find again: refuse rather than half-fix the file
         where = ", ".join(f"line {line}" for _, line, _ in sorted(missing, key=lambda k: k[1]))
         return FixResult(path, text, text, error=f"cannot rewrite: sites not found by position ({where})")
-    return FixResult(path, text, new_text, plan.fixed, plan.skipped, review=plan.review)
-
-
-def _fix_job(job: tuple[str, str, str, ScanSettings, Mapping[str, str | None], str, bool, frozenset[tuple[int, int, str, str]]]) -> FixResult:
-    """Worker entry point: one file's rewrite, its exempt sites given by position."""
-    rel, text, _, settings, accessors, module_name, per_process, exempt = job
-    return fix_text(
-        rel,
-        text,
-        settings,
-        accessors,
-        module_name=module_name,
-        exempt=lambda site: (site.line, site.col, site.kind, site.field) in exempt,
-        per_process=per_process,
-    )
-
-
-def _rows(items: Sequence[tuple[Site, str]]) -> list[list[Any]]:
-    return [[*site.to_row(), reason] for site, reason in items]
-
-
-def _unrows(path: str, rows: list[list[Any]]) -> tuple[tuple[Site, str], ...]:
-    return tuple((Site.from_row(path, row[:5]), str(row[5])) for row in rows)
-
-
-def fix_files(
-    files: Sequence[tuple[str, Path, frozenset[tuple[int, int, str, str]]]],
-    settings: ScanSettings,
-    accessors: Mapping[str, str | None],
-    *,
-    module_name: str,
-    per_process: bool = False,
-    cache: FixCache | None = None,
-    jobs: int = 0,
-) -> list[tuple[FixResult, str]]:
-    """`fix_text` over `(rel, path, exempt sites)`, on a process pool when there are enough files.
-
-    Returns `(result, encoding)` in the given order; a file whose content and settings
-    were seen unchanged before is answered from `cache` without being parsed.
-    """
-    results: dict[str, tuple[FixResult, str]] = {}
-    jobs_todo = []
-    keys: dict[str, str] = {}
-    for rel, path, exempt in files:
-        try:
-            data = path.read_bytes()
-            text, encoding = decode_with_encoding(data)
-        except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
-            results[rel] = (FixResult(rel, "", "", error=f"cannot read: {exc}"), "utf-8")
-            continue
-        key = FixCache.entry_key(content_hash(data), exempt)
-        entry = cache.get(key) if cache is not None else None
-        if entry is not None:
-            result = FixResult(rel, text, text, (), _unrows(rel, entry["skipped"]), review=_unrows(rel, entry["review"]))
-            results[rel] = (result, encoding)
-            continue
-        keys[rel] = key
-        jobs_todo.append((rel, text, encoding, settings, dict(accessors), module_name, per_process, exempt))
-    workers = jobs if jobs > 0 else min(os.cpu_count() or 1, 8)
-    if workers > 1 and len(jobs_todo) >= (FIX_POOL_THRESHOLD if jobs <= 0 else 2):
-        chunk = max(1, len(jobs_todo) // (workers * 4))
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = list(pool.map(_fix_job, jobs_todo, chunksize=chunk))
-    else:
-        done = [_fix_job(job) for job in jobs_todo]
-    for job, result in zip(jobs_todo, done, strict=True):
-        results[result.path] = (result, job[2])
-        if cache is not None and result.error is None and not result.changed:
-            cache.put(keys[result.path], {"skipped": _rows(result.skipped), "review": _rows(result.review)})
-    return [results[rel] for rel, _, _ in files]
+    return FixResult(path, text, new_text, plan.fixed, plan.skipped, review=plan.review, scan=plan.scan)

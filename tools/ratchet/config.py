@@ -66,6 +66,16 @@ class Exempt:
         return (self.field == "*" or self.field == field) and glob_match(self.path, path)
 
 
+def exempt_entry(entries: Sequence[Exempt], path: str, kind: str, field: str) -> Exempt | None:
+    """The exemption covering a site; writes are never exempt."""
+    if kind == "write":
+        return None
+    for entry in entries:
+        if entry.covers(path, field):
+            return entry
+    return None
+
+
 @attrs.frozen(slots=True)
 class UnreadAllow:
     """A declared field that may have no reader yet (`[[unread.allow]]`), and why."""

@@ -49,6 +49,9 @@ class Found:
     binding: Binding | None
     walrus: bool
     origin: str = "published"
+    #: where the whole accessed expression ends, (line, character column): with `line` and
+    #: `col` the span a rewrite replaces
+    end: tuple[int, int] = (0, 0)
 
     @property
     def built(self) -> bool:
@@ -473,7 +476,9 @@ class ModuleScan:
             key = ("str", literal.lineno, cols.char(literal.lineno, literal.col_offset))
         col = cols.char(node.lineno, node.col_offset) + 1
         origin = self.reads.origin(base)
-        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr, origin)
+        end_line = node.end_lineno or node.lineno
+        end = (end_line, cols.char(end_line, node.end_col_offset or 0))
+        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr, origin, end)
         self.found.append(found)
         if binding is not None:
             binding.reads.append(found)
