@@ -13,7 +13,10 @@ import sys
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from tools.ratchet.syntax import NewSyntaxError, since
+from tools.ratchet.errors import NewSyntaxError
+
+#: the Python that introduced each lowered construct
+_SINCE = {"type parameters": (3, 12), "a type alias statement": (3, 12), "this f-string": (3, 12), "except*": (3, 11)}
 
 
 def _version(target_version: str) -> tuple[int, int] | None:
@@ -38,7 +41,7 @@ class _Lowering(cst.CSTVisitor):
         return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
 
     def _needs(self, what: str, node: cst.CSTNode) -> None:
-        version_needed = since(what)
+        version_needed = _SINCE[what]
         if self.target is not None and self.target < version_needed:
             (line, col), _ = self._span(node)
             version = ".".join(map(str, version_needed))

@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import ast
 
-#: the Python that introduced each lowered construct
-_SINCE = {"type parameters": (3, 12), "a type alias statement": (3, 12), "this f-string": (3, 12), "except*": (3, 11)}
+from tools.ratchet.errors import NewSyntaxError
 
-
-class NewSyntaxError(SyntaxError):
-    """The file uses grammar newer than the project's `target_version`."""
+__all__ = ["NewSyntaxError", "parse_any"]
 
 
 def parse_any(path: str, text: str, target_version: str = "") -> tuple[ast.Module, str]:
@@ -59,7 +56,3 @@ def parse_any(path: str, text: str, target_version: str = "") -> tuple[ast.Modul
         return ast.parse(lowered, filename=path), lowered
     except SyntaxError:
         raise first from None
-
-
-def since(what: str) -> tuple[int, int]:
-    return _SINCE[what]
