@@ -50,12 +50,20 @@ def facts_of(obj: Any, spec: str) -> SourceFacts:
     return SourceFacts(tuple(str(n) for n in obj()))
 
 
+def _is_hot(info: Any) -> bool:
+    """A field's `hot` flag, as sgconf's FieldInfo carries it (`info.spec.hot`)."""
+    try:
+        return bool(info.spec.hot)
+    except AttributeError:
+        return False
+
+
 def _schema_facts(schema: Any, spec: str) -> SourceFacts:
     names = tuple(str(n) for n in schema.field_names())
     hot: frozenset[str] | None = None
     fields = getattr(schema, "fields", None)
     if callable(fields):
-        hot = frozenset(n for n, info in fields().items() if getattr(getattr(info, "spec", None), "hot", False))
+        hot = frozenset(n for n, info in fields().items() if _is_hot(info))
     types: list[str] = []
     for candidate in (getattr(schema, "record_name", None), getattr(getattr(schema, "adopted", None), "__name__", None)):
         if isinstance(candidate, str) and candidate and candidate not in types:
