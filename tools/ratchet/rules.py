@@ -90,8 +90,9 @@ class WriteRule(Rule):
             def f(server_args: ServerArgs):
                 server_args.page_size, n = 1, 2
                 setattr(server_args, "tp_size", 2)
+                setattr(server_args, name, 3)
             """,
-            (("write", "page_size"), ("write", "tp_size")),
+            (("write", "page_size"), ("write", "tp_size"), ("write", "*")),
         ),
     )
 
@@ -104,18 +105,11 @@ class GetattrRule(Rule):
     summary = "getattr() of a raw record field named by a string literal"
     VALID = (
         """
-        def f(server_args, name):
-            return getattr(server_args, name)
-        """,
-        """
-        def f(cfg):
-            return getattr(cfg, "page_size", 1)
+        def f(cfg, name):
+            return getattr(cfg, "page_size", 1), getattr(cfg, name)
         """,
         """
         getattr(get_server_args(), "attn_tp_size")
-        """,
-        """
-        getattr(get_server_args(), f"page_size")
         """,
     )
     INVALID = (
@@ -137,6 +131,48 @@ class GetattrRule(Rule):
 
     def matches(self, access: Access) -> bool:
         return access.via == "getattr"
+
+
+class ComputedRule(Rule):
+    kind = "computed"
+    summary = "getattr() of the raw record with a name computed at run time (counted; never rewritten)"
+    VALID = (
+        """
+        def f(cfg, name):
+            return getattr(cfg, name)
+        """,
+        """
+        def f(self, name):
+            return getattr(self, name), getattr(get_schedule(), name)
+        """,
+    )
+    INVALID = (
+        Invalid(
+            """
+            def f(server_args, name):
+                return getattr(server_args, name)
+            """,
+            (("computed", "*"),),
+        ),
+        Invalid(
+            """
+            def f(self, prefix):
+                sa = self.server_args
+                return getattr(sa, f"{prefix}_size"), getattr(get_server_args(), "page" + "_size", 1)
+            """,
+            (("computed", "*"), ("computed", "*")),
+        ),
+        Invalid(
+            """
+            def f(self, name):
+                return getattr(getattr(self, "server_args"), name)
+            """,
+            (("computed", "*"),),
+        ),
+    )
+
+    def matches(self, access: Access) -> bool:
+        return access.via == "computed"
 
 
 class DirectRule(Rule):
@@ -573,6 +609,14 @@ class AttributeRule(Rule):
             """,
             (("attribute", "page_size"), ("attribute", "tp_size")),
         ),
+        Invalid(
+            """
+            def f(self):
+                sa = getattr(self.worker, "server_args")
+                return getattr(self, "server_args").page_size, getattr(getattr(self, "server_args"), "tp_size"), sa.dp_size
+            """,
+            (("attribute", "page_size"), ("getattr", "tp_size"), ("alias", "dp_size")),
+        ),
     )
 
     def matches(self, access: Access) -> bool:
@@ -647,7 +691,15 @@ class ParameterRule(Rule):
 
 
 #: Precedence order: the first rule that matches names the kind.
-RULES: tuple[Rule, ...] = (WriteRule(), GetattrRule(), DirectRule(), AliasRule(), AttributeRule(), ParameterRule())
+RULES: tuple[Rule, ...] = (
+    WriteRule(),
+    ComputedRule(),
+    GetattrRule(),
+    DirectRule(),
+    AliasRule(),
+    AttributeRule(),
+    ParameterRule(),
+)
 
 RULES_BY_KIND: dict[str, Rule] = {rule.kind: rule for rule in RULES}
 
