@@ -19,6 +19,14 @@ class RequestRejected(EngineError, ValueError):
     """Raised when a request can never run here (too long for the context or the KV pool, bad token ids)."""
 
 
+class InvalidRequest(ConfigError, RequestRejected):
+    """Raised when request parameters have the wrong type or are out of their bounds; one `$.name` problem each."""
+
+
+class RequestCancelled(EngineError):
+    """Raised for a request its client gave up on (the connection closed): it left the scheduler, its KV freed."""
+
+
 class EngineBusy(EngineError):
     """Raised when an operation that needs an idle engine could not get one; `retry_after_s` suggests when to retry."""
 
@@ -92,12 +100,14 @@ __all__ = [
     "EngineError",
     "EngineStopped",
     "GenerationError",
+    "InvalidRequest",
     "NoSuchReplica",
     "PortUnavailable",
     "ReplicaExited",
     "ReplicaFailed",
     "ReplicaRunning",
     "ReplicaUnresponsive",
+    "RequestCancelled",
     "RequestRejected",
     "StorageRefused",
 ]

@@ -54,7 +54,7 @@ import torch
 
 from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
-from engine.policy import order_waiting
+from engine.policy import fair_share, order_waiting
 from engine.protocols import DraftWorker, HostCache, Runner
 from engine.sampling import SamplingParams, sample
 from mem_cache.prefix_cache import PrefixCache
@@ -116,6 +116,17 @@ class Req:
     done: threading.Event = attrs.Factory(threading.Event)
     stream: queue.SimpleQueue[list[int] | None] | None = None
     streamed: int = 0
+    group: int = 0  # the unit of work it belongs to (its batch); admission shares rows between units
+    callbacks: list[Callable[[], None]] = attrs.Factory(list)
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (from any thread) once the request is finished; at once if it already is.
+
+        It may be called twice when it races with the end; callers make it idempotent.
+        """
+        self.callbacks.append(callback)
+        if self.done.is_set():
+            callback()
 
     def push_chunks(self, interval: int) -> None:
         """Put every whole chunk of `interval` new tokens on the stream (a no-op unless streamed)."""
@@ -134,6 +145,8 @@ class Req:
                 self.streamed = len(self.output)
             self.stream.put(None)
         self.done.set()
+        for callback in list(self.callbacks):
+            callback()
 
     @property
     def all_ids(self) -> list[int]:
@@ -193,6 +206,7 @@ class Scheduler:
         settings: Callable[[], Any] | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.perf_counter,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.runner = runner
         self.clock = clock
@@ -214,6 +228,8 @@ class Scheduler:
         self.snap: Any = None  # the config snapshot of the step running now (or of the last one)
         self.rng = random.Random(seed)  # the `random` policy's draws
         self.admission_paused = 0  # drains waiting for the running requests to finish
+        self.decode = decode  # the tokenizer's, to find stop strings in the output
+        self._cancels: list[tuple[Req, str]] = []
 
     # -- submission ----------------------------------------------------------------------
 
@@ -221,20 +237,24 @@ class Scheduler:
         self,
         prompt: Sequence[int],
         *,
-        max_new_tokens: int,
-        temperature: float,
-        seed: int,
-        ignore_eos: bool = False,
-        timeout_s: float | None = None,
         params: SamplingParams | None = None,
+        seed: int = 0,
+        timeout_s: float | None = None,
+        **fields: Any,
     ) -> Req:
         """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
 
-        With `timeout_s`, the request fails alone (finish reason `timeout`) once that many
-        seconds of the scheduler's clock have passed, wherever it is then.
+        `params` were checked by the request model (`engine.request_params`); `fields`
+        replace some of them (`max_new_tokens=4, ignore_eos=True`). With `timeout_s`, the
+        request fails alone (finish reason `timeout`) once that many seconds of the
+        scheduler's clock have passed, wherever it is then.
         """
+        params = attrs.evolve(params or SamplingParams(), **fields) if fields else (params or SamplingParams())
+        max_new_tokens = params.max_new_tokens
         if not prompt:
             raise RequestRejected("'prompt' is empty -- send at least one token")
+        if params.stop and self.decode is None:
+            raise RequestRejected("'stop' strings need a tokenizer to decode the output -- send stop_token_ids")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
         limit = self.limits.max_context_len - headroom
         if self.limits.context_length is not None:
@@ -254,19 +274,30 @@ class Scheduler:
                 f"{self.allocator.size} holds -- shorten the prompt or raise --max-total-tokens"
             )
             raise RequestRejected(msg)
-        params = attrs.evolve(params or SamplingParams(), temperature=float(temperature)).check()
         gen = None
         if not params.greedy:
             gen = torch.Generator().manual_seed(int(seed))
         deadline = None if timeout_s is None else self.clock() + timeout_s
+        rid = next(self._ids)
         return Req(
-            next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos,
-            deadline=deadline, timeout_s=timeout_s, params=params,
+            rid, list(prompt), max_new_tokens, float(params.temperature), gen, params.ignore_eos,
+            deadline=deadline, timeout_s=timeout_s, params=params, group=rid,
         )
 
     def submit(self, req: Req) -> None:
+        self.submit_all([req])
+
+    def submit_all(self, reqs: Sequence[Req]) -> None:
+        """Queue requests as one unit of work: they share the group of the first one."""
+        for req in reqs:
+            req.group = reqs[0].rid
         with self._inbox_lock:
-            self._inbox.append(req)
+            self._inbox.extend(reqs)
+
+    def cancel(self, reqs: Sequence[Req], reason: str) -> None:
+        """Ask for requests to leave at the start of the next step (thread-safe); finished ones are skipped."""
+        with self._inbox_lock:
+            self._cancels.extend((req, reason) for req in reqs if not req.done.is_set())
 
     def counts(self) -> tuple[int, int]:
         """(queued, running): waiting requests, and requests holding a request row."""
@@ -281,7 +312,7 @@ class Scheduler:
     def has_runnable_work(self) -> bool:
         """Whether a step would do anything: something runs, or something waits and admission is open."""
         queued, running = self.counts()
-        return bool(running or (queued and not self.admission_paused))
+        return bool(running or (queued and not self.admission_paused) or self._cancels)
 
     # -- live settings (read from the step's snapshot) -------------------------------------
 
@@ -308,7 +339,12 @@ class Scheduler:
         with self._inbox_lock:
             arrived = list(self._inbox)
             self._inbox.clear()
+            cancels, self._cancels = self._cancels, []
         self.waiting.extend(arrived)
+        for req, reason in cancels:
+            if not req.done.is_set():
+                self.fail_request(req, reason, finish_reason="cancelled")
+                self.counters["cancelled"] += 1
         self.expire_overdue()
         if self.hicache is not None:
             for req in arrived:
@@ -375,7 +411,7 @@ class Scheduler:
             return sample(logits, req)
         except Exception as exc:  # e.g. probabilities that are not finite: this request's inputs, nobody else's
             log.warning("scheduler.sample_failed", rid=req.rid, error=repr(exc))
-            req.error = f"sampling failed for this request ({exc}) -- check its temperature and sampling parameters"
+            req.error = "sampling failed for this request -- check its temperature and sampling parameters"
             req.finish_reason = "error"
             return None
 
@@ -401,7 +437,7 @@ class Scheduler:
             return
         policy = self.snap.schedule.schedule_policy if self.snap is not None else "fcfs"
         ordered = order_waiting(list(self.waiting), policy, self.cache, self.rng)
-        self.waiting = collections.deque(ordered)
+        self.waiting = collections.deque(fair_share(ordered, [*self.prefilling, *self.decoding]))
         ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
         running = [*self.prefilling, *self.decoding]
         reserved = sum(self._reserve(r, ratio) for r in running)
@@ -674,10 +710,19 @@ class Scheduler:
         req.output.append(token)
         if (not req.ignore_eos and token == self.limits.eos_token_id) or token in req.params.stop_token_ids:
             req.finish_reason = "stop"
+        elif req.params.stop and self._hits_stop(req):
+            req.finish_reason = "stop"
         elif len(req.output) >= req.max_new_tokens:
             req.finish_reason = "length"
         req.push_chunks(self.stream_interval())
         return req.finish_reason is not None
+
+    def _hits_stop(self, req: Req) -> bool:
+        """Whether the output now holds a stop string; only its tail is decoded (a token is at least one byte)."""
+        assert self.decode is not None  # new_request refuses stop strings without a decoder
+        tail = max(len(s.encode()) for s in req.params.stop) + 4  # + a partial character at the front
+        text = self.decode(req.output[-tail:])
+        return any(s in text for s in req.params.stop)
 
     def reap(self) -> None:
         """Release finished decoding requests and wake their callers."""

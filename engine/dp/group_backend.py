@@ -9,6 +9,7 @@ and the group answers like one engine would: `DrainTimeout` (409 with Retry-Afte
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,6 +60,10 @@ class ReplicaGroupBackend:
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.controller.generate(args)
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # each item is a pipe message, no thread; a replica does not yet learn of a client that left
+        return list(await asyncio.gather(*(self.controller.generate(a) for a in argss)))
 
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)

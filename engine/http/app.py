@@ -33,7 +33,6 @@ read per request, so an override applies to the next one.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -42,21 +41,18 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import (
-    ATTACH_FIELDS,
-    GENERATE_FIELDS,
-    attach_fields,
-    generate_args,
-    json_object,
-)
+from engine.http import openapi
+from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
+from engine.http.disconnect import ClientGone, gone_response, unless_disconnected
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from engine.request_params import refuse
 from runtime.context import get_context
 from sgconf.registry import field_info, fields
 
@@ -155,23 +151,24 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         described = await run_in_threadpool(backend.describe)
         return {**config_report(), "dp_size": backend.dp_size, **described}
 
-    @app.post("/generate")
+    @app.post("/generate", openapi_extra=openapi.generate_body(), responses=openapi.RESPONSES)
     async def generate(request: Request) -> Any:
         require_api_key(request)
-        body = await json_object(request, GENERATE_FIELDS, "generate")
-        stream = body.pop("stream", False)
-        if not isinstance(stream, bool):
-            raise HTTPProblem(422, "invalid generate request", errors=[f"$.generate.stream: expected a boolean, got {stream!r}"])
-        batch = _split_batch(body)
-        if stream:
-            if batch is not None:
-                raise HTTPProblem(422, "invalid generate request",
-                                  errors=["$.generate.stream: a batch cannot be streamed -- send one text per request"])
-            return StreamingResponse(_generate_events(backend, metrics, generate_args(body)), media_type="text/event-stream")
-        if batch is not None:
-            argss = [generate_args(b) for b in batch]  # every item is checked before any runs
-            return list(await asyncio.gather(*(_generate_one(backend, metrics, a) for a in argss)))
-        return await _generate_one(backend, metrics, generate_args(body))
+        req = generate_request(await json_object(request, None))
+        argss = req.engine_args()
+        if req.options.stream:
+            if req.batch:
+                raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
+            return StreamingResponse(_generate_events(backend, metrics, argss[0]), media_type="text/event-stream")
+        for args in argss:
+            _asked(args)
+        try:
+            bodies = await unless_disconnected(request, backend.generate_many(argss))
+        except ClientGone:
+            return gone_response()
+        for body in bodies:
+            _finished(metrics, body)
+        return bodies if req.batch else bodies[0]
 
     @app.get("/get_model_info")
     async def model_info(request: Request) -> dict[str, Any]:
@@ -192,22 +189,9 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         require_api_key(request)
         return await backend.flush_cache()
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=openapi.METRICS_RESPONSE)
     async def metrics_route() -> Response:
         return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)
-
-
-def _split_batch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """One body per item when `text` is a list of strings or `input_ids` a list of id lists, else None."""
-    text = body.get("text", body.get("prompt"))
-    ids = body.get("input_ids")
-    if isinstance(text, list):
-        rest = {k: v for k, v in body.items() if k not in ("text", "prompt")}
-        return [{**rest, "text": t} for t in text]
-    if isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
-        rest = {k: v for k, v in body.items() if k != "input_ids"}
-        return [{**rest, "input_ids": i} for i in ids]
-    return None
 
 
 def _asked(args: dict[str, Any]) -> None:
@@ -215,13 +199,6 @@ def _asked(args: dict[str, Any]) -> None:
     _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
                    prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
                    temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
-
-
-async def _generate_one(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> dict[str, Any]:
-    _asked(args)
-    body = await backend.generate(args)
-    _finished(metrics, body)
-    return body
 
 
 def _finished(metrics: Metrics, body: dict[str, Any]) -> None:

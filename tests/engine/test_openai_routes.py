@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.http.app import GENERATION_HEADER
-from engine.http.openai_routes import StopCutter, render_chat
+from engine.http.openai_routes import render_chat
+from engine.streaming import StopCutter
 from tests.engine.serving import MODES, serve_in_mode
 
 pytestmark = pytest.mark.server_args_shared
@@ -112,7 +113,7 @@ def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
         ({"logprobs": 2}, "logprobs"),
         ({"presence_penalty": 3.0}, "presence_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
-        ({"temperature": 3}, "temperature"),
+        ({"temperature": 300}, "temperature"),
         ({"extra_body": None, "n": 0}, "n"),
     ],
 )
