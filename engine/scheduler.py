@@ -299,6 +299,11 @@ class Scheduler:
         with self._inbox_lock:
             self._cancels.extend((req, reason) for req in reqs if not req.done.is_set())
 
+    def cancels_pending(self) -> int:
+        """Cancellations asked for that the next step will carry out."""
+        with self._inbox_lock:
+            return len(self._cancels)
+
     def counts(self) -> tuple[int, int]:
         """(queued, running): waiting requests, and requests holding a request row."""
         with self._inbox_lock:

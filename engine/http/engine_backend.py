@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio.to_thread
 from fastapi.concurrency import run_in_threadpool
 
 from engine.engine import Engine
@@ -78,8 +79,9 @@ class EngineBackend:
         tokens = await run_in_threadpool(lambda: self.engine.stream(**args))
         try:
             while True:
-                # each chunk blocks until the scheduler fills it, so wait for it off the event loop
-                chunk = await run_in_threadpool(next, tokens, None)
+                # each chunk blocks until the scheduler fills it, so wait for it off the event loop;
+                # a cancelled wait (the client left) must not wait for a chunk that may never come
+                chunk = await anyio.to_thread.run_sync(next, tokens, None, abandon_on_cancel=True)
                 if chunk is None:
                     break
                 yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
