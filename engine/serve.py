@@ -53,6 +53,11 @@ def serve_parser() -> Any:
 
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
+    return load_serve(argv, env).record
+
+
+def load_serve(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
+    """What `serve` loads (the record and every layer's winner), with the serve default for HiCache."""
     env = os.environ if env is None else env
     ns = serve_parser().parse_args(list(argv))
     loaded = load_from_args(ns, env)
@@ -62,6 +67,11 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
         given = {**given_fields(ns), "enable_hierarchical_cache": True}
         typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
         loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), typed=typed)
+    return loaded
+
+
+def warn_secrets_on_command_line(loaded: Any) -> None:
+    """Warn about each secret given as a flag; called once logs go to stderr, so stdout stays clean."""
     for name in SECRET_FLAGS_WARNED:
         winner = loaded.winner(name)
         if winner.layer == "cli":
@@ -71,7 +81,6 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
                 detail=f"the key given with --{name.replace('_', '-')} is visible to every local user in the process list"
                 f" -- use env SGCONF_{name.upper()}" + (" or --admin-api-key-file" if name == "admin_api_key" else ""),
             )
-    return loaded.record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from engine.http.listeners import EarlyStop
 
     with EarlyStop().installed() as early:
-        record = load_serve_record(list(sys.argv[1:] if argv is None else argv))
+        loaded = load_serve(list(sys.argv[1:] if argv is None else argv))
+        record = loaded.record
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
+        warn_secrets_on_command_line(loaded)
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
         try:

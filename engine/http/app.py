@@ -47,7 +47,7 @@ from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http import openapi
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
-from engine.http.disconnect import ClientGone, gone_response, unless_disconnected
+from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics
 from engine.http.openai_routes import install_openai_routes
@@ -84,6 +84,7 @@ def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = Tr
     if admin:
         _add_storage_routes(app, backend)
         _add_config_routes(app, backend)
+    openapi.keep_exact_bodies(app)
     return app
 
 
@@ -138,14 +139,14 @@ def _request_log() -> Any:
 
 
 def _add_health_route(app: FastAPI, backend: ServingBackend) -> None:
-    @app.get("/health")
+    @app.get("/health", responses=openapi.HEALTH_RESPONSES)
     async def health() -> JSONResponse:
         ok, body = backend.health()
         return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) -> None:
-    @app.get("/server_info")
+    @app.get("/server_info", responses=openapi.RESPONSES)
     async def server_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         described = await run_in_threadpool(backend.describe)
@@ -159,7 +160,12 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         if req.options.stream:
             if req.batch:
                 raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
-            return StreamingResponse(_generate_events(backend, metrics, argss[0]), media_type="text/event-stream")
+            _asked(argss[0])
+            try:
+                (stream,) = await started(request, [backend.stream(argss[0])])
+            except ClientGone:
+                return gone_response()
+            return StreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
         for args in argss:
             _asked(args)
         try:
@@ -170,7 +176,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
             _finished(metrics, body)
         return bodies if req.batch else bodies[0]
 
-    @app.get("/get_model_info")
+    @app.get("/get_model_info", responses=openapi.RESPONSES)
     async def model_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         from runtime.accessors import get_model
@@ -178,13 +184,13 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
                 "is_generation": True, "context_length": get_model().context_length}
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", responses=openapi.RESPONSES)
     async def health_generate() -> JSONResponse:
         body = await backend.generate({"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None,
                                        "ignore_eos": True})
         return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
 
-    @app.post("/flush_cache")
+    @app.post("/flush_cache", responses=openapi.RESPONSES)
     async def flush_cache(request: Request) -> dict[str, Any]:
         require_api_key(request)
         return await backend.flush_cache()
@@ -209,12 +215,11 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
                    cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
 
 
-async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> AsyncIterator[str]:
+async def _generate_events(stream: AsyncIterator[dict[str, Any]], metrics: Metrics) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
-    _asked(args)
     try:
-        async for piece in backend.stream(args):
+        async for piece in stream:
             if "meta_info" in piece:
                 _finished(metrics, piece)
                 yield f"data: {json.dumps(piece)}\n\n"
@@ -228,12 +233,13 @@ async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict
 
 
 def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
-    @app.get("/hicache/storage-backend")
+    @app.get("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def storage_status(request: Request) -> dict[str, Any]:
         require_admin(request)
         return await run_in_threadpool(backend.storage_status)
 
-    @app.put("/hicache/storage-backend")
+    @app.put("/hicache/storage-backend", responses=openapi.RESPONSES,
+             openapi_extra=openapi.object_body("the storage backend to attach and its settings"))
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
         fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
@@ -242,7 +248,7 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
         status = await run_in_threadpool(backend.storage_status)
         return {"status": "attached", **status, **applied.as_dict()}
 
-    @app.delete("/hicache/storage-backend")
+    @app.delete("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def detach(request: Request) -> dict[str, Any]:
         require_admin(request)
         applied = await run_in_threadpool(backend.detach)
@@ -253,7 +259,8 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
 
 
 def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
-    @app.post("/config/overrides")
+    @app.post("/config/overrides", responses=openapi.RESPONSES,
+               openapi_extra=openapi.object_body("hot fields and their new values"))
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
         body = await json_object(request, None)
@@ -263,13 +270,13 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
         applied = await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
         return {"status": "applied", **applied.as_dict()}
 
-    @app.post("/replicas/{index}/restart")
+    @app.post("/replicas/{index}/restart", responses=openapi.RESPONSES)
     async def restart(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.restart_replica(index))
         return {"status": "restarted", **row}
 
-    @app.post("/replicas/{index}/resync")
+    @app.post("/replicas/{index}/resync", responses=openapi.RESPONSES)
     async def resync(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.resync_replica(index))

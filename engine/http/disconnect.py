@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import structlog
@@ -51,6 +51,33 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     raise ClientGone(request.url.path)
 
 
+async def started(request: Request, streams: list[AsyncIterator[Any]]) -> list[AsyncIterator[Any]]:
+    """The streams, each run to its first piece before the answer begins (all at once).
+
+    A refused request (too long for the context, the engine stopping) is then an error
+    answer with its status, not an event after a 200. Raises ClientGone, closing every
+    stream, when the client leaves while they start.
+    """
+
+    async def first(stream: AsyncIterator[Any]) -> Any:
+        return await stream.__anext__()
+
+    try:
+        heads = await unless_disconnected(request, asyncio.gather(*(first(s) for s in streams)))
+    except BaseException:
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+        raise
+    return [_prepend(head, stream) for head, stream in zip(heads, streams, strict=True)]
+
+
+async def _prepend(head: Any, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield head
+    async for piece in stream:
+        yield piece
+
+
 def gone_response() -> Any:
     """What a route answers a client that is gone (nobody reads it; 499 as proxies log it)."""
     from fastapi.responses import Response
@@ -58,4 +85,4 @@ def gone_response() -> Any:
     return Response(status_code=499)
 
 
-__all__ = ["ClientGone", "gone_response", "unless_disconnected"]
+__all__ = ["ClientGone", "gone_response", "started", "unless_disconnected"]

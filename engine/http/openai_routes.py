@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import json_object
-from engine.http.disconnect import ClientGone, gone_response, unless_disconnected
+from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
 from engine.http.openapi import OPENAI_RESPONSES, chat_body, completions_body
 from engine.http.problems import HTTPProblem, problem_of
 from engine.request_params import (
@@ -251,7 +251,11 @@ async def _serve(
     created = int(time.time())
     argss = [_args(p, s, i) for p in prompts for i in range(s.n)]
     if s.stream:
-        return StreamingResponse(_stream(backend, argss, s, chat=chat, rid=rid, created=created, model=model,
+        try:
+            streams = await started(request, [backend.stream(a) for a in argss])
+        except ClientGone:
+            return gone_response()
+        return StreamingResponse(_stream(streams, s, chat=chat, rid=rid, created=created, model=model,
                                          observe=observe), media_type="text/event-stream")
     try:
         results = await unless_disconnected(request, backend.generate_many(argss))
@@ -277,7 +281,7 @@ async def _serve(
             "model": model, "choices": choices, "usage": usage, "system_fingerprint": None}
 
 
-async def _merged(backend: ServingBackend, argss: list[dict[str, Any]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     """The pieces of every choice's stream as they come, each with its choice index.
 
     Each stream runs in its own task; closing this generator (the client left) cancels
@@ -285,15 +289,15 @@ async def _merged(backend: ServingBackend, argss: list[dict[str, Any]]) -> Async
     """
     queue: asyncio.Queue[tuple[int, dict[str, Any] | None | BaseException]] = asyncio.Queue()
 
-    async def pump(index: int, args: dict[str, Any]) -> None:
+    async def pump(index: int, stream: AsyncIterator[dict[str, Any]]) -> None:
         try:
-            async for piece in backend.stream(args):
+            async for piece in stream:
                 await queue.put((index, piece))
             await queue.put((index, None))
         except Exception as exc:
             await queue.put((index, exc))
 
-    tasks = [asyncio.create_task(pump(i, a)) for i, a in enumerate(argss)]
+    tasks = [asyncio.create_task(pump(i, stream)) for i, stream in enumerate(streams)]
     try:
         left = len(tasks)
         while left:
@@ -311,7 +315,7 @@ async def _merged(backend: ServingBackend, argss: list[dict[str, Any]]) -> Async
 
 
 async def _stream(
-    backend: ServingBackend, argss: list[dict[str, Any]], s: Sampling, *, chat: bool, rid: str, created: int,
+    streams: list[AsyncIterator[dict[str, Any]]], s: Sampling, *, chat: bool, rid: str, created: int,
     model: str, observe: Callable[[dict[str, Any]], None],
 ) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
@@ -329,11 +333,11 @@ async def _stream(
         return out
 
     if chat:
-        for index in range(len(argss)):
+        for index in range(len(streams)):
             yield _sse(chunk(index, None, None, role=True))
     prompt_tokens = completion_tokens = 0
     try:
-        async for index, piece in _merged(backend, argss):
+        async for index, piece in _merged(streams):
             if "meta_info" in piece:
                 meta = piece["meta_info"]
                 observe(meta)

@@ -51,11 +51,15 @@ def _errors(schema: dict[str, Any]) -> dict[str | int, dict[str, Any]]:
 
 
 RESPONSES = _errors(PROBLEM)
+HEALTH_RESPONSES: dict[str | int, dict[str, Any]] = {
+    503: {"description": "not serving: a replica is gone or the server is stopping",
+          "content": {"application/json": {"schema": {"type": "object"}}}}
+}
 OPENAI_RESPONSES = _errors(OPENAI_ERROR)
 METRICS_RESPONSE: dict[str | int, dict[str, Any]] = {
     200: {"description": "Prometheus text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}
 }
-_SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+_SSE: dict[str, Any] = {"text/event-stream": {"schema": {}}}
 
 
 def _body(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -132,5 +136,25 @@ def object_body(description: str) -> dict[str, Any]:
         "type": "object", "description": description}}}}}
 
 
-__all__ = ["METRICS_RESPONSE", "OPENAI_RESPONSES", "RESPONSES", "chat_body", "completions_body", "generate_body",
-           "object_body"]
+def keep_exact_bodies(app: Any) -> None:
+    """Serve the request bodies exactly as declared: FastAPI turns integer bounds into floats, so a seed's
+    bound of 2**63 - 1 would read 2**63 (a value we refuse)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return dict(app.openapi_schema)
+        spec = generate()
+        for route in app.routes:
+            extra = getattr(route, "openapi_extra", None) or {}
+            if "requestBody" in extra:
+                for method in route.methods:
+                    spec["paths"][route.path][method.lower()]["requestBody"] = extra["requestBody"]
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi
+
+
+__all__ = ["HEALTH_RESPONSES", "METRICS_RESPONSE", "OPENAI_RESPONSES", "RESPONSES", "chat_body", "completions_body", "generate_body",
+           "keep_exact_bodies", "object_body"]
