@@ -146,7 +146,10 @@ class Req:
             self.stream.put(None)
         self.done.set()
         for callback in list(self.callbacks):
-            callback()
+            try:
+                callback()
+            except Exception as exc:  # a waiter's failure must never fail the step that finished the request
+                log.warning("scheduler.callback_failed", rid=self.rid, error=repr(exc))
 
     @property
     def all_ids(self) -> list[int]:

@@ -43,9 +43,9 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from engine.http import openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
-from engine.http import openapi
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
 from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE

@@ -36,7 +36,7 @@ ATTACH_FIELDS = (
     "hicache_write_policy",
 )
 # `/generate`'s own aliases of the model's names
-NATIVE_NAMES = {"max_tokens": "max_new_tokens"}
+NATIVE_NAMES: dict[str, str] = {"max_tokens": "max_new_tokens"}
 PROMPT_FIELDS = ("text", "prompt", "input_ids")
 GENERATE_FIELDS = (*PROMPT_FIELDS, "sampling_params", *SAMPLING_NAMES, *NATIVE_NAMES, "stream", "timeout_s")
 
@@ -109,6 +109,7 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         raise refuse("$.sampling_params", f"expected an object (got {type(nested).__name__})")
     values: dict[str, tuple[str, str, Any]] = {}
     for key, value in nested.items():
+        key = str(key)
         values[NATIVE_NAMES.get(key, key)] = (f"$.sampling_params.{key}", NATIVE_NAMES.get(key, key), value)
     for key, value in body.items():
         if key in ("sampling_params", *PROMPT_FIELDS):

@@ -38,7 +38,8 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task: asyncio.Future[T] = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future[Any]] = {task, watch}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not task.done():
             task.cancel()

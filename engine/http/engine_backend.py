@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -64,8 +65,13 @@ class EngineBackend:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 
-        def wake() -> None:
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def wake() -> None:  # from the scheduler's thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
+                loop.call_soon_threadsafe(settle)
 
         req.add_done_callback(wake)
         while not done.done():

@@ -14,7 +14,7 @@ from typing import Any
 from engine.request_params import OPENAI_NAMES, json_schema
 
 _INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}}
-_PROMPT = {
+_PROMPT: dict[str, Any] = {
     "anyOf": [
         {"type": "string"},
         {"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -71,13 +71,12 @@ def generate_body() -> dict[str, Any]:
     """`/generate`: a prompt (text, or token ids; a list of either is a batch) and the sampling parameters."""
     sampling = json_schema(options=())
     props = {
-        "text": _PROMPT["anyOf"][0] | {"description": "the prompt"},
+        "text": {"anyOf": _PROMPT["anyOf"][:2], "description": "the prompt (a list of them is a batch)"},
         "prompt": {"anyOf": _PROMPT["anyOf"][:2], "description": "the prompt, as 'text'"},
         "input_ids": {"anyOf": _PROMPT["anyOf"][2:], "description": "the prompt as token ids"},
         "sampling_params": {"type": "object", "properties": sampling, "additionalProperties": False},
         **json_schema({**{k: k for k in sampling}, "max_tokens": "max_new_tokens"}, options=("stream", "timeout_s")),
     }
-    props["text"] = {"anyOf": _PROMPT["anyOf"][:2], "description": "the prompt (a list of them is a batch)"}
     return _body(props, []) | {"responses": {"200": {"description": "the answer", "content": {
         "application/json": {"schema": {}}, **_SSE}}}}
 

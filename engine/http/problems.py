@@ -123,7 +123,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def _invalid(request: Request, exc: Exception) -> JSONResponse:
         # a path or query parameter FastAPI itself checked (a replica index that is not a number)
-        errors = getattr(exc, "errors", lambda: [])()
+        errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
         lines = [f"$.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
         return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
 

@@ -14,7 +14,13 @@ from engine.engine import Engine
 from engine.errors import InvalidRequest
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
-from engine.request_params import OPENAI_NAMES, SamplingParams, json_schema, sampling_of, structure_params
+from engine.request_params import (
+    OPENAI_NAMES,
+    SamplingParams,
+    json_schema,
+    sampling_of,
+    structure_params,
+)
 
 OURS_TO_OPENAI = {ours: theirs for theirs, ours in reversed(list(OPENAI_NAMES.items()))}
 

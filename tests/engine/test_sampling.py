@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 
 import attrs
@@ -11,7 +10,6 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from engine.errors import RequestRejected
 from engine.sampling import SamplingParams, penalised, sample
 
 pytestmark = pytest.mark.server_args_shared
