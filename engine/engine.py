@@ -49,9 +49,10 @@ from engine.memory import build_memory
 from engine.model import ByteTokenizer, TinyTransformer, run_sizes, runnable_shape, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.request_params import SamplingParams, check_timeout, refuse, structure_params
+from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
-from engine.streaming import TokenStream, cut_at_stop
+from engine.streaming import TokenStream
 from mem_cache.kv_cache_configurator import device_of
 from mem_cache.pools import KVPool
 from mem_cache.prefix_cache import PrefixCache
@@ -62,29 +63,6 @@ from sgconf.loading import load
 from sgconf.models import load_model_config
 
 log = structlog.get_logger(__name__)
-
-
-@attrs.frozen(slots=True)
-class GenerateStats:
-    """What one request cost and reused."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    prefetched_tokens: int
-    retractions: int
-    spec_verify_steps: int
-    spec_accept_length: float | None
-    latency_s: float
-    time_to_first_token_s: float | None
-    finish_reason: str
-
-
-@attrs.frozen(slots=True)
-class GenerateResult:
-    token_ids: tuple[int, ...]
-    text: str
-    stats: GenerateStats
 
 
 class Engine:
@@ -424,22 +402,7 @@ class Engine:
         return self._result(req)
 
     def _result(self, req: Req) -> GenerateResult:
-        end = req.finished_at or time.perf_counter()
-        spec = self.speculative is not None
-        stats = GenerateStats(
-            prompt_tokens=len(req.prompt),
-            completion_tokens=len(req.output),
-            cached_tokens=req.cached_tokens,
-            prefetched_tokens=req.prefetched_tokens,
-            retractions=req.retractions,
-            spec_verify_steps=req.spec_steps,
-            spec_accept_length=(req.spec_emitted / req.spec_steps if req.spec_steps else None) if spec else None,
-            latency_s=end - req.submitted,
-            time_to_first_token_s=None if req.first_token_at is None else req.first_token_at - req.submitted,
-            finish_reason=req.finish_reason or "length",
-        )
-        text, _ = cut_at_stop(self.tokenizer.decode(req.output), req.params.stop)
-        return GenerateResult(tuple(req.output), text, stats)
+        return result_of(req, self.tokenizer, speculative=self.speculative is not None)
 
     def busy_counts(self) -> tuple[int, int]:
         """(queued, running) requests right now."""
