@@ -238,7 +238,7 @@ def structure_params(
         elif out is not None or value is None:
             (got_s if name in sampling else got_o)[name] = out
     if problems:
-        raise InvalidRequest(problems, header=_header(problems))
+        raise InvalidRequest(problems, header=problems_header(problems))
     got_s = {k: v for k, v in got_s.items() if v is not None or k == "seed"}
     return SamplingParams(**got_s), RequestOptions(**{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"})
 
@@ -252,10 +252,11 @@ def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
 def refuse(path: str, message: str) -> InvalidRequest:
     """One problem as the error every entry raises."""
     problems = [Problem(path, message)]
-    return InvalidRequest(problems, header=_header(problems))
+    return InvalidRequest(problems, header=problems_header(problems))
 
 
-def _header(problems: list[Problem]) -> str:
+def problems_header(problems: list[Problem]) -> str:
+    """The one-line summary of an InvalidRequest: the names of the bad fields."""
     names = ", ".join(sorted({p.path.rsplit(".", 1)[-1] for p in problems}))
     return f"invalid request parameters: {names}"
 
@@ -356,6 +357,7 @@ __all__ = [
     "check_prompts",
     "check_timeout",
     "json_schema",
+    "problems_header",
     "refuse",
     "sampling_of",
     "structure_params",

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 from fastapi import Request
 
+from engine.errors import InvalidRequest
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
 from engine.request_params import (
@@ -22,10 +23,12 @@ from engine.request_params import (
     check_fanout,
     check_prompts,
     check_timeout,
+    problems_header,
     refuse,
     structure_params,
 )
 from runtime.accessors import get_serving
+from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (
@@ -115,10 +118,19 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         if key in ("sampling_params", *PROMPT_FIELDS):
             continue
         values[NATIVE_NAMES.get(key, key)] = (f"$.{key}", NATIVE_NAMES.get(key, key), value)
-    sampling, options = structure_params(values.values())
+    problems: list[Problem] = []  # the prompt's and the parameters', reported together
+    try:
+        prompts, batch, path = _prompts(body)
+    except InvalidRequest as exc:
+        problems.extend(exc.problems)
+    try:
+        sampling, options = structure_params(values.values())
+    except InvalidRequest as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise InvalidRequest(problems, header=problems_header(problems))
     if options.n != 1:
         raise refuse(values["n"][0], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
-    prompts, batch, path = _prompts(body)
     serving = get_serving()
     check_prompts(list(prompts), path, max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items)
     check_fanout(len(prompts), 1, serving.max_batch_requests, path)
