@@ -77,7 +77,11 @@ def generate_body() -> dict[str, Any]:
         "sampling_params": {"type": "object", "properties": sampling, "additionalProperties": False},
         **json_schema({**{k: k for k in sampling}, "max_tokens": "max_new_tokens"}, options=("stream", "timeout_s")),
     }
-    return _body(props, []) | {"responses": {"200": {"description": "the answer", "content": {
+    body = _body(props, [])
+    # exactly one of the three ways to give the prompt
+    body["requestBody"]["content"]["application/json"]["schema"]["oneOf"] = [
+        {"required": [key]} for key in ("text", "prompt", "input_ids")]
+    return body | {"responses": {"200": {"description": "the answer", "content": {
         "application/json": {"schema": {}}, **_SSE}}}}
 
 
