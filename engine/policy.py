@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from engine.scheduler import Req
+    from engine.request_state import Req
 
 
 class PrefixProbe(Protocol):

@@ -33,6 +33,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from tools.ratchet.imports import fix_imports
+from tools.ratchet.plan import Plan
 from tools.ratchet.scanner import Found, allow_comments, collect, scan_module
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import FileScan, Site
@@ -62,24 +63,6 @@ class FixResult:
     @property
     def changed(self) -> bool:
         return self.new != self.old
-
-
-@attrs.frozen(slots=True)
-class Plan:
-    """What to change: accessor text per node key, alias statements to drop, names to import."""
-
-    replace: dict[tuple[str, int, int], str]
-    remove: frozenset[tuple[int, int]]
-    needed: frozenset[str]
-    fixed: tuple[Site, ...]
-    skipped: tuple[tuple[Site, str], ...]
-    review: tuple[tuple[Site, str], ...] = ()
-    #: the span each replaced expression covers: ((line, col), (end line, end col)), 0-based columns
-    spans: dict[tuple[str, int, int], tuple[tuple[int, int], tuple[int, int]]] = attrs.field(factory=dict)
-    #: (kind, field) of every access the plan leaves in place, counted or not
-    left: tuple[tuple[str, str], ...] = ()
-    #: the file's scan, as `check` sees it (so `fix` can fill the scan cache)
-    scan: FileScan | None = None
 
 
 #: why a read of a record that may not be the process's is left for review, by origin

@@ -26,7 +26,7 @@ from tools.ratchet.settings import ScanSettings
 from tools.ratchet.syntax import parse_any
 
 if TYPE_CHECKING:
-    from tools.ratchet.codemod import Plan
+    from tools.ratchet.plan import Plan
 
 def _offsets(lines: list[str]) -> list[int]:
     out, total = [], 0
