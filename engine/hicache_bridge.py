@@ -20,6 +20,8 @@ log = structlog.get_logger(__name__)
 
 ATTACH_SOURCE = "hicache.attach"
 DETACH_SOURCE = "hicache.detach"
+# the fields that say which storage backend is attached
+STORAGE_FIELDS = frozenset({"hicache_storage_backend", "hicache_storage_backend_extra_config"})
 
 
 class HiCacheBridge:
@@ -140,8 +142,12 @@ class HiCacheBridge:
         extra_config: dict[str, Any] | None = None,
         prefetch_policy: str | None = None,
         write_policy: str | None = None,
+        owner: Any = None,
     ) -> Any:
-        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
+        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure.
+
+        The receipt belongs to `owner` (the engine), through which it reverts.
+        """
         from mem_cache.hicache.file_storage import with_default_dir
         from runtime.context import get_context
 
@@ -164,12 +170,12 @@ class HiCacheBridge:
             raise storage_refused(exc) from None
         try:
             # the backend goes live right after the config swap; if it cannot, the config rolls back
-            return ctx.commit(proposal, effect=lambda _: self.controller.commit_attach(prepared))
+            return ctx.commit(proposal, effect=lambda _: self.controller.commit_attach(prepared), owner=owner)
         except BaseException:
             _release(self.controller, prepared)
             raise
 
-    def detach(self) -> Any:
+    def detach(self, owner: Any = None) -> Any:
         """Flush and close the backend, then set it back to None; a no-op (returns None) when none is attached."""
         from runtime.context import get_context
         from runtime.serving import get_memory
@@ -182,7 +188,37 @@ class HiCacheBridge:
             DETACH_SOURCE, hicache_storage_backend=None, hicache_storage_backend_extra_config=None
         )
         # detached right after the config swap; if flushing fails, the config says attached again
-        return ctx.commit(proposal, effect=lambda _: self.controller.detach_storage_backend())
+        return ctx.commit(proposal, effect=lambda _: self.controller.detach_storage_backend(), owner=owner)
+
+    @staticmethod
+    def touches_storage(fields: Any) -> bool:
+        """Whether a change to `fields` moves the attached storage backend (so undoing it must move it back)."""
+        return any(name in STORAGE_FIELDS for name in fields)
+
+    def restore(self, receipt: Any) -> None:
+        """Make the attached backend what the config says after `receipt` (a revert): detach it, or attach the one before.
+
+        Runs as a commit effect, right after the swap: when it raises, the config rolls back.
+        The previous backend is opened before the current one is detached, so a backend that
+        cannot open again leaves the current one attached.
+        """
+        mem = receipt.snapshot.memory
+        backend = mem.hicache_storage_backend
+        if backend is None:
+            self.controller.detach_storage_backend()
+            return
+        try:
+            prepared = self.controller.prepare_attach(
+                backend, mem.hicache_storage_backend_extra_config,
+                prefetch_policy=mem.hicache_storage_prefetch_policy, write_policy=mem.hicache_write_policy,
+            )
+        except OSError as exc:
+            raise storage_refused(exc) from None
+        try:
+            self.controller.commit_attach(prepared)  # detaches (and flushes) the current one first
+        except BaseException:
+            _release(self.controller, prepared)
+            raise
 
     def stats(self) -> dict[str, Any]:
         import attrs

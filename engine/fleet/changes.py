@@ -46,7 +46,7 @@ def parse_assignments(words: Sequence[str]) -> dict[str, Any]:
             continue
         ref = secrets.parse_ref(text)
         if info.setting.secret and ref is None:
-            msg = (f"'{name}' is a secret and the fleet store would keep it in clear (got '***')"
+            msg = (f"'{name}' is a secret and the fleet store would keep it in clear (got {info.shown(text)!r})"
                    " -- give @env:VAR or @file:PATH, read by each server when it applies the version")
             problems.append(Problem(info.path, msg, SOURCE))
             continue
