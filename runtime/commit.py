@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -167,7 +167,7 @@ class Committing(Proposing):
         self._swap(new)
         return news
 
-    def _rollback_locked(self, before: State, source: str, error: BaseException) -> Rollback:
+    def _rollback_locked(self, before: State, source: str, error: BaseException | None = None) -> Rollback:
         """Show exactly the values of `before` again, as a new generation; subscribers not told.
 
         The log line is returned, not written: `Rollback.finish()` writes it once the writer
@@ -270,15 +270,16 @@ class Committing(Proposing):
 class Rollback:
     """A rollback that happened under the writer lock: the error that caused it and its log line, written after."""
 
-    error: BaseException
+    error: BaseException | None
     fields: dict[str, Any]
 
-    def finish(self) -> NoReturn:
+    def finish(self) -> None:
         """Write the `config.rollback` line, then raise the error; an interrupt from the log sink wins, never lost."""
         stop = _emit("warning", "config.rollback", **self.fields)
         if stop is not None:
             raise stop from self.error
-        raise self.error
+        if self.error is not None:
+            raise self.error
 
 
 __all__ = ["Committing", "Rollback"]
