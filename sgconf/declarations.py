@@ -44,6 +44,8 @@ T = TypeVar("T")
 SCHEMA_ATTR = "__sgconf_schema__"
 # the attribute a namespace class carries: its path in the schema that declared it
 PATH_ATTR = "__sgconf_path__"
+# on a namespace class: the name of the schema that declared it (a typed accessor's error names it)
+DECLARED_BY_ATTR = "__sgconf_declared_by__"
 
 TEST_ROLE = "test"
 
@@ -212,6 +214,7 @@ class Declarations:
                 self._namespaces[path] = bag
                 self._groups[path] = dict(children)
                 setattr(bag, PATH_ATTR, path)
+                setattr(bag, DECLARED_BY_ATTR, self.name)
                 return bag  # type: ignore[return-value]
 
         return wrap
@@ -219,6 +222,7 @@ class Declarations:
     def _set_class(self, path: str, bag: type) -> None:
         self._namespaces[path] = bag
         setattr(bag, PATH_ATTR, path)
+        setattr(bag, DECLARED_BY_ATTR, self.name)
         if any(info.setting.secret for info in self._fields.values() if info.namespace == path):
             bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign,assignment]
 
@@ -360,6 +364,7 @@ class Declarations:
             attributes = {attr: attrs.field() for attr in children}
             cls = attrs.make_class(top.capitalize() + "Config", attributes, frozen=True, slots=True)
             setattr(cls, PATH_ATTR, top)
+            setattr(cls, DECLARED_BY_ATTR, self.name)
             # keep declaration order: the group sits where its first child was declared
             first = next(p for p in self._namespaces if p.startswith(top + "."))
             items = list(self._namespaces.items())
