@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from sgconf.carried import check_carried
 from sgconf.convert import converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
@@ -321,6 +322,8 @@ class Declarations:
                 raise DeclarationError(f"schema {self.name!r} declares no fields -- declare a namespace before freezing")
             self._add_implicit_groups()
             self._check_hooks()
+            for info in self._fields.values():
+                check_carried(info, self.converter)
             for role, allowed in self._roles.items():
                 if allowed is not None:
                     self._check_role_namespaces(role, allowed)
