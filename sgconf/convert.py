@@ -10,7 +10,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cattrs
@@ -190,6 +190,7 @@ def _dict_hook(tp: Any, conv: cattrs.Converter) -> Any:
 
 
 _UNION_SCALARS = (int, float, bool, str)
+_SEQUENCES: tuple[Any, ...] = (list, tuple, set, frozenset)
 
 
 def scalar_union(tp: Any) -> tuple[Any, ...] | None:
@@ -224,10 +225,14 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _to_float)
     conv.register_structure_hook(bool, _to_bool)
     conv.register_structure_hook(str, _to_str)
-    conv.register_structure_hook_factory(lambda t: t is dict or typing.get_origin(t) is dict, _dict_hook)
-    sequences = (list, tuple, set, frozenset)
-    conv.register_structure_hook_factory(lambda t: (typing.get_origin(t) or t) in sequences, _sequence_hook)
-    conv.register_structure_hook_factory(lambda t: scalar_union(t) is not None, _union_hook)
+    # two-argument factories: cattrs hands them the converter that structures, so a copy's hooks apply to items
+    factories: list[tuple[Callable[[Any], bool], Any]] = [
+        (lambda t: t is dict or typing.get_origin(t) is dict, _dict_hook),
+        (lambda t: (typing.get_origin(t) or t) in _SEQUENCES, _sequence_hook),
+        (lambda t: scalar_union(t) is not None, _union_hook),
+    ]
+    for predicate, factory in factories:
+        conv.register_structure_hook_factory(predicate, factory)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     return conv
 

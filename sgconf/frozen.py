@@ -28,12 +28,11 @@ class FrozenDict(dict):  # type: ignore[type-arg]
     """A read-only dict whose values are frozen too; mutation raises TypeError, hashing works."""
 
     __slots__ = ("_hash",)
-    _hash: int | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # once built, never again: `d.__init__(...)` would refill a live bag's dict in place
         try:
-            FrozenDict._hash.__get__(self)  # type: ignore[attr-defined]
+            _HASH_SLOT.__get__(self)
         except AttributeError:
             pass
         else:
@@ -79,7 +78,8 @@ class FrozenDict(dict):  # type: ignore[type-arg]
         return f"FrozenDict({dict.__repr__(self)})"
 
 
-_set_hash = FrozenDict._hash.__set__  # type: ignore[attr-defined]
+_HASH_SLOT: Any = FrozenDict.__dict__["_hash"]  # the slot itself: the one way in, for this module
+_set_hash = _HASH_SLOT.__set__
 
 
 def deep_freeze(value: Any) -> Any:
