@@ -50,8 +50,9 @@ from engine.errors import (
     RequestRejected,
 )
 from engine.hicache_bridge import HiCacheBridge
+from engine.machine import checked_launch
 from engine.memory import build_memory
-from engine.model import TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model import TinyTransformer, run_sizes, torch_dtype
 from engine.model_runner import ModelRunner
 from engine.sampling import SamplingParams
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
@@ -69,7 +70,6 @@ from runtime.serving import (
 )
 from runtime.serving import configure_logs as configure_serving_logs
 from sgconf.serving import load
-from sgconf.serving.models import load_model_config
 
 log = structlog.get_logger(__name__)
 
@@ -139,20 +139,25 @@ class Engine:
         self._compile_backend = compile_backend
         self.clock = clock
         self._owns_context = context is not None
-        self.context = context if context is not None else publish(record, role="scheduler", model=model_config)
+        if context is not None:
+            self.model_config, self.shape = checked_launch(context.record, model_config or context.model)
+            self.context = context
+        else:  # refused before publishing: a server that cannot start leaves nothing live
+            self.model_config, self.shape = checked_launch(record, model_config)
+            self.context = publish(record, role="scheduler", model=self.model_config)
         with self._in_context():
-            self._start(model_config, configure_logs)
+            self._start(configure_logs)
 
     def _in_context(self) -> contextlib.AbstractContextManager[Any]:
         """The engine's own context for the block when it was given one; nothing to do when it published."""
         return use_context(self.context) if self._owns_context else contextlib.nullcontext()
 
-    def _start(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
+    def _start(self, configure_logs: bool) -> None:
         if configure_logs:
             configure_serving_logs()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
         try:
-            self._build(snap, model_config)
+            self._build(snap)
         except BaseException:
             # a refused model leaves no half-built engine behind, nor its config live
             if not self._owns_context and is_published() and get_context() is self.context:
@@ -160,12 +165,8 @@ class Engine:
             raise
         log.info("engine.start", **self._startup_summary(snap))
 
-    def _build(self, snap: Any, model_config: dict[str, Any] | None) -> None:
+    def _build(self, snap: Any) -> None:
         """Everything after publishing: weights source, tokenizer, pools, model, caches, scheduler, loop."""
-        if model_config is None:
-            model_config = load_model_config(snap.model.model_path, snap.model.model_config)
-        self.model_config = dict(model_config)
-        self.shape = runnable_shape(self.model_config, name="target")
         self.weights_source = choose_weights(snap)
         self.checkpoint = read_checkpoint(self.weights_source, self.shape, self.model_config)
         self.tokenizer: Tokenizer = choose_tokenizer(snap, self.weights_source, run_sizes(self.shape)[2])
@@ -219,7 +220,7 @@ class Engine:
 
     def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
-        self.memory = build_memory(snap, self.shape, self.model_config)
+        self.memory = build_memory(snap, self.shape)
         dtype = torch_dtype(snap.model.dtype)
         self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
@@ -638,13 +639,6 @@ class Engine:
 
     # -- HiCache storage -----------------------------------------------------------------
 
-    def _require_hicache(self) -> Any:
-        if self.hicache is None:
-            from sgconf.errors import ConfigError, Problem
-
-            msg = "the hierarchical cache is off -- start with --enable-hierarchical-cache to attach storage"
-            raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
-        return self.hicache
 
     @_under_own_context
     def attach_storage_backend(
@@ -662,16 +656,29 @@ class Engine:
         values or a backend that cannot start (bad directory): then config and cache are
         exactly as before.
         """
-        hicache = self._require_hicache()
+        from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
+        from runtime.context import get_context
+
+        values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
+                               write_policy=write_policy)
+        hicache = self.hicache
+        if hicache is None:
+            # refused as a replica group's coordinator refuses it: by the config rule naming the flag
+            get_context().validate_override(ATTACH_SOURCE, **values)
+            StorageChange.prepare(None, values)  # raises: the cache is off
+        assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(
-                backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy, owner=self
-            )
+            return hicache.attach(values, owner=self)
 
     @_under_own_context
     def detach_storage_backend(self) -> Any:
-        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
-        hicache = self._require_hicache()
+        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.
+
+        Returns None when nothing is attached, also on an engine without the hierarchical cache.
+        """
+        hicache = self.hicache
+        if hicache is None:
+            return None
         with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach(owner=self)
 

@@ -3,25 +3,29 @@
 `mem_cache.hicache.HiCacheController` moves pages; this module decides when, and keeps
 the config in step: attaching storage is one post-publish override with source
 `hicache.attach`, detaching one with `hicache.detach`. Attach is all or nothing: the
-override is validated first, then the backend is opened (`prepare_attach`), then the
-override is committed and only then the backend; any failure aborts the opened backend
-and leaves config and cache exactly as they were.
+override is validated first, then the backend is opened (`StorageChange.prepare`, the
+same object each replica of a group uses), then the override is committed and only
+then the backend; any failure aborts the opened backend and leaves config and cache
+exactly as they were.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from engine.errors import StorageRefused
+from engine.storage_change import (
+    ATTACH_SOURCE,
+    BACKEND_FIELD,
+    DETACH_SOURCE,
+    DETACH_VALUES,
+    EXTRA_FIELD,
+    StorageChange,
+)
 
 log = structlog.get_logger(__name__)
-
-ATTACH_SOURCE = "hicache.attach"
-DETACH_SOURCE = "hicache.detach"
-# the fields that say which storage backend is attached
-STORAGE_FIELDS = frozenset({"hicache_storage_backend", "hicache_storage_backend_extra_config"})
 
 
 class HiCacheBridge:
@@ -58,11 +62,15 @@ class HiCacheBridge:
             mac_secret=mem.hicache_storage_mac_key,
         )
         if mem.hicache_storage_backend is not None:
+            values = {
+                "hicache_storage_backend": mem.hicache_storage_backend,
+                "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
+            }
             try:
-                controller.attach_storage_backend(mem.hicache_storage_backend, mem.hicache_storage_backend_extra_config)
-            except OSError as exc:
+                StorageChange.prepare(controller, values).commit()  # refused as a live attach would be
+            except BaseException:
                 controller.close()
-                raise storage_refused(exc) from None
+                raise
         return cls(engine, controller)
 
     # -- scheduler hooks -------------------------------------------------------------------
@@ -135,44 +143,22 @@ class HiCacheBridge:
 
     # -- attach / detach ---------------------------------------------------------------------
 
-    def attach(
-        self,
-        backend: str,
-        *,
-        extra_config: dict[str, Any] | None = None,
-        prefetch_policy: str | None = None,
-        write_policy: str | None = None,
-        owner: Any = None,
-    ) -> Any:
+    def attach(self, values: Mapping[str, Any], owner: Any = None) -> Any:
         """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure.
 
-        The receipt belongs to `owner` (the engine), through which it reverts.
+        `values` is the override of the attach (`engine.storage_change.attach_values`); the
+        receipt belongs to `owner` (the engine), through which it reverts.
         """
-        from mem_cache.hicache.file_storage import with_default_dir
         from runtime.context import get_context
 
         ctx = get_context()
-        extra_config = with_default_dir(backend, extra_config)  # recorded, so status and /server_info show it
-        values: dict[str, Any] = {
-            "hicache_storage_backend": backend,
-            "hicache_storage_backend_extra_config": extra_config,
-        }
-        if prefetch_policy is not None:
-            values["hicache_storage_prefetch_policy"] = prefetch_policy
-        if write_policy is not None:
-            values["hicache_write_policy"] = write_policy
         proposal = ctx.validate_override(ATTACH_SOURCE, **values)
-        try:
-            prepared = self.controller.prepare_attach(
-                backend, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
-            )
-        except OSError as exc:
-            raise storage_refused(exc) from None
+        change = StorageChange.prepare(self.controller, values)
         try:
             # the backend goes live right after the config swap; if it cannot, the config rolls back
-            return ctx.commit(proposal, effect=lambda _: self.controller.commit_attach(prepared), owner=owner)
+            return ctx.commit(proposal, effect=lambda _: change.commit(), owner=owner)
         except BaseException:
-            _release(self.controller, prepared)
+            change.abort()
             raise
 
     def detach(self, owner: Any = None) -> Any:
@@ -184,16 +170,15 @@ class HiCacheBridge:
         if not attached and get_memory().hicache_storage_backend is None:
             return None
         ctx = get_context()
-        proposal = ctx.validate_override(
-            DETACH_SOURCE, hicache_storage_backend=None, hicache_storage_backend_extra_config=None
-        )
+        proposal = ctx.validate_override(DETACH_SOURCE, **DETACH_VALUES)
+        change = StorageChange.prepare(self.controller, DETACH_VALUES)
         # detached right after the config swap; if flushing fails, the config says attached again
-        return ctx.commit(proposal, effect=lambda _: self.controller.detach_storage_backend(), owner=owner)
+        return ctx.commit(proposal, effect=lambda _: change.commit(), owner=owner)
 
     @staticmethod
     def touches_storage(fields: Any) -> bool:
         """Whether a change to `fields` moves the attached storage backend (so undoing it must move it back)."""
-        return any(name in STORAGE_FIELDS for name in fields)
+        return any(name in (BACKEND_FIELD, EXTRA_FIELD) for name in fields)
 
     def restore(self, receipt: Any) -> None:
         """Make the attached backend what the config says after `receipt` (a revert): detach it, or attach the one before.
@@ -203,21 +188,17 @@ class HiCacheBridge:
         cannot open again leaves the current one attached.
         """
         mem = receipt.snapshot.memory
-        backend = mem.hicache_storage_backend
-        if backend is None:
-            self.controller.detach_storage_backend()
-            return
+        values = {
+            BACKEND_FIELD: mem.hicache_storage_backend,
+            EXTRA_FIELD: mem.hicache_storage_backend_extra_config,
+            "hicache_storage_prefetch_policy": mem.hicache_storage_prefetch_policy,
+            "hicache_write_policy": mem.hicache_write_policy,
+        }
+        change = StorageChange.prepare(self.controller, values)
         try:
-            prepared = self.controller.prepare_attach(
-                backend, mem.hicache_storage_backend_extra_config,
-                prefetch_policy=mem.hicache_storage_prefetch_policy, write_policy=mem.hicache_write_policy,
-            )
-        except OSError as exc:
-            raise storage_refused(exc) from None
-        try:
-            self.controller.commit_attach(prepared)  # detaches (and flushes) the current one first
+            change.commit()  # an attach detaches (and flushes) the current backend first
         except BaseException:
-            _release(self.controller, prepared)
+            change.abort()
             raise
 
     def stats(self) -> dict[str, Any]:
@@ -237,21 +218,4 @@ class HiCacheBridge:
         self.controller.close()
 
 
-def _release(controller: Any, prepared: Any) -> None:
-    """Abort a prepared attach that did not go live; one the controller already settled is left to it."""
-    from mem_cache.hicache import AttachStateError
-
-    try:
-        controller.abort_attach(prepared)
-    except AttachStateError:
-        pass
-
-
-def storage_refused(exc: OSError) -> StorageRefused:
-    """A storage error as a StorageRefused with the `$.memory.<field>` path it names."""
-    from sgconf.errors import Problem
-
-    field = getattr(exc, "field", None) or "hicache_storage_backend"
-    top = field.split(".")[0]
-    path = f"$.memory.{field}" if top.startswith("hicache_") else f"$.{field}"
-    return StorageRefused([Problem(path, str(exc))], header="storage backend refused")
+__all__ = ["ATTACH_SOURCE", "DETACH_SOURCE", "HiCacheBridge"]

@@ -19,20 +19,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import structlog
 
 from engine.errors import PortUnavailable
 from engine.http.listeners import bind_listeners, close_listeners
+from engine.machine import refuse_unhonoured
 from runtime.context import publish, reset
 from runtime.logs import announce, configure_from_record
 from runtime.serving import get_serving
 from sgconf.cli import config_parser, load_from_args
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import given_fields, typed_flags
-from sgconf.loading import load_layers
+from sgconf.loading import load_layers, provenance_of
 from sgconf.record import to_bags
+from sgconf.resolution import resolve_once
 from sgconf.serving import SERVING
 
 PROG = "sgconf serve"
@@ -98,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with EarlyStop().installed() as early:
         args = list(sys.argv[1:] if argv is None else argv)
         record = load_serve_record(args)
+        launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
+        refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
@@ -191,14 +196,17 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     """
     from engine.fleet.backend import fleet_member
     from engine.http.app import create_app
+    from engine.http.lifecycle import Lifecycle
     from engine.http.listeners import serve_listeners
+    from engine.http.metrics import OverrideTally
 
     serving = get_serving()
     own = listeners is None
     listeners = bind_listeners(serving) if listeners is None else listeners
     try:
+        lifecycle, tally = Lifecycle(), OverrideTally()  # one server: its apps stop together and count together
         with fleet_member(backend, fleet, url=listeners[-1].url) as backend:
-            apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
+            apps = [create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally) for li in listeners]
             for li in listeners:
                 # whatever the level: an operator must always be able to find where the server listens
                 announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)

@@ -1,7 +1,8 @@
 """The HTTP control plane: one FastAPI app for one engine or a replica group (`create_app(backend)`).
 
 Routes:
-  GET    /health                    liveness (503 when a replica is gone or unresponsive;
+  GET    /health                    liveness (503 when a replica is gone or unresponsive, and
+                                    "stopping" through the grace period of a shutdown;
                                     "degraded" while storage writes fail)
   GET    /server_info               resolved config with overrides (redacted), generation,
                                     fingerprint, overrides log, provenance of overridden
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -54,10 +55,12 @@ from engine.http.bodies import (
     generate_args,
     json_object,
 )
+from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from engine.http.metrics import Metrics
+from engine.http.metrics import Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE
 from runtime.context import get_context
 from sgconf.frozen import thaw
 
@@ -69,27 +72,38 @@ GENERATION_HEADER = "x-sgconf-config-generation"
 POLL_PATHS = frozenset({"/health", "/metrics"})
 
 
-def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = True) -> FastAPI:
+def create_app(
+    backend: ServingBackend,
+    *,
+    public: bool = True,
+    admin: bool = True,
+    lifecycle: Lifecycle | None = None,
+    tally: OverrideTally | None = None,
+) -> FastAPI:
     """The FastAPI app serving `backend`; see the module docstring for the routes.
 
     With a separate admin listener the server runs two apps on one backend: one with
     `admin=False` (the admin routes do not exist there: 404) and one with `public=False`
-    (the admin routes and `/health`).
+    (the admin routes and `/health`); they share the server's `lifecycle` (stopping,
+    requests in flight) and its `tally` of config changes.
     """
     app = FastAPI(title="sgconf runtime", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.backend = backend
+    app.state.lifecycle = lifecycle = Lifecycle() if lifecycle is None else lifecycle
+    app.state.tally = tally = OverrideTally() if tally is None else tally
     install_error_handlers(app)
     _install_request_log(app)
-    _add_health_route(app, backend)
+    app.add_middleware(LifecycleMiddleware, lifecycle=lifecycle)
+    _add_health_route(app, backend, lifecycle)
     if public:
-        metrics = Metrics(backend)
+        metrics = Metrics(backend, tally)
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
         install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
                               chat_template=load_chat_template(get_context().snapshot()))
     if admin:
-        _add_storage_routes(app, backend)
-        _add_config_routes(app, backend)
+        _add_storage_routes(app, backend, tally)
+        _add_config_routes(app, backend, tally)
     return app
 
 
@@ -143,10 +157,14 @@ def _request_log() -> Any:
     return log.info if on else log.debug
 
 
-def _add_health_route(app: FastAPI, backend: ServingBackend) -> None:
+def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycle) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         ok, body = backend.health()
+        if lifecycle.stopping:  # a load balancer must stop sending before the socket closes
+            body = {**body, "status": "stopping", "inflight": lifecycle.inflight,
+                    "detail": f"{STOPPING_DETAIL}; {lifecycle.inflight} request(s) still in flight"}
+            ok = False
         return JSONResponse(body, status_code=200 if ok else 503)
 
 
@@ -252,7 +270,16 @@ async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict
     yield "data: [DONE]\n\n"
 
 
-def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
+async def _change(tally: OverrideTally, source: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one config change (attach, detach, override), counting it in the tally when it is refused."""
+    try:
+        return await call()
+    except Exception:
+        tally.refused(source)
+        raise
+
+
+def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
     @app.get("/hicache/storage-backend")
     async def storage_status(request: Request) -> dict[str, Any]:
         require_admin(request)
@@ -261,8 +288,12 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
     @app.put("/hicache/storage-backend")
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
-        applied = await run_in_threadpool(lambda: backend.attach(fields))
+
+        async def change() -> tuple[dict[str, Any], Any]:
+            fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
+            return fields, await run_in_threadpool(lambda: backend.attach(fields))
+
+        fields, applied = await _change(tally, ATTACH_SOURCE, change)
         log.info("http.hicache_attach", backend=fields["hicache_storage_backend"], generation=applied.generation)
         status = await run_in_threadpool(backend.storage_status)
         return {"status": "attached", **status, **applied.as_dict()}
@@ -270,22 +301,26 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
     @app.delete("/hicache/storage-backend")
     async def detach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        applied = await run_in_threadpool(backend.detach)
+        applied = await _change(tally, DETACH_SOURCE, lambda: run_in_threadpool(backend.detach))
         status = await run_in_threadpool(backend.storage_status)
         if applied is None:
             return {"status": "not_attached", **status, "generation": get_context().generation}
         return {"status": "detached", **status, **applied.as_dict()}
 
 
-def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
+def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
     @app.post("/config/overrides")
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
-        body = await json_object(request, None)
-        if not body:
-            errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
-            raise HTTPProblem(422, "no fields to override", errors=errors)
-        applied = await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
+
+        async def change() -> Any:
+            body = await json_object(request, None)
+            if not body:
+                errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
+                raise HTTPProblem(422, "no fields to override", errors=errors)
+            return await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
+
+        applied = await _change(tally, OVERRIDE_SOURCE, change)
         return {"status": "applied", **applied.as_dict()}
 
     @app.post("/replicas/{index}/restart")
@@ -302,7 +337,7 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
 
 
 def config_report() -> dict[str, Any]:
-    """The published config as `/server_info` shows it: values, generation, overrides and their provenance."""
+    """The published config as `/server_info` shows it: values, what resolution decided and why, generation, overrides and their provenance."""
     ctx = get_context()
     overrides_log = ctx.overrides_log()
     changed = sorted({c.name for rec in overrides_log for c in rec.changes})
@@ -315,8 +350,16 @@ def config_report() -> dict[str, Any]:
     # the value each overridden field had at startup: the winner of the launch layers
     startup = {name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
                for name, chain in provenance.items()}
+    # every value resolution decided (the KV budget and request cap among them), with its reason
+    resolution = {}
+    for name in ctx.schema.field_names():
+        decided = [o for o in ctx.explain(name) if o.layer == "resolution"]
+        if decided:
+            step, _, reason = decided[-1].detail.partition(" (")
+            resolution[name] = {"step": step, "reason": reason.removesuffix(")"), "value": decided[-1].shown_value()}
     return {
         "config": ctx.resolved_dict(redact=True),
+        "resolution": resolution,
         "generation": ctx.generation,
         "fingerprint": ctx.fingerprint(),
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],

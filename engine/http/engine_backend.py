@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from engine.engine import Engine
 from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
-from engine.http.backend import Applied
+from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
 
 ROLE = "scheduler"
@@ -36,8 +36,13 @@ class EngineBackend:
                 body["detail"] = storage_degraded_text(storage)
         return True, body
 
-    def usage(self) -> dict[str, float]:
-        return self.engine.usage()
+    def loads(self) -> list[EngineLoad]:
+        queued, running = self.engine.busy_counts()
+        usage = self.engine.usage()
+        return [EngineLoad(None, queued, running, usage.get("token_usage"), usage.get("cache_hit_rate"))]
+
+    def busy(self) -> int:
+        return sum(self.engine.busy_counts())
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await run_in_threadpool(lambda: self.engine.generate(**args))

@@ -156,7 +156,8 @@ def test_bad_attach_bodies_change_nothing(serve, tmp_path: Path) -> None:
     )
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "$.memory.hicache_storage_backend: expected one of 'file', 'memory', got 'nfs' (from override hicache.attach)",
+        "$.memory.hicache_storage_backend: must name a registered HiCache storage backend (file, memory), got 'nfs' "
+        "(from override hicache.attach)",
         "$.memory.hicache_write_policy: expected one of 'write_through', 'write_back', 'write_through_selective',"
         " got 'sometimes' (from override hicache.attach)",
     ]
@@ -313,3 +314,17 @@ def test_every_admin_route_answers_4xx_for_any_body(serve, method: str, path: st
         assert 400 <= r.status_code < 500, (body, r.status_code, r.text)
         assert r.json(), body
     assert engine.context.generation == 0
+
+
+def test_server_info_says_what_resolution_decided_and_the_budget_the_pools_were_sized_for(serve) -> None:
+    """Every resolved value carries its step and reason, and the pools name their budget and its source."""
+    _, client = serve()
+    info = client.get("/server_info").json()
+    assert info["resolution"]["kv_cache_memory_bytes"] == {
+        "step": "schedule_defaults", "reason": "default for cpu: no device memory is measured there", "value": 64 << 20,
+    }
+    assert info["resolution"]["max_running_requests"]["reason"] == "default for cpu"
+    assert "page_size" not in info["resolution"]  # given on the command line: not a decision
+    plan = info["pools"]["plan"]
+    assert (plan["budget_bytes"], plan["budget_source"]) == (64 << 20, "kv_cache_memory_bytes")
+    assert info["pools"]["total_bytes"] == plan["total_bytes"]

@@ -74,6 +74,10 @@ def plan(server_args, ctx, snap):
         ('getattr(get_schedule(), "page_size")', {"page_size"}),
         ('getattr(server_args, "page_size")', set()),
         ("if (obs := get_observability()):\n    obs.log_level", {"log_level"}),
+        ("def bind(serving):\n    return serving.stream_interval", {"stream_interval"}),  # a bag handed on
+        ("def bind(serving: Any) -> int:\n    return serving.stream_interval", {"stream_interval"}),
+        ("def bind(schedule):\n    return schedule.stream_interval", set()),  # another namespace's name
+        ("serving = make()\nserving.stream_interval", set()),  # only a parameter is taken for the bag
     ],
 )
 def test_reader_forms(code, read):
