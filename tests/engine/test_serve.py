@@ -106,7 +106,7 @@ def test_settings_the_engine_cannot_honour_are_refused_before_the_port_is_bound(
     import torch
 
     from runtime import is_published
-    from sgconf.cli import main
+    from sgconf.serving import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
