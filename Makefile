@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml,serving]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -43,6 +43,14 @@ class RequestRejected(EngineError, ValueError):
     """Raised when a request can never run here (too long for the context or the KV pool, bad token ids)."""
 
 
+class InvalidRequest(ConfigError, RequestRejected):
+    """Raised when request parameters have the wrong type or are out of their bounds; one `$.name` problem each."""
+
+
+class RequestCancelled(EngineError):
+    """Raised for a request its client gave up on (the connection closed): it left the scheduler, its KV freed."""
+
+
 class EngineBusy(EngineError):
     """Raised when an operation that needs an idle engine could not get one; `retry_after_s` suggests when to retry."""
 
@@ -119,6 +127,7 @@ __all__ = [
     "EngineError",
     "EngineStopped",
     "GenerationError",
+    "InvalidRequest",
     "NoSuchReplica",
     "PortUnavailable",
     "Refusal",
@@ -127,6 +136,7 @@ __all__ = [
     "ReplicaLost",
     "ReplicaRunning",
     "ReplicaUnresponsive",
+    "RequestCancelled",
     "RequestRejected",
     "StorageRefused",
 ]

@@ -64,6 +64,11 @@ def serve_parser() -> Any:
 
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
+    return load_serve(argv, env).record
+
+
+def load_serve(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
+    """What `serve` loads (the record and every layer's winner), with the serve default for HiCache."""
     env = os.environ if env is None else env
     refuse_hub_flags(argv)
     ns = serve_parser().parse_args(list(argv))
@@ -74,6 +79,11 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
         given = {**given_fields(ns, SERVING), "enable_hierarchical_cache": True}
         typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
         loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), schema=SERVING, typed=typed)
+    return loaded
+
+
+def warn_secrets_on_command_line(loaded: Any) -> None:
+    """Warn about each secret given as a flag; called once logs go to stderr, so stdout stays clean."""
     for name in SECRET_FLAGS_WARNED:
         winner = loaded.winner(name)
         if winner.layer == "cli":
@@ -83,7 +93,6 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
                 detail=f"the key given with --{name.replace('_', '-')} is visible to every local user in the process list"
                 f" -- use env SGCONF_{name.upper()}" + (" or --admin-api-key-file" if name == "admin_api_key" else ""),
             )
-    return loaded.record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,10 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with EarlyStop().installed() as early:
         args = list(sys.argv[1:] if argv is None else argv)
-        record = load_serve_record(args)
+        loaded = load_serve(args)
+        record = loaded.record
         launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
         refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
+        warn_secrets_on_command_line(loaded)
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
         from engine.fleet.flags import fleet_options

@@ -464,8 +464,13 @@ class Declarations:
         return dict(self._fields)
 
     def field_names(self) -> list[str]:
-        """Every field name: the ratchet's `field_source` (`"myrt.config:SCHEMA.field_names"`)."""
+        """Every field name, in declaration order."""
         return list(self._fields)
+
+    @property
+    def adopted(self) -> type | None:
+        """The user's own record class this schema was adopted from (`sgconf.adopt`), if any."""
+        return self._adopted
 
     def field_info(self, name: str) -> FieldInfo:
         """One field; raises UnknownFieldError with a did-you-mean suggestion."""

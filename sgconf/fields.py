@@ -54,6 +54,23 @@ class FieldSpec:
         return any(fnmatch.fnmatchcase(source, pat) for pat in self.allow_sources)
 
 
+class _Required:
+    """The default of a setting that has none: a launch input must set it, or loading refuses."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+    def __reduce__(self) -> str:
+        return "REQUIRED"  # one instance, also across pickling
+
+
+#: `setting(REQUIRED, help=...)`: no default; `load` and `build` refuse a record without it,
+#: naming the flag and the environment variable that would set it
+REQUIRED: Any = _Required()
+
+
 def setting(
     default: Any = attrs.NOTHING,
     *,

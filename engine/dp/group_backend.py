@@ -10,6 +10,7 @@ with the typed reason `drain_timeout`, and the group answers like one engine wou
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -61,6 +62,10 @@ class ReplicaGroupBackend:
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.controller.generate(args)
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # each item is a pipe message, no thread; a replica does not yet learn of a client that left
+        return list(await asyncio.gather(*(self.controller.generate(a) for a in argss)))
 
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)

@@ -34,7 +34,6 @@ read per request, so an override applies to the next one.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -43,23 +42,20 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from engine.chat_template import load_chat_template
+from engine.http import openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import (
-    ATTACH_FIELDS,
-    GENERATE_FIELDS,
-    attach_fields,
-    generate_args,
-    json_object,
-)
+from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
+from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from engine.request_params import refuse
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE
 from runtime.context import get_context
 from sgconf.frozen import thaw
@@ -104,6 +100,7 @@ def create_app(
     if admin:
         _add_storage_routes(app, backend, tally)
         _add_config_routes(app, backend, tally)
+    openapi.keep_exact_bodies(app)
     return app
 
 
@@ -158,7 +155,7 @@ def _request_log() -> Any:
 
 
 def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycle) -> None:
-    @app.get("/health")
+    @app.get("/health", responses=openapi.HEALTH_RESPONSES)
     async def health() -> JSONResponse:
         ok, body = backend.health()
         if lifecycle.stopping:  # a load balancer must stop sending before the socket closes
@@ -169,31 +166,37 @@ def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycl
 
 
 def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) -> None:
-    @app.get("/server_info")
+    @app.get("/server_info", responses=openapi.RESPONSES)
     async def server_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         described = await run_in_threadpool(backend.describe)
         return {**config_report(), "dp_size": backend.dp_size, **described}
 
-    @app.post("/generate")
+    @app.post("/generate", openapi_extra=openapi.generate_body(), responses=openapi.RESPONSES)
     async def generate(request: Request) -> Any:
         require_api_key(request)
-        body = await json_object(request, GENERATE_FIELDS, "generate")
-        stream = body.pop("stream", False)
-        if not isinstance(stream, bool):
-            raise HTTPProblem(422, "invalid generate request", errors=[f"$.generate.stream: expected a boolean, got {stream!r}"])
-        batch = _split_batch(body)
-        if stream:
-            if batch is not None:
-                raise HTTPProblem(422, "invalid generate request",
-                                  errors=["$.generate.stream: a batch cannot be streamed -- send one text per request"])
-            return StreamingResponse(_generate_events(backend, metrics, generate_args(body)), media_type="text/event-stream")
-        if batch is not None:
-            argss = [generate_args(b) for b in batch]  # every item is checked before any runs
-            return list(await asyncio.gather(*(_generate_one(backend, metrics, a) for a in argss)))
-        return await _generate_one(backend, metrics, generate_args(body))
+        req = generate_request(await json_object(request, None))
+        argss = req.engine_args()
+        if req.options.stream:
+            if req.batch:
+                raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
+            _asked(argss[0])
+            try:
+                (stream,) = await started(request, [backend.stream(argss[0])])
+            except ClientGone:
+                return gone_response()
+            return StreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
+        for args in argss:
+            _asked(args)
+        try:
+            bodies = await unless_disconnected(request, backend.generate_many(argss))
+        except ClientGone:
+            return gone_response()
+        for body in bodies:
+            _finished(metrics, body)
+        return bodies if req.batch else bodies[0]
 
-    @app.get("/get_model_info")
+    @app.get("/get_model_info", responses=openapi.RESPONSES)
     async def model_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         from runtime.serving import get_model
@@ -201,33 +204,20 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
                 "is_generation": True, "context_length": get_model().context_length}
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", responses=openapi.RESPONSES)
     async def health_generate() -> JSONResponse:
         body = await backend.generate({"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None,
                                        "ignore_eos": True})
         return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
 
-    @app.post("/flush_cache")
+    @app.post("/flush_cache", responses=openapi.RESPONSES)
     async def flush_cache(request: Request) -> dict[str, Any]:
         require_api_key(request)
         return await backend.flush_cache()
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=openapi.METRICS_RESPONSE)
     async def metrics_route() -> Response:
         return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)
-
-
-def _split_batch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """One body per item when `text` is a list of strings or `input_ids` a list of id lists, else None."""
-    text = body.get("text", body.get("prompt"))
-    ids = body.get("input_ids")
-    if isinstance(text, list):
-        rest = {k: v for k, v in body.items() if k not in ("text", "prompt")}
-        return [{**rest, "text": t} for t in text]
-    if isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
-        rest = {k: v for k, v in body.items() if k != "input_ids"}
-        return [{**rest, "input_ids": i} for i in ids]
-    return None
 
 
 def _asked(args: dict[str, Any]) -> None:
@@ -235,13 +225,6 @@ def _asked(args: dict[str, Any]) -> None:
     _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
                    prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
                    temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
-
-
-async def _generate_one(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> dict[str, Any]:
-    _asked(args)
-    body = await backend.generate(args)
-    _finished(metrics, body)
-    return body
 
 
 def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
@@ -252,12 +235,11 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
                    cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
 
 
-async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> AsyncIterator[str]:
+async def _generate_events(stream: AsyncIterator[dict[str, Any]], metrics: Metrics) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
-    _asked(args)
     try:
-        async for piece in backend.stream(args):
+        async for piece in stream:
             if "meta_info" in piece:
                 _finished(metrics, piece)
                 yield f"data: {json.dumps(piece)}\n\n"
@@ -280,12 +262,13 @@ async def _change(tally: OverrideTally, source: str, call: Callable[[], Awaitabl
 
 
 def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
-    @app.get("/hicache/storage-backend")
+    @app.get("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def storage_status(request: Request) -> dict[str, Any]:
         require_admin(request)
         return await run_in_threadpool(backend.storage_status)
 
-    @app.put("/hicache/storage-backend")
+    @app.put("/hicache/storage-backend", responses=openapi.RESPONSES,
+             openapi_extra=openapi.object_body("the storage backend to attach and its settings"))
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
 
@@ -298,7 +281,7 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTa
         status = await run_in_threadpool(backend.storage_status)
         return {"status": "attached", **status, **applied.as_dict()}
 
-    @app.delete("/hicache/storage-backend")
+    @app.delete("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def detach(request: Request) -> dict[str, Any]:
         require_admin(request)
         applied = await _change(tally, DETACH_SOURCE, lambda: run_in_threadpool(backend.detach))
@@ -309,7 +292,8 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTa
 
 
 def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
-    @app.post("/config/overrides")
+    @app.post("/config/overrides", responses=openapi.RESPONSES,
+               openapi_extra=openapi.object_body("hot fields and their new values"))
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
 
@@ -323,13 +307,13 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
         applied = await _change(tally, OVERRIDE_SOURCE, change)
         return {"status": "applied", **applied.as_dict()}
 
-    @app.post("/replicas/{index}/restart")
+    @app.post("/replicas/{index}/restart", responses=openapi.RESPONSES)
     async def restart(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.restart_replica(index))
         return {"status": "restarted", **row}
 
-    @app.post("/replicas/{index}/resync")
+    @app.post("/replicas/{index}/resync", responses=openapi.RESPONSES)
     async def resync(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.resync_replica(index))

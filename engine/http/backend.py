@@ -66,7 +66,11 @@ class ServingBackend(Protocol):
         ...
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Run one `/generate` request (arguments from `bodies.generate_args`) and return its answer."""
+        """Run one engine request (`Engine.submit`'s arguments as plain data) and return its answer."""
+        ...
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run several as one unit of work (a batch, n choices); cancelled, they leave the scheduler."""
         ...
 
     def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:

@@ -126,8 +126,12 @@ class EarlyStop:
         self.received.append(signum)
 
 
-def _uvicorn_server(app: Any, grace_s: float) -> Any:
+def uvicorn_server(app: Any, grace_s: float) -> Any:
+    """A uvicorn server for `app` that leaves the stop signals to us, with the connection settings of `serving`."""
     import uvicorn
+
+    from engine.http.connections import uvicorn_options
+    from runtime.serving import get_serving
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -137,7 +141,8 @@ def _uvicorn_server(app: Any, grace_s: float) -> Any:
             yield
 
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S)
+        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S),
+        **uvicorn_options(get_serving()),
     )
     return _Server(config)
 
@@ -147,7 +152,7 @@ async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: An
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals: list[int] = list(early.received)
-    servers = [_uvicorn_server(app, grace_s) for app in apps]
+    servers = [uvicorn_server(app, grace_s) for app in apps]
 
     def on_signal(signum: int) -> None:
         signals.append(signum)
@@ -212,4 +217,4 @@ def serve_listeners(listeners: Sequence[Listener], apps: Sequence[Any], backend:
     return 0 if served else 1
 
 
-__all__ = ["EarlyStop", "Listener", "bind", "bind_listeners", "close_listeners", "serve_listeners"]
+__all__ = ["EarlyStop", "Listener", "bind", "bind_listeners", "close_listeners", "serve_listeners", "uvicorn_server"]

@@ -137,6 +137,15 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("http.error", path=request.url.path, error=repr(exc))
         return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
 
+    async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+        # a path or query parameter FastAPI itself checked (a replica index that is not a number)
+        errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
+        lines = [f"$.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
+        return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
+
+    from fastapi.exceptions import RequestValidationError
+
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPProblem, _problem)
     for cls, _status in STATUS_BY_TYPE:
         app.add_exception_handler(cls, _problem)

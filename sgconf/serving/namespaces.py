@@ -291,6 +291,30 @@ class ServingConfig:
         1 << 20, help="longest prompt in characters (or token ids), checked before tokenizing",
         checks=[interval(1, 1 << 28)], hot=True, fingerprint=False,
     )
+    max_batch_items: int = setting(
+        256, help="most prompts one request may carry (a /generate batch, a /v1/completions prompt list)",
+        checks=[interval(1, 1 << 16)], hot=True, fingerprint=False,
+    )
+    max_batch_requests: int = setting(
+        1024, help="most engine requests one HTTP request may become (prompts x n)",
+        checks=[interval(1, 1 << 20)], hot=True, fingerprint=False,
+    )
+    header_timeout_s: float = setting(
+        10.0, help="seconds a connection may take to send a request's headers before it is closed (408)",
+        checks=[interval(0.01, 3600)], fingerprint=False,
+    )
+    body_timeout_s: float = setting(
+        30.0, help="seconds a request may take to send its body once its headers arrived (408)",
+        checks=[interval(0.01, 3600)], hot=True, fingerprint=False,
+    )
+    keep_alive_timeout_s: float = setting(
+        5.0, help="seconds an idle keep-alive connection stays open between requests",
+        checks=[interval(0.01, 3600)], fingerprint=False,
+    )
+    max_connections: int = setting(
+        1024, help="most connections (and requests) served at once; beyond it new requests get 503",
+        checks=[interval(1, 1 << 20)], fingerprint=False,
+    )
     request_timeout_s: float = setting(
         600.0, help="deadline of a request, from arrival; a request may ask for less with timeout_s",
         checks=[interval(0.001, 86400)], hot=True, fingerprint=False,

@@ -57,3 +57,28 @@ def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0)
             return got
         time.sleep(0.05)
     pytest.fail(f"timed out waiting for {what}")
+
+
+@contextmanager
+def live_server(app: Any) -> Iterator[tuple[str, int]]:
+    """`app` served by a real uvicorn server (the one `sgconf serve` builds) on a free local port, in a thread."""
+    import threading
+    import time
+
+    from engine.http.listeners import bind, uvicorn_server
+
+    sock = bind("test", "127.0.0.1", 0, flag="--port")
+    port = sock.getsockname()[1]
+    server = uvicorn_server(app, grace_s=0)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="test-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
+        time.sleep(0.01)
+    try:
+        yield "127.0.0.1", port
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()

@@ -240,9 +240,9 @@ def test_generate_validates_its_body(serve) -> None:
     r = client.post("/generate", json={"max_new_tokens": 0, "temperature": -1})
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'",
-        "$.generate.max_new_tokens: expected an integer >= 1, got 0",
-        "$.generate.temperature: expected a number >= 0, got -1",
+        "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'",
+        "$.max_new_tokens: must be in [1, 1048576] (got 0)",
+        "$.temperature: must be in [0, 100] (got -1)",
     ]
     r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
     assert r.status_code == 400

@@ -6,7 +6,6 @@ import ast
 
 import pytest
 
-from tools.ratchet.fieldsource import hot_field_names
 from tools.ratchet.unread import FileReaders, read_path
 
 ACCESSORS = {
@@ -94,12 +93,14 @@ def test_read_path_of_nested_namespace():
     assert read_path("x", None) is None
 
 
-def test_default_hot_source_is_the_registry():
-    """The default adapter returns exactly the fields sgconf declares hot."""
-    from sgconf.serving import fields
+def test_a_schema_field_source_gives_the_hot_fields(repo):
+    """With field_source naming a schema, the hot fields are exactly the ones it declares hot."""
+    from sgconf import SERVING
+    from tools.ratchet.config import load_config
 
-    assert hot_field_names() == [n for n, info in fields().items() if info.setting.hot]
-    assert "stream_interval" in hot_field_names()
+    hot = load_config(repo.root / "ratchet.toml").hot_field_names()
+    assert hot == {n for n, info in SERVING.fields().items() if info.setting.hot}
+    assert "stream_interval" in hot
 
 
 @pytest.fixture
