@@ -78,6 +78,9 @@ def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
 class Engine(EngineBuilding):
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
+    # the owner of the overrides it commits: their receipts revert through `revert()`
+    owner_name = "engine"
+
     def __init__(
         self,
         record: Any = None,
@@ -440,8 +443,26 @@ class Engine(EngineBuilding):
         drain = self.context.schema.apply_mode(proposal.values) == "drain"
         with self._boundary_hold(drain=drain, what="override config"):
             # re-checked at the boundary: another change may have landed while we waited
-            self.capacity.check(self.context.validate_override(source, **fields).values, source)
-            return self.context.override(source, **fields)
+            proposal = self.context.validate_override(source, **fields)
+            self.capacity.check(proposal.values, source)
+            return self.context.commit(proposal, owner=self)
+
+    @_under_own_context
+    def revert(self, receipt: Any) -> Any:
+        """Undo an override made through this engine, as it was made: what `receipt.revert()` calls.
+
+        `step` fields go back at the next step boundary, `drain` fields after a drain;
+        a storage attach or detach is undone too (the backend detached, or the previous
+        one attached again), all or nothing: when that fails, config and cache stay as
+        they were. Raises RevertConflict (a later override covers a field), DrainTimeout,
+        EngineStopped, StorageRefused; nothing changes then.
+        """
+        drain = self.context.schema.apply_mode(receipt.fields) == "drain"
+        effect = None
+        if self.hicache is not None and self.hicache.touches_storage(receipt.fields):
+            effect = self.hicache.restore
+        with self._boundary_hold(drain=drain, what="revert an override"):
+            return self.context.revert(receipt, owner=self, effect=effect)
 
     def hold_boundary(self, *, drain: bool, what: str, timeout_s: float | None = None) -> contextlib.ExitStack:
         """Park the loop at the next step boundary (after a drain, when `drain`) until the returned stack is closed.
@@ -496,7 +517,7 @@ class Engine(EngineBuilding):
             StorageChange.prepare(None, values)  # raises: the cache is off
         assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(values)
+            return hicache.attach(values, owner=self)
 
     @_under_own_context
     def detach_storage_backend(self) -> Any:
@@ -508,7 +529,7 @@ class Engine(EngineBuilding):
         if hicache is None:
             return None
         with self._boundary_hold(drain=True, what="detach the storage backend"):
-            return hicache.detach()
+            return hicache.detach(owner=self)
 
     @_under_own_context
     def storage_status(self) -> dict[str, Any]:

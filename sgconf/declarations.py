@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from sgconf.carried import check_carried
 from sgconf.convert import _strip_optional, converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
@@ -42,6 +43,8 @@ T = TypeVar("T")
 
 # the attribute a namespace class carries: its path in the schema that declared it
 PATH_ATTR = "__sgconf_path__"
+# on a namespace class: the name of the schema that declared it (a typed accessor's error names it)
+DECLARED_BY_ATTR = "__sgconf_declared_by__"
 
 TEST_ROLE = "test"
 
@@ -212,6 +215,7 @@ class Declarations:
                 self._namespaces[path] = bag
                 self._groups[path] = dict(children)
                 setattr(bag, PATH_ATTR, path)
+                setattr(bag, DECLARED_BY_ATTR, self.name)
                 return bag  # type: ignore[return-value]
 
         return wrap
@@ -219,6 +223,7 @@ class Declarations:
     def _set_class(self, path: str, bag: type) -> None:
         self._namespaces[path] = bag
         setattr(bag, PATH_ATTR, path)
+        setattr(bag, DECLARED_BY_ATTR, self.name)
         if any(info.setting.secret for info in self._fields.values() if info.namespace == path):
             bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign,assignment]
 
@@ -319,6 +324,8 @@ class Declarations:
                 raise DeclarationError(f"schema {self.name!r} declares no fields -- declare a namespace before freezing")
             self._add_implicit_groups()
             self._check_hooks()
+            for info in self._fields.values():
+                check_carried(info, self.converter)
             for role, allowed in self._roles.items():
                 if allowed is not None:
                     self._check_role_namespaces(role, allowed)
@@ -362,6 +369,7 @@ class Declarations:
             attributes = {attr: attrs.field() for attr in children}
             cls = attrs.make_class(top.capitalize() + "Config", attributes, frozen=True, slots=True)
             setattr(cls, PATH_ATTR, top)
+            setattr(cls, DECLARED_BY_ATTR, self.name)
             # keep declaration order: the group sits where its first child was declared
             first = next(p for p in self._namespaces if p.startswith(top + "."))
             items = list(self._namespaces.items())
