@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install etcd lint ratchet test run bench mutate clean
+.PHONY: install etcd lint ratchet test test-fast run bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ ratchet: install
 
 test: lint ratchet etcd
 	$(BIN)/python -m pytest -q
+
+# the tests that start no process, server or replica group: a quick loop while editing
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 run: install
 	$(BIN)/sgconf serve

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sgconf", "runtime", "tools", "mem_cache", "attention", "engine")
 

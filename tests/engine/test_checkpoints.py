@@ -18,6 +18,8 @@ from engine.weights import WeightsError
 from sgconf.errors import ConfigError
 from tests.engine.checkpoints import write_checkpoint
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 PROMPTS = ["hello world, the quick", "paged attention keeps", "a serving runtime plans its pools"]
 FLAGS = ["--max-total-tokens", "1024", "--page-size", "4"]
 

@@ -19,6 +19,8 @@ from engine.http.engine_backend import EngineBackend
 from engine.request_params import SamplingParams
 from tests.engine.serving import live_server
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 DEADLINE_S = 60.0
 
 

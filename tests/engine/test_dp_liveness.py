@@ -12,7 +12,11 @@ import signal
 import threading
 from typing import Any
 
+import pytest
+
 from tests.engine.serving import wait_for
+
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 ADMIN = {"Authorization": "Bearer admin-key"}
 BODY = {"text": "a request that outlives its replica", "max_new_tokens": 4}

@@ -20,7 +20,7 @@ from tests.engine.serving import MODES, serve_in_mode
 KEY = "admin-secret"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 # the servers live for the module and own their context; each test leaves the config as it found it
-pytestmark = pytest.mark.server_args_shared
+pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4, "enable_hierarchical_cache": True, "admin_api_key": KEY}
 
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engine.serving import MODES, serve_in_mode
 
-pytestmark = pytest.mark.server_args_shared
+pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
 
 

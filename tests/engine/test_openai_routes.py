@@ -13,7 +13,7 @@ from engine.http.openai_routes import render_chat
 from engine.streaming import StopCutter
 from tests.engine.serving import MODES, serve_in_mode
 
-pytestmark = pytest.mark.server_args_shared
+pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
 
 

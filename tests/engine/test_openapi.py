@@ -20,6 +20,8 @@ from engine.engine import Engine
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 KEY = "openapi-admin-key"
 
 

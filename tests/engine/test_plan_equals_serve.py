@@ -14,6 +14,8 @@ from runtime import is_published
 from sgconf.errors import ConfigError
 from sgconf.serving.models import builtin_model_names as example_names
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 # the shipped models `serve` runs (random weights); the others hold attention sizes only, or
 # (small-hybrid-mtp) a second head geometry for SWA layers, which the embedded model lacks
 RUNNABLE = ["tiny", "small-dense", "small-hybrid-5to1", "small-all-swa"]

@@ -10,8 +10,11 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from engine.serve import load_serve_record, serve_parser
+
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 
 def free_port() -> int:

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 
 def _free_port() -> int:

@@ -14,6 +14,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 KEY = "signal-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

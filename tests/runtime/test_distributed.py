@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 PUBLISHED = {"enable_hierarchical_cache": True, "config_sync_timeout_s": 20.0}
 ATTACH = {
     "hicache_storage_backend": "file",

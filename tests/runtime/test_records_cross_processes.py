@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import pickle, sys
 from sgconf import schema_of
+
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 records = pickle.load(sys.stdin.buffer)
 for record, argv in records:
     schema = schema_of(record)

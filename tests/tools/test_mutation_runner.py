@@ -12,6 +12,8 @@ import pytest
 
 from tools.mutation import Executor, Job, Outcome, load_config, mutants_of
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 CALC = """\
 def add(a, b):
     return a + b

@@ -20,6 +20,8 @@ SETTINGS = ScanSettings(fields=frozenset(SERVING.field_names()))
 ARGS = '''
 from sgconf import ServerArgs
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 
 class PortArgs(ServerArgs):
     """A launcher's own record type, derived from the project's."""

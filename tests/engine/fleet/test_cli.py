@@ -12,6 +12,8 @@ from engine.fleet.records import Keys, Member, ServerStatus
 from engine.fleet.store import FleetStore
 from tests.engine.fleet.processes import Etcd
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 
 def main(argv: list[str]) -> int:
     """`sgconf fleet ...` as the console script runs it (bad input is printed and exits 2)."""

@@ -18,6 +18,8 @@ from engine.fleet.store import FleetStore
 from sgconf.serving import main as sgconf_main
 from tests.engine.fleet.processes import Etcd, Server, wait_until
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 WAIT = "120"  # seconds `fleet set --wait` may take on a busy machine; never a measure of speed
 
 
