@@ -1,9 +1,9 @@
 """sgconf: declarations, sources, validation and resolution of a serving runtime's configuration.
 
 The framework's own names come first; the built-in serving schema's (`SERVING`, its
-namespace classes, and the calls bound to it: `load`, `build_record`, `fields`, ...) come
-from `sgconf.serving`, the one place that binds them. `__all__` is derived from the
-imports below, so each public name is stated once.
+namespace classes, and the calls bound to it: `load`, `build_record`, `fields`, ...) are
+every name `sgconf.serving` exports, the one place that binds them. `__all__` is derived
+from the imports below, so each public name is stated once.
 """
 
 import types as _types
@@ -27,37 +27,7 @@ from sgconf.provenance import Origin
 from sgconf.record import record_to_dict, to_bags
 from sgconf.resolution import Decision, Resolved, resolve_once
 from sgconf.schema import Schema, schema_of
-from sgconf.serving import (
-    RESERVED_ENV,
-    RULES,
-    SERVING,
-    DeviceConfig,
-    DisaggConfig,
-    ExecConfig,
-    GraphConfig,
-    KernelConfig,
-    MambaConfig,
-    MemoryConfig,
-    ModelConfig,
-    ObservabilityConfig,
-    ParallelConfig,
-    ScheduleConfig,
-    ServerArgs,
-    ServingConfig,
-    SpecConfig,
-    build_record,
-    builtin_model_config,
-    check_rules,
-    config_schema,
-    convert_fields,
-    field_info,
-    field_names,
-    fields,
-    load,
-    load_model_config,
-    namespace_of,
-    nested,
-)
+from sgconf.serving import *  # noqa: F403 -- every name the serving binding exports (its __all__)
 
 __all__ = sorted(
     name for name, value in globals().items() if not name.startswith("_") and not isinstance(value, _types.ModuleType)

@@ -18,12 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def sgconf_sources() -> dict[str, str]:
     """name -> module, from the `from X import ...` lines of sgconf's front door."""
     tree = ast.parse((ROOT / "sgconf" / "__init__.py").read_text(encoding="utf-8"))
-    return {
-        alias.asname or alias.name: node.module
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.module
-        for alias in node.names
-    }
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if alias.name == "*":  # a star import brings its module's `__all__`
+                    out.update(dict.fromkeys(importlib.import_module(node.module).__all__, node.module))
+                else:
+                    out[alias.asname or alias.name] = node.module
+    return out
 
 
 def runtime_sources() -> dict[str, str]:

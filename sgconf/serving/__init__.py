@@ -9,6 +9,7 @@ the `sgconf` command) are these. Nothing else in the framework defaults to this 
 
 from __future__ import annotations
 
+import types as _types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ from sgconf.serving.namespaces import (
 from sgconf.serving.rules import RULES
 
 ServerArgs = SERVING.record
+# names imported here for the functions below, not part of what this binding offers
+_NOT_EXPORTED = {"annotations", "Any", "Iterable", "Mapping", "Sequence", "Problem", "FieldInfo", "Loaded", "COMMAND_GROUP"}
 # the live set: a package adds its own switches (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`)
 RESERVED_ENV = SERVING.reserved_env
 COMMAND_GROUP = _cli.COMMAND_GROUP
@@ -100,37 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _cli.main(argv, schema=SERVING, command_group=COMMAND_GROUP)
 
 
-__all__ = [
-    "COMMAND_GROUP",
-    "RESERVED_ENV",
-    "RULES",
-    "SERVING",
-    "DeviceConfig",
-    "DisaggConfig",
-    "ExecConfig",
-    "GraphConfig",
-    "KernelConfig",
-    "MambaConfig",
-    "MemoryConfig",
-    "ModelConfig",
-    "ObservabilityConfig",
-    "ParallelConfig",
-    "ScheduleConfig",
-    "ServerArgs",
-    "ServingConfig",
-    "SpecConfig",
-    "build_record",
-    "builtin_model_config",
-    "builtin_model_names",
-    "check_rules",
-    "config_schema",
-    "convert_fields",
-    "field_info",
-    "field_names",
-    "fields",
-    "load",
-    "load_model_config",
-    "main",
-    "namespace_of",
-    "nested",
-]
+# derived: every public name bound above (the facade `sgconf` re-exports exactly these)
+__all__ = sorted(
+    name for name, value in globals().items()
+    if not name.startswith("_") and not isinstance(value, _types.ModuleType) and name not in _NOT_EXPORTED
+)
