@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import ConfigError, Problem, SgconfError
 from sgconf.suggest import did_you_mean
 
 NAMED_TEMPLATES = {
@@ -37,7 +37,7 @@ NAMED_TEMPLATES = {
 FIELD = "$.model.chat_template"
 
 
-class TemplateError(ValueError):
+class TemplateError(SgconfError, ValueError):
     """A template that failed while rendering (its own `raise_exception`, or a jinja2 error)."""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import ClassVar
 
-from sgconf.errors import ConfigError
+from sgconf.errors import ConfigError, SgconfError
 
 
 class Refusal(str, enum.Enum):
@@ -35,7 +35,7 @@ class Refusal(str, enum.Enum):
     FAILED = "failed"  # anything else (a rank that stopped, a bug)
 
 
-class EngineError(Exception):
+class EngineError(SgconfError):
     """Base of the errors the engine reports to its callers (never a bug of ours)."""
 
 

@@ -20,11 +20,12 @@ import threading
 import attrs
 from fastapi import Request
 
+from engine.errors import EngineError
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
 
 
-class KeyFileError(ValueError):
+class KeyFileError(EngineError, ValueError):
     """Raised when the admin key file cannot be read or holds no key."""
 
 

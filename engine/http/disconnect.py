@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 import structlog
 from fastapi import Request
 
+from sgconf.errors import SgconfError
+
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-class ClientGone(Exception):
+class ClientGone(SgconfError):
     """Raised when the client closed its connection before its answer was ready."""
 
 

@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
+from engine.errors import EngineError
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import json_object
@@ -61,7 +62,7 @@ COMPLETION_FIELDS = (*COMMON_FIELDS, "prompt")
 CHAT_FIELDS = (*COMMON_FIELDS, "messages", "top_logprobs")
 
 
-class OpenAIError(Exception):
+class OpenAIError(EngineError):
     """A request OpenAI's API would refuse: answered in its error body."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from engine.errors import (
     DeadlineExceeded,
     EngineBusy,
+    EngineError,
     EngineStopped,
     GenerationError,
     NoSuchReplica,
@@ -36,7 +37,7 @@ from sgconf.errors import ConfigError
 log = structlog.get_logger(__name__)
 
 
-class HTTPProblem(Exception):
+class HTTPProblem(EngineError):
     """An error answer: status, a one-line detail and optional `$.path: reason` lines."""
 
     def __init__(
