@@ -2,8 +2,11 @@
 
 Equal records must hash equal, in every process: `2` and `2.0`, `True` and `1`, a tuple
 and a list, a read-only mapping and a dict compare equal, so they are written the same.
-Each counted field is written once into a fragment; a commit rewrites only the
-fragments of the fields it touched, then hashes the sorted fragments.
+Each counted field is written once into a fragment and hashed with SHA-256; the digest
+is the sum of those hashes modulo 2**256. A sum does not depend on order and takes one
+field out or puts it back in constant time, so a commit costs what it touches: it
+subtracts the hashes of the old values of its fields and adds those of the new, with no
+per-field table kept and nothing walked that it did not change.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import types
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,51 +45,58 @@ def canonical(value: Any) -> Any:
 
 
 def fragment(name: str, value: Any) -> str:
+    if value is None or type(value) in (str, int, bool):
+        # the common leaves, written as json.dumps([name, canonical(value)]) writes them, without the walk
+        return f"[{json.dumps(name)},{json.dumps(canonical(value))}]"
     return json.dumps([name, canonical(value)], sort_keys=True, separators=(",", ":"))
 
 
-def _counted(schema: Declarations) -> frozenset[str]:
-    return frozenset(name for name, info in schema._fields.items() if info.setting.fingerprint)
+_MOD = 1 << 256
+
+
+def _term(name: str, value: Any) -> int:
+    return int.from_bytes(hashlib.sha256(fragment(name, value).encode()).digest(), "big")
+
+
+def counted(schema: Declarations) -> frozenset[str]:
+    """The fields of `schema` that count towards its fingerprint (declared `fingerprint=True`); cached per schema."""
+    found = schema._cache.get("fingerprint_fields")
+    if found is None:
+        found = frozenset(name for name, info in schema._fields.items() if info.setting.fingerprint)
+        schema._cache["fingerprint_fields"] = found
+    return found  # type: ignore[no-any-return]
 
 
 @attrs.frozen(slots=True, eq=False)
 class Fingerprint:
-    """The fragments of one set of values and their SHA-256; `updated()` rewrites only what changed."""
+    """The sum of the counted fields' hashes and its hex digest; `changed()` moves it by one change in O(1)."""
 
-    parts: types.MappingProxyType[str, str]
-    digest: str
+    total: int
+    counted: frozenset[str] = attrs.field(repr=False)
+
+    @property
+    def digest(self) -> str:
+        return format(self.total, "064x")
 
     @classmethod
     def of(cls, flat: Mapping[str, Any], schema: Declarations) -> Fingerprint:
         """The fingerprint of the counted fields of `schema` in `flat`."""
-        counted = _counted(schema)
-        parts = {name: fragment(name, flat[name]) for name in sorted(counted)}
-        return cls(types.MappingProxyType(parts), _hash(parts))
+        names = counted(schema)
+        return cls(sum(_term(name, flat[name]) for name in names) % _MOD, names)
 
-    def updated(self, flat: Mapping[str, Any], names: Iterable[str]) -> Fingerprint:
-        parts = None
-        for name in names:
-            if name not in self.parts:
-                continue  # not counted
-            new = fragment(name, flat[name])
-            if new != self.parts[name]:
-                if parts is None:
-                    parts = dict(self.parts)
-                parts[name] = new
-        if parts is None:
-            return self
-        return Fingerprint(types.MappingProxyType(parts), _hash(parts))
-
-
-def _hash(parts: Mapping[str, str]) -> str:
-    # `of` builds the parts in sorted order and `updated` keeps it, so no sort here
-    text = "[" + ",".join(parts.values()) + "]"
-    return hashlib.sha256(text.encode()).hexdigest()
+    def changed(self, changes: Iterable[Any]) -> Fingerprint:
+        """The fingerprint once each change (`.name`, `.old`, `.new`, old being the value counted now) is applied."""
+        total = self.total
+        for change in changes:
+            if change.name in self.counted and change.old is not change.new:
+                total += _term(change.name, change.new) - _term(change.name, change.old)
+        total %= _MOD
+        return self if total == self.total else Fingerprint(total, self.counted)
 
 
 def fingerprint_of(flat: Mapping[str, Any], schema: Declarations) -> str:
-    """SHA-256 over the counted leaves (declared `fingerprint=True`) of `schema`, sorted by name, in canonical form."""
+    """A hex digest over the counted leaves (declared `fingerprint=True`) of `schema`, in canonical form; see the module docstring."""
     return Fingerprint.of(flat, schema).digest
 
 
-__all__ = ["Fingerprint", "canonical", "fingerprint_of"]
+__all__ = ["Fingerprint", "canonical", "counted", "fingerprint_of"]
