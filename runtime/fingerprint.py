@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,10 +45,18 @@ def canonical(value: Any) -> Any:
     return {"repr": repr(value)}
 
 
+_quoted = encode_basestring_ascii  # json's own string writer (in C), as json.dumps writes a str
+
+
 def fragment(name: str, value: Any) -> str:
-    if value is None or type(value) in (str, int, bool):
-        # the common leaves, written as json.dumps([name, canonical(value)]) writes them, without the walk
-        return f"[{json.dumps(name)},{json.dumps(canonical(value))}]"
+    """`json.dumps([name, canonical(value)])`, compact and sorted; the common scalar leaves written without the walk."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        return f"[{_quoted(name)},{int(value)}]"
+    if kind is str:
+        return f"[{_quoted(name)},{_quoted(value)}]"
+    if value is None:
+        return f"[{_quoted(name)},null]"
     return json.dumps([name, canonical(value)], sort_keys=True, separators=(",", ":"))
 
 

@@ -132,7 +132,8 @@ def _resolve(record: Any, model: Mapping[str, Any] | None) -> Resolved:
     if problems:
         raise ConfigError(problems)
     try:
-        resolved = type(record)(**values)
+        # nothing decided: the record is its own resolved form (it is frozen), not a second copy
+        resolved = record if not decisions else schema.record_of(values)
     except ValueError as exc:  # a decision broke a field check: a bug in a step, report it as such
         raise ConfigError([Problem("$", f"resolution produced an invalid value: {exc}")]) from None
     return Resolved(record=record, values=resolved, decisions=tuple(decisions), model=model)

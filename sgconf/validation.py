@@ -95,4 +95,4 @@ def build_record(
         problems.extend(check_rules(merged, sources, schema=schema))
     if problems:
         raise ConfigError(problems)
-    return schema.record(**merged)
+    return schema.record_of(merged)
