@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 import math
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -76,6 +76,24 @@ def counted(schema: Declarations) -> frozenset[str]:
     return found  # type: ignore[no-any-return]
 
 
+_SCALARS = (str, int, bool, float, type(None))
+
+
+def _default_terms(schema: Declarations) -> dict[str, tuple[Any, int]]:
+    """Counted field -> (its scalar default, that default's term), made once per schema: most fields of a large schema stay at it."""
+    found = schema._cache.get("fingerprint_defaults")
+    if found is None:
+        names = counted(schema)
+        # a field's default is frozen once at declaration, so a container default is one object every record shares
+        found = {
+            name: (info.default, _term(name, info.default))
+            for name, info in schema._fields.items()
+            if name in names and info.default is not attrs.NOTHING
+        }
+        schema._cache["fingerprint_defaults"] = found
+    return found  # type: ignore[no-any-return]
+
+
 @attrs.frozen(slots=True, eq=False)
 class Fingerprint:
     """The sum of the counted fields' hashes and its hex digest; `changed()` moves it by one change in O(1)."""
@@ -89,9 +107,20 @@ class Fingerprint:
 
     @classmethod
     def of(cls, flat: Mapping[str, Any], schema: Declarations) -> Fingerprint:
-        """The fingerprint of the counted fields of `schema` in `flat`."""
+        """The fingerprint of the counted fields of `schema` in `flat`; a field at its scalar default costs no hashing."""
         names = counted(schema)
-        return cls(sum(_term(name, flat[name]) for name in names) % _MOD, names)
+        defaults = _default_terms(schema)
+        total = 0
+        for name in names:
+            value = flat[name]
+            known = defaults.get(name)
+            if known is not None and (
+                value is known[0] or (type(value) is type(known[0]) and type(value) in _SCALARS and value == known[0])
+            ):
+                total += known[1]  # the default itself, or an equal scalar of its type: one canonical form, one term
+            else:
+                total += _term(name, value)
+        return cls(total % _MOD, names)
 
     def changed(self, changes: Iterable[Any]) -> Fingerprint:
         """The fingerprint once each change (`.name`, `.old`, `.new`, old being the value counted now) is applied."""

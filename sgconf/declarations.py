@@ -374,16 +374,6 @@ class Declarations:
             self.freeze()
         return self._record
 
-    def record_of(self, values: Mapping[str, Any]) -> Any:
-        """A record from `{field: value}` naming every field, validated like `record(**values)`.
-
-        The values go in by position: matching N keyword arguments to N parameters is
-        quadratic in CPython, which made building a record of a few thousand fields
-        dominate a load.
-        """
-        cls = self.record
-        return cls(*[values[name] for name in self._fields])
-
     @property
     def converter(self) -> cattrs.Converter:
         """The cattrs converter every layer of this schema structures through; register extra hooks on it."""

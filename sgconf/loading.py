@@ -20,6 +20,7 @@ from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
+from sgconf.record import record_of
 from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
@@ -137,7 +138,7 @@ def load_layers(
         found.extend(check_rules(merged, layer_sources(layers), schema=schema))
     if found:
         raise ConfigError(found)
-    record = schema.record_of(merged)
+    record = record_of(merged, schema)
     origins = [(name, layer.origin(name, value)) for layer, values in converted for name, value in values.items()]
     provenance = attach_provenance(record, schema, origins)
     return Loaded(record, provenance, file_text)
