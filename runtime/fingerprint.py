@@ -41,23 +41,25 @@ def canonical(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [canonical(v) for v in value]
     if isinstance(value, (set, frozenset)):
-        return {"set": sorted(json.dumps(canonical(v), sort_keys=True) for v in value)}
+        return {"set": sorted(json.dumps(canonical(v)) for v in value)}
     return {"repr": repr(value)}
 
 
+_INTEGERS = (int, bool)
 _quoted = encode_basestring_ascii  # json's own string writer (in C), as json.dumps writes a str
 
 
 def fragment(name: str, value: Any) -> str:
     """`json.dumps([name, canonical(value)])`, compact and sorted; the common scalar leaves written without the walk."""
     kind = type(value)
-    if kind is int or kind is bool:
+    if kind in _INTEGERS:
         return f"[{_quoted(name)},{int(value)}]"
     if kind is str:
         return f"[{_quoted(name)},{_quoted(value)}]"
     if value is None:
         return f"[{_quoted(name)},null]"
-    return json.dumps([name, canonical(value)], sort_keys=True, separators=(",", ":"))
+    # every mapping canonical() writes has one key, so no key order is left to fix
+    return json.dumps([name, canonical(value)], separators=(",", ":"))
 
 
 _MOD = 1 << 256
@@ -114,10 +116,8 @@ class Fingerprint:
         for name in names:
             value = flat[name]
             known = defaults.get(name)
-            if known is not None and (
-                value is known[0] or (type(value) is type(known[0]) and type(value) in _SCALARS and value == known[0])
-            ):
-                total += known[1]  # the default itself, or an equal scalar of its type: one canonical form, one term
+            if known is not None and (value is known[0] or (type(value) in _SCALARS and value == known[0])):
+                total += known[1]  # the default itself, or an equal scalar: equal scalars have one canonical form
             else:
                 total += _term(name, value)
         return cls(total % _MOD, names)

@@ -137,3 +137,57 @@ def test_an_override_rechecks_only_the_rules_that_read_what_it_touched_in_declar
     seen.clear()
     check_rules(values, schema=schema)  # a full check runs them all, launch-only included
     assert seen == ["graph_b", "pool_a", "launch", "graph_a"]
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+def test_every_leaf_has_one_written_form_per_equality_class() -> None:
+    from runtime.fingerprint import fragment
+
+    assert fragment("a", True) == fragment("a", 1) == '["a",1]'
+    assert fragment("a", None) == '["a",null]' and fragment("a", 'q"\u00e9') == '["a","q\\"\\u00e9"]'
+    assert fragment("a", 2.0) == fragment("a", 2) == '["a",2]' and fragment("a", 2.5) == '["a","2.5"]'
+    mixed = [None, "s", True, 3, 2.0, 0.25, {"k": (1, 2), 7: None}, {3, 1}, _Opaque()]
+    assert fragment("m", mixed) == fragment("m", tuple(mixed)) == (
+        '["m",[null,"s",1,3,2,"0.25",{"{}":[["7",null],["k",[1,2]]]},{"set":["1","3"]},{"repr":"<opaque>"}]]'
+    )
+
+
+def test_a_commit_moves_the_sum_modulo_2_to_the_256() -> None:
+    from runtime.overrides import FieldChange
+
+    mod = 1 << 256
+    up = next(v for v in range(100) if _term("a", v + 1) > _term("a", v))
+    down = next(v for v in range(100) if _term("a", v + 1) < _term("a", v))
+    top = Fingerprint(mod - 1, frozenset({"a"}))
+    moved = top.changed([FieldChange("a", up, up + 1)])
+    assert moved.total == (mod - 1 + _term("a", up + 1) - _term("a", up)) % mod < mod
+    bottom = Fingerprint(0, frozenset({"a"}))
+    assert bottom.changed([FieldChange("a", down, down + 1)]).total == (_term("a", down + 1) - _term("a", down)) % mod
+    assert len(moved.digest) == 64 and int(moved.digest, 16) == moved.total
+    # a field that does not count, or a change to the very same object, leaves it as it is
+    assert top.changed([FieldChange("b", 1, 2)]) is top and top.changed([FieldChange("a", up, up)]) is top
+    assert "frozenset" not in repr(top)
+
+
+def test_a_field_at_its_default_costs_no_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.fingerprint as fp
+
+    schema = _schema()
+    assert fp.counted(schema) is fp.counted(schema)
+    assert fp._default_terms(schema) is fp._default_terms(schema)
+    assert set(fp._default_terms(schema)) == fp.counted(schema)
+    record = schema.record()
+    flat = {name: getattr(record, name) for name in schema.fields()}
+    expected = Fingerprint.of(flat, schema).total
+    calls: list[str] = []
+    real = fp._term
+    monkeypatch.setattr(fp, "_term", lambda name, value: calls.append(name) or real(name, value))
+    assert Fingerprint.of(flat, schema).total == expected and calls == []
+    # an equal scalar that is another object is still the default; another value is hashed, alone
+    equal = {**flat, "backend": "".join(["r", "ef"]), "depth": 2.0}
+    assert Fingerprint.of(equal, schema).total == expected and calls == []
+    assert Fingerprint.of({**flat, "size": 5}, schema).total != expected and calls == ["size"]
