@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml,serving]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -41,7 +41,7 @@ run: install
 
 # the peers bench_peers.py measures against (the `bench` extra), installed once on top of the usual set
 $(VENV)/.bench-installed: $(STAMP)
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml,bench]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml,serving,bench]'
 	touch $@
 
 bench: install etcd $(VENV)/.bench-installed

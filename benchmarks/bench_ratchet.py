@@ -10,9 +10,15 @@ node):
 - cold `check` (empty cache; process pool, and one process for comparison),
 - warm `check` (every file served from the content-hash cache),
 - Fixit running an equivalent one-rule lint, when `fixit` is importable by the Python
-  given with `--fixit-python` (install it in a throwaway venv, never in this project).
+  given with `--fixit-python` (install it in a throwaway venv, never in this project);
+- `sgconf-ratchet fix` through the CLI against `sgconf-ratchet check` through the CLI on
+  the same project: a cold fix (empty caches, every file rewritten: the project says
+  `one_record_per_process`, so held records are rewritten too; and once in the default
+  mode, where those are only listed for review) against a cold check, and a fix with
+  nothing left to change against a warm check.
 
-Goals: cold <= 3x the ast walk, warm <= 0.2x, Fixit >= 10x slower than a cold check.
+Goals: cold <= 3x the ast walk, warm <= 0.2x, Fixit >= 10x slower than a cold check;
+fix cold <= 2x a cold check, a no-op fix <= a warm check.
 
     python benchmarks/bench_ratchet.py [--lines 50000] [-j 0] [--fixit-python /tmp/fixit-venv/bin/python]
 """
@@ -228,6 +234,68 @@ def run_fixit(python: str, folder: Path, fields: list[str]) -> tuple[float, int]
     return elapsed, hits
 
 
+LAST_NOTE: list[str] = [""]
+
+
+def _cli(project: Path, *args: str) -> int:
+    """Run `sgconf-ratchet` in `project`; its last line on stderr is kept in LAST_NOTE."""
+    import contextlib
+    import io
+
+    from tools.ratchet.cli import main as ratchet
+
+    here = Path.cwd()
+    os.chdir(project)
+    try:
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = ratchet(list(args))
+        LAST_NOTE[0] = (err.getvalue().splitlines() or [""])[-1]
+        return code
+    finally:
+        os.chdir(here)
+
+
+def fix_timings(corpus: Path, root: Path, repeat: int, jobs: int) -> dict[str, float]:
+    """Cold and warm check, cold fix (both modes) and a no-op fix, all through the CLI."""
+    project = root / "project"
+
+    def fresh(per_process: bool) -> None:
+        shutil.rmtree(project, ignore_errors=True)
+        shutil.copytree(corpus, project / "pkg")
+        extra = "one_record_per_process = true\n" if per_process else ""
+        (project / "ratchet.toml").write_text(
+            f'[config]\nfield_source = "sgconf:SERVING"\nderived = ["attn_tp_size", "attn_dp_size"]\ninclude = ["pkg/**"]\n{extra}',
+            encoding="utf-8",
+        )
+
+    def timed(prepare, *args: str) -> float:  # type: ignore[no-untyped-def]
+        times = []
+        for _ in range(repeat):
+            prepare()
+            t0 = time.perf_counter()
+            _cli(project, *args, "-j", str(jobs))
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def no_cache() -> None:
+        shutil.rmtree(project / ".sgconf-ratchet-cache", ignore_errors=True)
+
+    out: dict[str, float] = {}
+    fresh(True)
+    out["check cold"] = timed(no_cache, "check")
+    out["check warm"] = timed(lambda: None, "check")
+    out["fix cold"] = timed(lambda: fresh(True), "fix")
+    print(f"fix cold, one record per process: {LAST_NOTE[0]}")
+    out["fix cold (review mode)"] = timed(lambda: fresh(False), "fix")
+    print(f"fix cold, default (held and passed records listed for review): {LAST_NOTE[0]}")
+    fresh(True)
+    _cli(project, "fix")
+    _cli(project, "fix")  # the files the first run rewrote are scanned once more
+    out["fix no-op"] = timed(lambda: None, "fix")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--lines", type=int, default=50_000, help="corpus size in lines")
@@ -259,6 +327,7 @@ def main() -> None:
         stats = ScanStats()
         t_warm = best(lambda: scan_files(files, settings, cache=ScanCache(warm_dir, settings), stats=stats), args.repeat)
         fixit = run_fixit(args.fixit_python, folder, fields)
+        fix = fix_timings(folder, Path(tmp), max(1, args.repeat - 1), args.jobs)
 
     print(f"sites found: {found} of {expected} written")
     print(f"ast walk           : {t_ast:7.3f} s")
@@ -270,6 +339,12 @@ def main() -> None:
     else:
         t_fixit, hits = fixit
         print(f"fixit (one rule)   : {t_fixit:7.3f} s   {hits} violations; fixit / check cold = {t_fixit / t_cold:6.1f}x  (goal >= 10)")
+    print("through the CLI:")
+    for name, seconds in fix.items():
+        print(f"  {name:<24}: {seconds:7.3f} s")
+    print(f"  fix cold / check cold          : {fix['fix cold'] / fix['check cold']:6.2f}  (goal <= 2)")
+    print(f"  fix cold (review) / check cold : {fix['fix cold (review mode)'] / fix['check cold']:6.2f}")
+    print(f"  fix no-op / check warm         : {fix['fix no-op'] / fix['check warm']:6.2f}  (goal <= 1)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ It also measures the edge limits (body size, JSON depth and integer size, field 
 against a run where bodies are read and parsed with plain `json.loads` (limits off),
 alternating on and off rounds so drift hits both, and the p99 latency of good requests
 while one more client sends only bad bodies (deep nesting, oversized, NaN, bad UTF-8).
+
+Fairness: the p99 latency of a light client (one short request at a time) while another
+client sends fan-out batches (`/generate` with a list of texts), as a ratio of its p99
+alone (goal <= 2x); and the time until KV use is back to idle after 20 streams are
+dropped by their clients after the first event (goal <= 1 s).
 """
 
 from __future__ import annotations
@@ -101,28 +106,94 @@ def run_under_attack(base: str) -> tuple[tuple[float, float, float], int]:
     return good, len(answered)
 
 
+LIGHT_REQUESTS = 30
+FAN_OUT_ITEMS = 200
+DROPPED_STREAMS = 20
+
+
+def light_client(base: str) -> float:
+    """p99 latency of one client sending short requests one after the other."""
+    latencies = []
+    with httpx.Client(timeout=300) as client:
+        for i in range(LIGHT_REQUESTS):
+            t = time.perf_counter()
+            r = client.post(f"{base}/generate", json={"text": f"light {i}", "max_new_tokens": 4, "ignore_eos": True})
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t)
+    latencies.sort()
+    return latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+
+
+def light_under_fan_out(base: str) -> tuple[float, int]:
+    """The light client's p99 while another client keeps sending fan-out batches; returns it and the batches sent."""
+    stop = threading.Event()
+    sent: list[int] = []
+
+    def fan_out() -> None:
+        with httpx.Client(timeout=300) as client:
+            while not stop.is_set():
+                body = {"text": ["x"] * FAN_OUT_ITEMS, "max_new_tokens": 1}
+                client.post(f"{base}/generate", json=body).raise_for_status()
+                sent.append(1)
+
+    threads = [threading.Thread(target=fan_out, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    while not sent:  # measure once the fan-out is really running
+        time.sleep(0.01)
+    try:
+        return light_client(base), len(sent)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=300)
+
+
+def dropped_streams(base: str, engine: object) -> tuple[float, int]:
+    """Seconds from the last of 20 dropped streams until the engine holds no request and KV use is idle again,
+    and how many of them were cancelled (rather than run to their end)."""
+    import socket as socketlib
+
+    host, port = base.removeprefix("http://").split(":")
+    idle = engine.memory.allocator.available_size()  # type: ignore[attr-defined]
+    cancelled = engine.scheduler.counters["cancelled"]  # type: ignore[attr-defined]
+    socks = []
+    for i in range(DROPPED_STREAMS):
+        raw = json.dumps({"text": f"dropped {i}", "max_new_tokens": 300, "ignore_eos": True, "stream": True}).encode()
+        sock = socketlib.create_connection((host, int(port)), timeout=120)
+        sock.sendall(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     + f"content-length: {len(raw)}\r\n\r\n".encode() + raw)
+        socks.append(sock)
+    for sock in socks:  # every stream has begun: its first event arrived
+        got = b""
+        while b"data: " not in got:
+            got += sock.recv(65536)
+    for sock in socks:
+        sock.close()
+    closed = time.perf_counter()
+    while engine.busy_counts() != (0, 0) or engine.memory.allocator.available_size() < idle:  # type: ignore[attr-defined]
+        if time.perf_counter() - closed > 300:
+            raise RuntimeError("KV use did not return to idle within 300 s of the streams being dropped")
+        time.sleep(0.005)
+    return time.perf_counter() - closed, engine.scheduler.counters["cancelled"] - cancelled  # type: ignore[attr-defined]
+
+
 def main() -> int:
-    import socket
-
-    import uvicorn
-
     from engine.engine import Engine
     from engine.http.app import create_app
     from engine.http.engine_backend import EngineBackend
+    from engine.http.listeners import bind, uvicorn_server
     from runtime.logs import configure_logging
 
     configure_logging(level="warning")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    sock = bind("bench", "127.0.0.1", 0, flag="--port")
+    port = sock.getsockname()[1]
     engine = Engine.from_args(
         ["--port", str(port), "--admin-api-key", KEY, "--enable-hierarchical-cache", "--page-size", "4",
          "--max-total-tokens", "4096"]
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(EngineBackend(engine)), host="127.0.0.1", port=port, log_config=None,
-                                           access_log=False, lifespan="off"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, daemon=True)
+    server = uvicorn_server(create_app(EngineBackend(engine)), grace_s=0)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
     while not server.started:
@@ -142,6 +213,13 @@ def main() -> int:
             with limits_off():
                 rounds_off.append(run_load(base))
         attacked, bad_sent = run_under_attack(base)
+        steps = engine.scheduler.counters["steps"]
+        alone = light_client(base)
+        steps_alone = (engine.scheduler.counters["steps"] - steps) / LIGHT_REQUESTS
+        steps = engine.scheduler.counters["steps"]
+        crowded, batches = light_under_fan_out(base)
+        steps_crowded = (engine.scheduler.counters["steps"] - steps) / LIGHT_REQUESTS
+        recovery, cancelled = dropped_streams(base, engine)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -157,6 +235,12 @@ def main() -> int:
     quiet_p99 = statistics.mean(r[2] for r in rounds_on)
     print(f"under attack ({bad_sent} bad bodies answered 4xx): good p99 {attacked[2] * 1000:7.1f} ms"
           f"  vs quiet p99 {quiet_p99 * 1000:7.1f} ms  ratio x{attacked[2] / quiet_p99:.3f}")
+    print(f"fairness: light client p99 {crowded * 1000:7.1f} ms beside {batches} fan-out batches of {FAN_OUT_ITEMS}"
+          f"  vs {alone * 1000:7.1f} ms alone  ratio x{crowded / alone:.3f} (goal <= 2)")
+    print(f"          engine steps per light request: {steps_crowded:.1f} beside the fan-out vs {steps_alone:.1f} alone"
+          " (the rest of the ratio is the cost of a step that carries the batch)")
+    print(f"dropped streams: KV back to idle {recovery:.3f} s after {DROPPED_STREAMS} streams of 300 tokens were dropped"
+          f" after their first event, {cancelled} cancelled (goal <= 1 s)")
     return 0
 
 

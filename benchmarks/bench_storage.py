@@ -1,5 +1,9 @@
 """What authenticating storage pages costs: the page codec and engine throughput, MAC on vs off, in one run.
 
+0. The file backend's raw read of a page (shard and file opened without following
+   links, relative to the resolved root, the read bounded by the page size) against
+   a plain `Path.read_bytes` of the same files, the way pages were read before.
+
 1. The codec alone: encode + decode of one page, HMAC-SHA256 vs CRC only, for a
    small and a large page.
 2. The engine: requests whose prefixes are written to a `file` backend (fresh engine,
@@ -36,6 +40,30 @@ def codec_ratio(size: int, n: int) -> tuple[float, float]:
             codec.decode(key, codec.encode(key, payload))
         times.setdefault(name, []).append(time.perf_counter() - t)
     return n / min(times["on"]), n / min(times["off"])
+
+
+def raw_read_ratio(size: int, n: int) -> tuple[float, float]:
+    """Pages per second: the file backend's safe `_read` vs `Path.read_bytes` of the same page files."""
+    from mem_cache.hicache import create_storage_backend
+
+    with tempfile.TemporaryDirectory() as d:
+        backend = create_storage_backend("file", {"dir": d, "fsync": False})
+        backend.bound_pages(size)
+        keys = [f"{i:02x}" + "0" * 62 for i in range(64)]
+        for key in keys:
+            backend.put(key, bytes(size))
+        paths = [backend.path_for(key) for key in keys]
+        times: dict[str, list[float]] = {}
+        for name in ("safe", "plain", "safe", "plain"):
+            t = time.perf_counter()
+            for i in range(n):
+                if name == "safe":
+                    backend._read(keys[i % 64])
+                else:
+                    paths[i % 64].read_bytes()
+            times.setdefault(name, []).append(time.perf_counter() - t)
+        backend.close()
+    return n / min(times["safe"]), n / min(times["plain"])
 
 
 def engine_round(mac: bool, root: Path) -> tuple[float, float, int]:
@@ -77,6 +105,10 @@ def main() -> int:
     from runtime.logs import configure_logging
 
     configure_logging(level="warning")
+    for size, n in ((16 << 10, 5000), (256 << 10, 1000)):
+        safe, plain = raw_read_ratio(size, n)
+        print(f"raw read {size >> 10:>4} KiB page: safe {safe:9.0f} pages/s, plain {plain:9.0f} pages/s,"
+              f" safe/plain x{safe / plain:.3f}")
     for size, n in ((16 << 10, 3000), (256 << 10, 300)):
         on, off = codec_ratio(size, n)
         print(f"codec {size >> 10:>4} KiB page: MAC on {on:9.0f} pages/s, off {off:9.0f} pages/s, on/off x{on / off:.3f}")

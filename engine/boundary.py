@@ -26,7 +26,7 @@ from typing import Protocol
 
 import attrs
 
-from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineStopped
+from engine.errors import DrainTimeout, EngineStopped
 
 
 class Admission(Protocol):
@@ -159,7 +159,7 @@ class StepBoundary:
             queued, running = self._admission.counts()
             kind = "drain" if drain else "step boundary"
             msg = (
-                f"cannot {what}: the {kind} {BOUNDARY_TIMEOUT_MARK} {timeout_s:g} s "
+                f"cannot {what}: the {kind} did not come within {timeout_s:g} s "
                 f"({queued} queued, {running} running requests); nothing changed -- retry later, "
                 "or raise drain_timeout_s"
             )

@@ -15,7 +15,8 @@ from typing import Any
 
 import attrs
 
-from sgconf.errors import ConfigError, Problem
+from engine.errors import CapacityExceeded
+from sgconf.errors import Problem
 from sgconf.serving import field_info
 
 
@@ -55,10 +56,10 @@ class PlannedCapacity:
         return out
 
     def check(self, values: Mapping[str, Any], source: str) -> None:
-        """Raise ConfigError (nothing changes) when any value exceeds its planned maximum."""
+        """Raise CapacityExceeded, a ConfigError (nothing changes), when any value exceeds its planned maximum."""
         problems = self.problems(values, source)
         if problems:
-            raise ConfigError(problems, header=f"override from {source!r} rejected, nothing changed")
+            raise CapacityExceeded(problems, header=f"override from {source!r} rejected, nothing changed")
 
 
 __all__ = ["PlannedCapacity"]

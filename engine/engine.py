@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,13 +46,16 @@ from engine.errors import (
     EngineBusy,
     EngineStopped,
     GenerationError,
+    RequestCancelled,
     RequestRejected,
 )
 from engine.hicache_bridge import HiCacheBridge
+from engine.machine import checked_launch
 from engine.memory import build_memory
-from engine.model import TinyTransformer, run_sizes, runnable_shape, torch_dtype
+from engine.model import TinyTransformer, run_sizes, torch_dtype
 from engine.model_runner import ModelRunner
-from engine.sampling import SamplingParams
+from engine.request_params import SamplingParams, check_timeout, refuse, structure_params
+from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
 from engine.speculative import SpeculativeWorker
 from engine.streaming import TokenStream
@@ -69,32 +71,8 @@ from runtime.serving import (
 )
 from runtime.serving import configure_logs as configure_serving_logs
 from sgconf.serving import load
-from sgconf.serving.models import load_model_config
 
 log = structlog.get_logger(__name__)
-
-
-@attrs.frozen(slots=True)
-class GenerateStats:
-    """What one request cost and reused."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    prefetched_tokens: int
-    retractions: int
-    spec_verify_steps: int
-    spec_accept_length: float | None
-    latency_s: float
-    time_to_first_token_s: float | None
-    finish_reason: str
-
-
-@attrs.frozen(slots=True)
-class GenerateResult:
-    token_ids: tuple[int, ...]
-    text: str
-    stats: GenerateStats
 
 
 def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,20 +114,25 @@ class Engine:
         self._compile_backend = compile_backend
         self.clock = clock
         self._owns_context = context is not None
-        self.context = context if context is not None else publish(record, role="scheduler", model=model_config)
+        if context is not None:
+            self.model_config, self.shape = checked_launch(context.record, model_config or context.model)
+            self.context = context
+        else:  # refused before publishing: a server that cannot start leaves nothing live
+            self.model_config, self.shape = checked_launch(record, model_config)
+            self.context = publish(record, role="scheduler", model=self.model_config)
         with self._in_context():
-            self._start(model_config, configure_logs)
+            self._start(configure_logs)
 
     def _in_context(self) -> contextlib.AbstractContextManager[Any]:
         """The engine's own context for the block when it was given one; nothing to do when it published."""
         return use_context(self.context) if self._owns_context else contextlib.nullcontext()
 
-    def _start(self, model_config: dict[str, Any] | None, configure_logs: bool) -> None:
+    def _start(self, configure_logs: bool) -> None:
         if configure_logs:
             configure_serving_logs()
         snap: Any = self.context.snapshot()  # one consistent config for every building step below
         try:
-            self._build(snap, model_config)
+            self._build(snap)
         except BaseException:
             # a refused model leaves no half-built engine behind, nor its config live
             if not self._owns_context and is_published() and get_context() is self.context:
@@ -157,12 +140,8 @@ class Engine:
             raise
         log.info("engine.start", **self._startup_summary(snap))
 
-    def _build(self, snap: Any, model_config: dict[str, Any] | None) -> None:
+    def _build(self, snap: Any) -> None:
         """Everything after publishing: weights source, tokenizer, pools, model, caches, scheduler, loop."""
-        if model_config is None:
-            model_config = load_model_config(snap.model.model_path, snap.model.model_config)
-        self.model_config = dict(model_config)
-        self.shape = runnable_shape(self.model_config, name="target")
         self.weights_source = choose_weights(snap)
         self.checkpoint = read_checkpoint(self.weights_source, self.shape, self.model_config)
         self.tokenizer: Tokenizer = choose_tokenizer(snap, self.weights_source, run_sizes(self.shape)[2])
@@ -216,7 +195,7 @@ class Engine:
 
     def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
-        self.memory = build_memory(snap, self.shape, self.model_config)
+        self.memory = build_memory(snap, self.shape)
         dtype = torch_dtype(snap.model.dtype)
         self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)
         self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
@@ -258,6 +237,7 @@ class Engine:
             settings=self.context.snapshot,
             seed=self.seed,
             clock=self.clock,
+            decode=self.tokenizer.decode,
         )
 
     def _build_live_config(self, snap: Any) -> None:
@@ -331,7 +311,7 @@ class Engine:
             return self.scheduler.step()
         except Exception as exc:  # a bug must fail the requests, not hang their callers
             # only the requests the step touched fail; queued ones run in the next step
-            failed = self.scheduler.fail_running(f"internal error in the engine step: {exc!r} -- see the server log")
+            failed = self.scheduler.fail_running("internal error in the engine step -- see the server log")
             log.exception("engine.step_failed", error=repr(exc), failed=[r.rid for r in failed])
             return False
         finally:
@@ -370,7 +350,7 @@ class Engine:
     def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
         """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
 
-        `params` are `submit`'s (max_new_tokens, temperature, seed, ignore_eos, timeout_s). Greedy at
+        `params` are `submit`'s (the fields of `SamplingParams`, and timeout_s). Greedy at
         temperature 0; sampling draws from a generator seeded with `seed` (default
         `random_seed`), so the same prompt and seed give the same tokens. Raises
         RequestRejected for a request that can never fit, EngineStopped after shutdown,
@@ -389,33 +369,55 @@ class Engine:
         request before anything is returned, a failure inside the engine from the iterator.
         """
         req = self.submit(prompt_or_ids, stream=True, **params)
+        return self.token_stream(req, timeout=timeout)
+
+    def token_stream(self, req: Req, *, timeout: float | None = None) -> TokenStream:
+        """The chunks of a request submitted with `stream=True`, its text cut at its stop strings."""
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 
     @_under_own_context
     def submit(
-        self,
-        prompt_or_ids: str | Sequence[int],
-        *,
-        max_new_tokens: int,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-        stream: bool = False,
-        timeout_s: float | None = None,
-        add_special_tokens: bool = True,
-        **sampling: Any,
+        self, prompt_or_ids: str | Sequence[int], *, stream: bool = False, add_special_tokens: bool = True, **params: Any
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
 
-        The request's deadline is `timeout_s` (at most `request_timeout_s`), by default
-        `request_timeout_s`, from now on the engine's clock. `sampling` takes the other
-        fields of `SamplingParams` (top_p, top_k, min_p, the three penalties,
-        stop_token_ids); each out of range is a RequestRejected naming it.
-
-        With the loop paused (`pause()`), queued requests run only when `step()` is
-        called, which lets a caller fix the exact interleaving of a batch.
+        `params` are the fields of `SamplingParams` (max_new_tokens, temperature, top_p,
+        top_k, min_p, the penalties, stop, stop_token_ids, ignore_eos, seed) and
+        `timeout_s`, checked by the one request model (`engine.request_params`): a bad
+        one is an InvalidRequest naming it, exactly as over HTTP. The deadline is
+        `timeout_s` (at most `request_timeout_s`), by default `request_timeout_s`, from now
+        on the engine's clock. With the loop paused (`pause()`), queued requests run only
+        when `step()` is called, which lets a caller fix the exact interleaving of a batch.
         `add_special_tokens=False` tokenizes text that already carries them (a rendered chat).
         """
+        sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
+        if options.n != 1:
+            raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
+        return self.submit_batch(
+            [(prompt_or_ids, sampling)], stream=stream, timeout_s=options.timeout_s, add_special_tokens=add_special_tokens
+        )[0]
+
+    @_under_own_context
+    def submit_batch(
+        self, items: Sequence[tuple[str | Sequence[int], SamplingParams]], *, stream: bool = False,
+        timeout_s: float | None = None, add_special_tokens: bool = True,
+    ) -> list[Req]:
+        """Queue several requests as one unit of work (a batch, or the n choices of a prompt); all or none.
+
+        Admission shares rows fairly between units (`engine.policy.fair_share`), so a
+        large batch never holds back another client's request for more than a few steps.
+        """
+        deadline = check_timeout(timeout_s, get_serving().request_timeout_s)
+        reqs = [self._new_request(prompt, sampling, deadline, stream, add_special_tokens) for prompt, sampling in items]
+        with self._wake:
+            if self._stopping:
+                raise EngineStopped("the engine is shut down -- start a new one")
+            self.scheduler.submit_all(reqs)
+            self._wake.notify()
+        return reqs
+
+    def _new_request(self, prompt_or_ids: str | Sequence[int], sampling: SamplingParams, timeout_s: float,
+                     stream: bool, add_special_tokens: bool = True) -> Req:
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
         else:
@@ -424,32 +426,24 @@ class Engine:
             bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
                 raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{vocab - 1}")
-        if max_new_tokens < 1:
-            raise RequestRejected(f"'max_new_tokens' must be >= 1 (got {max_new_tokens})")
-        if not math.isfinite(temperature) or temperature < 0:
-            raise RequestRejected(f"'temperature' must be a finite number >= 0 (got {temperature})")
-        limit = get_serving().request_timeout_s
-        if timeout_s is not None and not 0 < timeout_s <= limit:
-            raise RequestRejected(f"'timeout_s' must be in (0, {limit:g}] ('request_timeout_s') (got {timeout_s})")
-        req = self.scheduler.new_request(
-            ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=self.seed if seed is None else seed,
-            ignore_eos=ignore_eos,
-            timeout_s=limit if timeout_s is None else timeout_s,
-            params=_sampling_params(sampling),
-        )
+        seed = self.seed if sampling.seed is None else sampling.seed
+        req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s)
         if stream:
             import queue
 
             req.stream = queue.SimpleQueue()
-        with self._wake:
-            if self._stopping:
-                raise EngineStopped("the engine is shut down -- start a new one")
-            self.scheduler.submit(req)
-            self._wake.notify()
         return req
+
+    def cancel(self, reqs: Sequence[Req], reason: str = "the client went away") -> None:
+        """Take requests out at the next step boundary, freeing their KV (their client disconnected)."""
+        self.scheduler.cancel(reqs, reason)
+        with self._wake:
+            self._wake.notify()
+
+    def expire_overdue(self) -> None:
+        """Fail the requests past their deadline now (a waiter whose deadline passed while no step ran)."""
+        with self._wake:
+            self.scheduler.expire_overdue()
 
     @_under_own_context
     def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
@@ -468,9 +462,10 @@ class Engine:
             if req.done.wait(min(waits) if waits else None):
                 break
             if req.deadline is not None and self.clock() >= req.deadline:
-                with self._wake:
-                    self.scheduler.expire_overdue()
+                self.expire_overdue()
         if req.error is not None:
+            if req.finish_reason == "cancelled":
+                raise RequestCancelled(req.error)
             if req.finish_reason == "abort":
                 raise EngineStopped(req.error)
             if req.finish_reason == "timeout":
@@ -479,21 +474,7 @@ class Engine:
         return self._result(req)
 
     def _result(self, req: Req) -> GenerateResult:
-        end = req.finished_at or time.perf_counter()
-        spec = self.speculative is not None
-        stats = GenerateStats(
-            prompt_tokens=len(req.prompt),
-            completion_tokens=len(req.output),
-            cached_tokens=req.cached_tokens,
-            prefetched_tokens=req.prefetched_tokens,
-            retractions=req.retractions,
-            spec_verify_steps=req.spec_steps,
-            spec_accept_length=(req.spec_emitted / req.spec_steps if req.spec_steps else None) if spec else None,
-            latency_s=end - req.submitted,
-            time_to_first_token_s=None if req.first_token_at is None else req.first_token_at - req.submitted,
-            finish_reason=req.finish_reason or "length",
-        )
-        return GenerateResult(tuple(req.output), self.tokenizer.decode(req.output), stats)
+        return result_of(req, self.tokenizer, speculative=self.speculative is not None)
 
     def busy_counts(self) -> tuple[int, int]:
         """(queued, running) requests right now."""
@@ -617,13 +598,6 @@ class Engine:
 
     # -- HiCache storage -----------------------------------------------------------------
 
-    def _require_hicache(self) -> Any:
-        if self.hicache is None:
-            from sgconf.errors import ConfigError, Problem
-
-            msg = "the hierarchical cache is off -- start with --enable-hierarchical-cache to attach storage"
-            raise ConfigError([Problem("$.memory.enable_hierarchical_cache", msg)])
-        return self.hicache
 
     @_under_own_context
     def attach_storage_backend(
@@ -641,14 +615,29 @@ class Engine:
         values or a backend that cannot start (bad directory): then config and cache are
         exactly as before.
         """
-        hicache = self._require_hicache()
+        from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
+        from runtime.context import get_context
+
+        values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
+                               write_policy=write_policy)
+        hicache = self.hicache
+        if hicache is None:
+            # refused as a replica group's coordinator refuses it: by the config rule naming the flag
+            get_context().validate_override(ATTACH_SOURCE, **values)
+            StorageChange.prepare(None, values)  # raises: the cache is off
+        assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(backend, extra_config=extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
+            return hicache.attach(values)
 
     @_under_own_context
     def detach_storage_backend(self) -> Any:
-        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`."""
-        hicache = self._require_hicache()
+        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.
+
+        Returns None when nothing is attached, also on an engine without the hierarchical cache.
+        """
+        hicache = self.hicache
+        if hicache is None:
+            return None
         with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach()
 
@@ -707,16 +696,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _sampling_params(sampling: dict[str, Any]) -> SamplingParams:
-    known = [f.name for f in attrs.fields(SamplingParams) if f.name != "temperature"]
-    for name in sampling:
-        if name not in known:
-            raise TypeError(f"unknown sampling parameter {name!r} -- use one of {', '.join(known)}")
-    if "stop_token_ids" in sampling:
-        sampling = {**sampling, "stop_token_ids": tuple(int(t) for t in sampling["stop_token_ids"] or ())}
-    return SamplingParams(**sampling)
 
 
 __all__ = [

@@ -1,14 +1,38 @@
 """The serving runtime's exceptions.
 
 The HTTP app chooses a status code from the exception's type alone (`engine.http.problems`),
-never from its message, so each failure a client can see has a class of its own. Replica
-processes send the class name over their pipe and the controller raises the same class,
-so a replica group answers exactly as one engine does.
+never from its message, so each failure a client can see has a class of its own. A
+replica sends a failed request's kind over its pipe (`engine.dp.messages`) and the
+controller raises the same class; a refused config change carries its `Refusal` reason
+across the config group. So a replica group answers exactly as one engine does.
 """
 
 from __future__ import annotations
 
+import enum
+from typing import ClassVar
+
 from sgconf.errors import ConfigError
+
+
+class Refusal(str, enum.Enum):
+    """Why a rank refused a config change; travels with the refusal, and the HTTP status is chosen from it.
+
+    `invalid`, `not_hot`, `diverged` and `failed` are the config group's own reasons
+    (`runtime.distributed`); the others are declared by the exceptions below as
+    `refusal_reason`.
+    """
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
+
+    INVALID = "invalid"  # a bad name, type, choice or cross-field rule
+    NOT_HOT = "not_hot"  # the field may not change after publish
+    CAPACITY = "capacity"  # above the capacity planned at start-up
+    STORAGE = "storage"  # the storage backend cannot open here
+    DRAIN_TIMEOUT = "drain_timeout"  # running requests did not finish in time
+    DIVERGED = "diverged"  # the rank is at another generation than the coordinator
+    FAILED = "failed"  # anything else (a rank that stopped, a bug)
 
 
 class EngineError(Exception):
@@ -17,6 +41,14 @@ class EngineError(Exception):
 
 class RequestRejected(EngineError, ValueError):
     """Raised when a request can never run here (too long for the context or the KV pool, bad token ids)."""
+
+
+class InvalidRequest(ConfigError, RequestRejected):
+    """Raised when request parameters have the wrong type or are out of their bounds; one `$.name` problem each."""
+
+
+class RequestCancelled(EngineError):
+    """Raised for a request its client gave up on (the connection closed): it left the scheduler, its KV freed."""
 
 
 class EngineBusy(EngineError):
@@ -32,10 +64,13 @@ class EngineBusy(EngineError):
 class DrainTimeout(EngineBusy):
     """Raised when running requests did not finish within `drain_timeout_s` for a change that needs an idle engine."""
 
+    refusal_reason: ClassVar[str] = Refusal.DRAIN_TIMEOUT
 
-# Every DrainTimeout message says this; a replica's refusal travels to the controller as
-# text only, and the group recognises a drain timeout by it (`engine.dp.group_backend`).
-BOUNDARY_TIMEOUT_MARK = "did not come within"
+
+class CapacityExceeded(ConfigError):
+    """Raised when a hot override asks for more than the capacity planned at start-up; nothing changed."""
+
+    refusal_reason: ClassVar[str] = Refusal.CAPACITY
 
 
 class EngineStopped(EngineError):
@@ -51,7 +86,9 @@ class DeadlineExceeded(GenerationError, TimeoutError):
 
 
 class StorageRefused(ConfigError):
-    """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory)."""
+    """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory, cache off)."""
+
+    refusal_reason: ClassVar[str] = Refusal.STORAGE
 
 
 class NoSuchReplica(EngineError, LookupError):
@@ -66,6 +103,10 @@ class ReplicaUnresponsive(ReplicaFailed):
     """Raised for a request whose replica stopped reporting progress (stopped, hung) and no other replica could take it."""
 
 
+class ReplicaLost(ReplicaFailed):
+    """Raised for a request whose replica exited before answering and no other replica could take it."""
+
+
 class ReplicaRunning(EngineError):
     """Raised when asked to restart a replica whose process is still running."""
 
@@ -78,26 +119,24 @@ class PortUnavailable(EngineError, OSError):
     """Raised at start-up when a listener's address cannot be bound (in use, not local, no permission)."""
 
 
-# what a replica may send back for a failed request: the class travels by name
-REQUEST_ERRORS: dict[str, type[EngineError]] = {
-    cls.__name__: cls for cls in (RequestRejected, EngineStopped, GenerationError, DeadlineExceeded, ReplicaFailed)
-}
-
 __all__ = [
-    "BOUNDARY_TIMEOUT_MARK",
-    "REQUEST_ERRORS",
+    "CapacityExceeded",
     "DeadlineExceeded",
     "DrainTimeout",
     "EngineBusy",
     "EngineError",
     "EngineStopped",
     "GenerationError",
+    "InvalidRequest",
     "NoSuchReplica",
     "PortUnavailable",
+    "Refusal",
     "ReplicaExited",
     "ReplicaFailed",
+    "ReplicaLost",
     "ReplicaRunning",
     "ReplicaUnresponsive",
+    "RequestCancelled",
     "RequestRejected",
     "StorageRefused",
 ]

@@ -3,23 +3,27 @@
 `mem_cache.hicache.HiCacheController` moves pages; this module decides when, and keeps
 the config in step: attaching storage is one post-publish override with source
 `hicache.attach`, detaching one with `hicache.detach`. Attach is all or nothing: the
-override is validated first, then the backend is opened (`prepare_attach`), then the
-override is committed and only then the backend; any failure aborts the opened backend
-and leaves config and cache exactly as they were.
+override is validated first, then the backend is opened (`StorageChange.prepare`, the
+same object each replica of a group uses), then the override is committed and only
+then the backend; any failure aborts the opened backend and leaves config and cache
+exactly as they were.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from engine.errors import StorageRefused
+from engine.storage_change import (
+    ATTACH_SOURCE,
+    DETACH_SOURCE,
+    DETACH_VALUES,
+    StorageChange,
+)
 
 log = structlog.get_logger(__name__)
-
-ATTACH_SOURCE = "hicache.attach"
-DETACH_SOURCE = "hicache.detach"
 
 
 class HiCacheBridge:
@@ -56,11 +60,15 @@ class HiCacheBridge:
             mac_secret=mem.hicache_storage_mac_key,
         )
         if mem.hicache_storage_backend is not None:
+            values = {
+                "hicache_storage_backend": mem.hicache_storage_backend,
+                "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
+            }
             try:
-                controller.attach_storage_backend(mem.hicache_storage_backend, mem.hicache_storage_backend_extra_config)
-            except OSError as exc:
+                StorageChange.prepare(controller, values).commit()  # refused as a live attach would be
+            except BaseException:
                 controller.close()
-                raise storage_refused(exc) from None
+                raise
         return cls(engine, controller)
 
     # -- scheduler hooks -------------------------------------------------------------------
@@ -133,40 +141,21 @@ class HiCacheBridge:
 
     # -- attach / detach ---------------------------------------------------------------------
 
-    def attach(
-        self,
-        backend: str,
-        *,
-        extra_config: dict[str, Any] | None = None,
-        prefetch_policy: str | None = None,
-        write_policy: str | None = None,
-    ) -> Any:
-        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure."""
-        from mem_cache.hicache.file_storage import with_default_dir
+    def attach(self, values: Mapping[str, Any]) -> Any:
+        """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure.
+
+        `values` is the override of the attach (`engine.storage_change.attach_values`).
+        """
         from runtime.context import get_context
 
         ctx = get_context()
-        extra_config = with_default_dir(backend, extra_config)  # recorded, so status and /server_info show it
-        values: dict[str, Any] = {
-            "hicache_storage_backend": backend,
-            "hicache_storage_backend_extra_config": extra_config,
-        }
-        if prefetch_policy is not None:
-            values["hicache_storage_prefetch_policy"] = prefetch_policy
-        if write_policy is not None:
-            values["hicache_write_policy"] = write_policy
         proposal = ctx.validate_override(ATTACH_SOURCE, **values)
-        try:
-            prepared = self.controller.prepare_attach(
-                backend, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
-            )
-        except OSError as exc:
-            raise storage_refused(exc) from None
+        change = StorageChange.prepare(self.controller, values)
         try:
             # the backend goes live right after the config swap; if it cannot, the config rolls back
-            return ctx.commit(proposal, effect=lambda _: self.controller.commit_attach(prepared))
+            return ctx.commit(proposal, effect=lambda _: change.commit())
         except BaseException:
-            _release(self.controller, prepared)
+            change.abort()
             raise
 
     def detach(self) -> Any:
@@ -178,11 +167,10 @@ class HiCacheBridge:
         if not attached and get_memory().hicache_storage_backend is None:
             return None
         ctx = get_context()
-        proposal = ctx.validate_override(
-            DETACH_SOURCE, hicache_storage_backend=None, hicache_storage_backend_extra_config=None
-        )
+        proposal = ctx.validate_override(DETACH_SOURCE, **DETACH_VALUES)
+        change = StorageChange.prepare(self.controller, DETACH_VALUES)
         # detached right after the config swap; if flushing fails, the config says attached again
-        return ctx.commit(proposal, effect=lambda _: self.controller.detach_storage_backend())
+        return ctx.commit(proposal, effect=lambda _: change.commit())
 
     def stats(self) -> dict[str, Any]:
         import attrs
@@ -201,21 +189,4 @@ class HiCacheBridge:
         self.controller.close()
 
 
-def _release(controller: Any, prepared: Any) -> None:
-    """Abort a prepared attach that did not go live; one the controller already settled is left to it."""
-    from mem_cache.hicache import AttachStateError
-
-    try:
-        controller.abort_attach(prepared)
-    except AttachStateError:
-        pass
-
-
-def storage_refused(exc: OSError) -> StorageRefused:
-    """A storage error as a StorageRefused with the `$.memory.<field>` path it names."""
-    from sgconf.errors import Problem
-
-    field = getattr(exc, "field", None) or "hicache_storage_backend"
-    top = field.split(".")[0]
-    path = f"$.memory.{field}" if top.startswith("hicache_") else f"$.{field}"
-    return StorageRefused([Problem(path, str(exc))], header="storage backend refused")
+__all__ = ["ATTACH_SOURCE", "DETACH_SOURCE", "HiCacheBridge"]

@@ -33,7 +33,11 @@ def runnable_shape(config: Mapping[str, Any], *, name: str | None = None) -> Mod
     Raises ModelShapeError (a ConfigError) listing every bad key: the parser's, plus the
     sizes a plan does not need but a forward pass does.
     """
-    shape = model_shape_from_config(config, name=name)
+    return runnable(model_shape_from_config(config, name=name), name=name)
+
+
+def runnable(shape: ModelShape, *, name: str | None = None) -> ModelShape:
+    """`shape` itself when this engine can run it; ModelShapeError listing what it lacks otherwise."""
     problems = [
         Problem(f"$.{key}", "is required to run the model")
         for key in ("hidden_size", "intermediate_size", "vocab_size")

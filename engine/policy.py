@@ -13,6 +13,11 @@ made progress and were pushed back only to free memory.
 - `dfs-weight`: a depth-first walk of the prefix tree, heavier subtrees (more waiting
   requests under them) first, so requests sharing a prefix run together while it is
   cached; without a prefix cache, arrival order.
+
+Whatever the policy, rows are then shared fairly between units of work (`fair_share`):
+the requests of one batch (or the n choices of one prompt) form a unit, and a unit with
+fewer requests running goes first, so one client's fan-out cannot hold back another
+client's request for longer than it takes one of the batch's requests to give a row back.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from engine.scheduler import Req
+    from engine.request_state import Req
 
 
 class PrefixProbe(Protocol):
@@ -98,4 +103,18 @@ def order_waiting(reqs: Sequence[Req], policy: str, cache: PrefixProbe | None, r
     return [*retracted, *rank(fresh, cache, rng)]
 
 
-__all__ = ["POLICIES", "Policy", "PrefixProbe", "order_waiting"]
+def fair_share(ordered: Sequence[Req], running: Sequence[Req]) -> list[Req]:
+    """`ordered` (the policy's order) interleaved between units: the k-th waiting request of a unit that
+    has r running sorts at r + k, ties kept in the policy's order. Retracted requests stay first."""
+    held: dict[int, int] = {}
+    for req in running:
+        held[req.group] = held.get(req.group, 0) + 1
+    keys: dict[int, tuple[int, int, int]] = {}
+    for pos, req in enumerate(ordered):
+        turn = held.get(req.group, 0)
+        held[req.group] = turn + 1
+        keys[req.rid] = (0 if req.retractions else 1, turn, pos)
+    return sorted(ordered, key=lambda r: keys[r.rid])
+
+
+__all__ = ["POLICIES", "Policy", "PrefixProbe", "fair_share", "order_waiting"]

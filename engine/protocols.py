@@ -7,7 +7,7 @@ offer these members.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -17,7 +17,11 @@ from mem_cache.model_shape import ModelShape
 from mem_cache.pools import KVPool, ReqToTokenPool
 
 if TYPE_CHECKING:
-    from engine.scheduler import Req, Scheduler
+    from engine.request_state import Req
+
+# The scheduler (`engine.scheduler.Scheduler`) is typed against these protocols, so they take it as Any:
+# naming its class here would tie the two modules in a circle.
+Scheduler = Any
 
 
 class Runner(Protocol):

@@ -2,7 +2,7 @@
 
 Both the scheduler's decode step and the speculative verifier call `sample`, so a
 draft is accepted exactly when the target would have drawn the same token; greedy
-(temperature 0 or `top_k=1`) is an argmax, with no generator involved, so it stays
+(a temperature below `GREEDY_TEMPERATURE`, or `top_k=1`) is an argmax, with no generator involved, so it stays
 exact. Penalties are applied to the logits before anything else, as the usual runtimes
 do: `repetition_penalty` divides positive and multiplies negative logits of every token
 seen (prompt and output), `frequency_penalty` subtracts per occurrence in the output,
@@ -13,45 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import torch
 
-from engine.errors import RequestRejected
-
-
-@attrs.frozen(slots=True)
-class SamplingParams:
-    """How one request samples; the defaults sample the full distribution without penalties."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    stop_token_ids: tuple[int, ...] = ()
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0 or self.top_k == 1
-
-    def check(self) -> SamplingParams:
-        """Return self; raises RequestRejected naming the first parameter out of range."""
-        rules: list[tuple[str, Any, bool, str]] = [
-            ("temperature", self.temperature, self.temperature >= 0, ">= 0"),
-            ("top_p", self.top_p, 0 < self.top_p <= 1, "in (0, 1]"),
-            ("top_k", self.top_k, self.top_k == -1 or self.top_k >= 1, "-1 (off) or >= 1"),
-            ("min_p", self.min_p, 0 <= self.min_p <= 1, "in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty, self.repetition_penalty > 0, "> 0"),
-            ("frequency_penalty", self.frequency_penalty, -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
-            ("presence_penalty", self.presence_penalty, -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
-            ("stop_token_ids", self.stop_token_ids, all(t >= 0 for t in self.stop_token_ids), "token ids >= 0"),
-        ]
-        for name, value, ok, expected in rules:
-            if not ok:
-                raise RequestRejected(f"'{name}' must be {expected} (got {value!r})")
-        return self
+from engine.request_params import SamplingParams
 
 
 def penalised(logits: torch.Tensor, p: SamplingParams, prompt: list[int], output: list[int]) -> torch.Tensor:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-import queue
 import random
 import threading
 import time
@@ -54,103 +53,13 @@ import torch
 
 from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
-from engine.policy import order_waiting
+from engine.policy import fair_share, order_waiting
 from engine.protocols import DraftWorker, HostCache, Runner
+from engine.request_state import Req, SchedulerLimits
 from engine.sampling import SamplingParams, sample
 from mem_cache.prefix_cache import PrefixCache
 
 log = structlog.get_logger(__name__)
-
-
-@attrs.frozen(slots=True)
-class SchedulerLimits:
-    """The capacity one scheduler was planned for, read once from the config snapshot at start-up.
-
-    `max_running_requests` and `chunked_prefill_size` are the planned maxima: the hot
-    fields of the same names are read at every step and may lower them, never raise them.
-    """
-
-    max_running_requests: int
-    chunked_prefill_size: int
-    max_prefill_tokens: int
-    page_size: int
-    max_context_len: int
-    eos_token_id: int | None
-    context_length: int | None = None
-    # every id that ends a sequence (a checkpoint's generation_config may list several)
-    eos_token_ids: tuple[int, ...] = ()
-
-
-@attrs.define(slots=True, eq=False)
-class Req:
-    """One generation request and its progress; owned by the scheduler thread once submitted.
-
-    A streamed request has a `stream` queue: the scheduler puts token chunks of
-    `stream_interval` tokens on it as they are sampled, the rest at the end, then None.
-    """
-
-    rid: int
-    prompt: list[int]
-    max_new_tokens: int
-    temperature: float
-    generator: torch.Generator | None
-    ignore_eos: bool = False
-    deadline: float | None = None  # on the scheduler's clock; past it the request fails alone
-    timeout_s: float | None = None
-    params: SamplingParams = SamplingParams()
-    output: list[int] = attrs.Factory(list)
-    row: int | None = None
-    kv_len: int = 0
-    draft_kv_len: int = 0
-    matched_len: int = 0
-    swa_gap: tuple[int, int] = (0, 0)  # positions [a, b) whose SWA slots were released (page multiples)
-    cached_tokens: int = 0
-    prefetched_tokens: int = 0
-    node: Any = None
-    spec_steps: int = 0
-    spec_emitted: int = 0
-    retractions: int = 0
-    finish_reason: str | None = None
-    error: str | None = None
-    submitted: float = attrs.Factory(time.perf_counter)
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    done: threading.Event = attrs.Factory(threading.Event)
-    stream: queue.SimpleQueue[list[int] | None] | None = None
-    streamed: int = 0
-
-    def push_chunks(self, interval: int) -> None:
-        """Put every whole chunk of `interval` new tokens on the stream (a no-op unless streamed)."""
-        if self.stream is None:
-            return
-        interval = max(1, int(interval))
-        while len(self.output) - self.streamed >= interval:
-            self.stream.put(self.output[self.streamed : self.streamed + interval])
-            self.streamed += interval
-
-    def complete(self) -> None:
-        """Wake the caller: the stream gets the tokens not yet sent and its end marker."""
-        if self.stream is not None:
-            if len(self.output) > self.streamed:
-                self.stream.put(self.output[self.streamed :])
-                self.streamed = len(self.output)
-            self.stream.put(None)
-        self.done.set()
-
-    @property
-    def all_ids(self) -> list[int]:
-        return self.prompt + self.output
-
-    @property
-    def slot_row(self) -> int:
-        """The request's row in the req-to-token table; only asked for while it holds one."""
-        assert self.row is not None, f"request {self.rid} holds no request row"
-        return self.row
-
-    @property
-    def prefill_target(self) -> int:
-        """Tokens that need KV before the first decode step: everything but the newest token."""
-        return len(self.prompt) + len(self.output) - 1
 
 
 # Share of a request's remaining max_new_tokens that admission keeps free for it, at
@@ -195,6 +104,7 @@ class Scheduler:
         settings: Callable[[], Any] | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.perf_counter,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.runner = runner
         self.clock = clock
@@ -216,6 +126,8 @@ class Scheduler:
         self.snap: Any = None  # the config snapshot of the step running now (or of the last one)
         self.rng = random.Random(seed)  # the `random` policy's draws
         self.admission_paused = 0  # drains waiting for the running requests to finish
+        self.decode = decode  # the tokenizer's, to find stop strings in the output
+        self._cancels: list[tuple[Req, str]] = []
 
     # -- submission ----------------------------------------------------------------------
 
@@ -223,20 +135,24 @@ class Scheduler:
         self,
         prompt: Sequence[int],
         *,
-        max_new_tokens: int,
-        temperature: float,
-        seed: int,
-        ignore_eos: bool = False,
-        timeout_s: float | None = None,
         params: SamplingParams | None = None,
+        seed: int = 0,
+        timeout_s: float | None = None,
+        **fields: Any,
     ) -> Req:
         """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
 
-        With `timeout_s`, the request fails alone (finish reason `timeout`) once that many
-        seconds of the scheduler's clock have passed, wherever it is then.
+        `params` were checked by the request model (`engine.request_params`); `fields`
+        replace some of them (`max_new_tokens=4, ignore_eos=True`). With `timeout_s`, the
+        request fails alone (finish reason `timeout`) once that many seconds of the
+        scheduler's clock have passed, wherever it is then.
         """
+        params = attrs.evolve(params or SamplingParams(), **fields) if fields else (params or SamplingParams())
+        max_new_tokens = params.max_new_tokens
         if not prompt:
             raise RequestRejected("'prompt' is empty -- send at least one token")
+        if params.stop and self.decode is None:
+            raise RequestRejected("'stop' strings need a tokenizer to decode the output -- send stop_token_ids")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1
         limit = self.limits.max_context_len - headroom
         if self.limits.context_length is not None:
@@ -256,19 +172,35 @@ class Scheduler:
                 f"{self.allocator.size} holds -- shorten the prompt or raise --max-total-tokens"
             )
             raise RequestRejected(msg)
-        params = attrs.evolve(params or SamplingParams(), temperature=float(temperature)).check()
         gen = None
         if not params.greedy:
             gen = torch.Generator().manual_seed(int(seed))
         deadline = None if timeout_s is None else self.clock() + timeout_s
+        rid = next(self._ids)
         return Req(
-            next(self._ids), list(prompt), max_new_tokens, float(temperature), gen, ignore_eos,
-            deadline=deadline, timeout_s=timeout_s, params=params,
+            rid, list(prompt), max_new_tokens, float(params.temperature), gen, params.ignore_eos,
+            deadline=deadline, timeout_s=timeout_s, params=params, group=rid,
         )
 
     def submit(self, req: Req) -> None:
+        self.submit_all([req])
+
+    def submit_all(self, reqs: Sequence[Req]) -> None:
+        """Queue requests as one unit of work: they share the group of the first one."""
+        for req in reqs:
+            req.group = reqs[0].rid
         with self._inbox_lock:
-            self._inbox.append(req)
+            self._inbox.extend(reqs)
+
+    def cancel(self, reqs: Sequence[Req], reason: str) -> None:
+        """Ask for requests to leave at the start of the next step (thread-safe); finished ones are skipped."""
+        with self._inbox_lock:
+            self._cancels.extend((req, reason) for req in reqs if not req.done.is_set())
+
+    def cancels_pending(self) -> int:
+        """Cancellations asked for that the next step will carry out."""
+        with self._inbox_lock:
+            return len(self._cancels)
 
     def counts(self) -> tuple[int, int]:
         """(queued, running): waiting requests, and requests holding a request row."""
@@ -283,7 +215,7 @@ class Scheduler:
     def has_runnable_work(self) -> bool:
         """Whether a step would do anything: something runs, or something waits and admission is open."""
         queued, running = self.counts()
-        return bool(running or (queued and not self.admission_paused))
+        return bool(running or (queued and not self.admission_paused) or self._cancels)
 
     # -- live settings (read from the step's snapshot) -------------------------------------
 
@@ -310,7 +242,12 @@ class Scheduler:
         with self._inbox_lock:
             arrived = list(self._inbox)
             self._inbox.clear()
+            cancels, self._cancels = self._cancels, []
         self.waiting.extend(arrived)
+        for req, reason in cancels:
+            if not req.done.is_set():
+                self.fail_request(req, reason, finish_reason="cancelled")
+                self.counters["cancelled"] += 1
         self.expire_overdue()
         if self.hicache is not None:
             for req in arrived:
@@ -377,7 +314,7 @@ class Scheduler:
             return sample(logits, req)
         except Exception as exc:  # e.g. probabilities that are not finite: this request's inputs, nobody else's
             log.warning("scheduler.sample_failed", rid=req.rid, error=repr(exc))
-            req.error = f"sampling failed for this request ({exc}) -- check its temperature and sampling parameters"
+            req.error = "sampling failed for this request -- check its temperature and sampling parameters"
             req.finish_reason = "error"
             return None
 
@@ -403,7 +340,7 @@ class Scheduler:
             return
         policy = self.snap.schedule.schedule_policy if self.snap is not None else "fcfs"
         ordered = order_waiting(list(self.waiting), policy, self.cache, self.rng)
-        self.waiting = collections.deque(ordered)
+        self.waiting = collections.deque(fair_share(ordered, [*self.prefilling, *self.decoding]))
         ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
         running = [*self.prefilling, *self.decoding]
         reserved = sum(self._reserve(r, ratio) for r in running)
@@ -677,10 +614,19 @@ class Scheduler:
         eos = token == self.limits.eos_token_id or token in self.limits.eos_token_ids
         if (not req.ignore_eos and eos) or token in req.params.stop_token_ids:
             req.finish_reason = "stop"
+        elif req.params.stop and self._hits_stop(req):
+            req.finish_reason = "stop"
         elif len(req.output) >= req.max_new_tokens:
             req.finish_reason = "length"
         req.push_chunks(self.stream_interval())
         return req.finish_reason is not None
+
+    def _hits_stop(self, req: Req) -> bool:
+        """Whether the output now holds a stop string; only its tail is decoded (a token is at least one byte)."""
+        assert self.decode is not None  # new_request refuses stop strings without a decoder
+        tail = max(len(s.encode()) for s in req.params.stop) + 4  # + a partial character at the front
+        text = self.decode(req.output[-tail:])
+        return any(s in text for s in req.params.stop)
 
     def reap(self) -> None:
         """Release finished decoding requests and wake their callers."""

@@ -19,20 +19,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import structlog
 
 from engine.errors import PortUnavailable
 from engine.http.listeners import bind_listeners, close_listeners
+from engine.machine import refuse_unhonoured
 from runtime.context import publish, reset
 from runtime.logs import announce, configure_from_record
 from runtime.serving import get_serving
 from sgconf.cli import config_parser, load_from_args
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import given_fields, typed_flags
-from sgconf.loading import load_layers
+from sgconf.loading import load_layers, provenance_of
 from sgconf.record import to_bags
+from sgconf.resolution import resolve_once
 from sgconf.serving import SERVING
 
 PROG = "sgconf serve"
@@ -61,6 +64,11 @@ def serve_parser() -> Any:
 
 def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
     """The record `serve` runs with: flags, env and `--config`, plus the serve default for HiCache."""
+    return load_serve(argv, env).record
+
+
+def load_serve(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
+    """What `serve` loads (the record and every layer's winner), with the serve default for HiCache."""
     env = os.environ if env is None else env
     refuse_hub_flags(argv)
     ns = serve_parser().parse_args(list(argv))
@@ -71,6 +79,11 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
         given = {**given_fields(ns, SERVING), "enable_hierarchical_cache": True}
         typed = {**typed_flags(ns), "enable_hierarchical_cache": HICACHE_DEFAULT}
         loaded = load_layers(given, env=env, config_file=getattr(ns, "config", None), schema=SERVING, typed=typed)
+    return loaded
+
+
+def warn_secrets_on_command_line(loaded: Any) -> None:
+    """Warn about each secret given as a flag; called once logs go to stderr, so stdout stays clean."""
     for name in SECRET_FLAGS_WARNED:
         winner = loaded.winner(name)
         if winner.layer == "cli":
@@ -80,7 +93,6 @@ def load_serve_record(argv: Sequence[str], env: Mapping[str, str] | None = None)
                 detail=f"the key given with --{name.replace('_', '-')} is visible to every local user in the process list"
                 f" -- use env SGCONF_{name.upper()}" + (" or --admin-api-key-file" if name == "admin_api_key" else ""),
             )
-    return loaded.record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,8 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with EarlyStop().installed() as early:
         args = list(sys.argv[1:] if argv is None else argv)
-        record = load_serve_record(args)
+        loaded = load_serve(args)
+        record = loaded.record
+        launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
+        refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
         configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
+        warn_secrets_on_command_line(loaded)
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
         check_admin_key_file(serving)
         from engine.fleet.flags import fleet_options
@@ -191,14 +207,17 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     """
     from engine.fleet.backend import fleet_member
     from engine.http.app import create_app
+    from engine.http.lifecycle import Lifecycle
     from engine.http.listeners import serve_listeners
+    from engine.http.metrics import OverrideTally
 
     serving = get_serving()
     own = listeners is None
     listeners = bind_listeners(serving) if listeners is None else listeners
     try:
+        lifecycle, tally = Lifecycle(), OverrideTally()  # one server: its apps stop together and count together
         with fleet_member(backend, fleet, url=listeners[-1].url) as backend:
-            apps = [create_app(backend, public=li.public, admin=li.admin) for li in listeners]
+            apps = [create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally) for li in listeners]
             for li in listeners:
                 # whatever the level: an operator must always be able to find where the server listens
                 announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)

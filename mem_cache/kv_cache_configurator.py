@@ -41,11 +41,23 @@ from mem_cache.pool_configurator import (
 )
 from mem_cache.pools import KVPool, MHATokenToKVPool, ReqToTokenPool, SWAKVPool
 from runtime import get_context, max_speculative_num_draft_tokens
+from sgconf.errors import Problem
 
 log = structlog.get_logger("mem_cache.kv_cache")
 
-# Memory assumed available on a CPU device when none is given (times mem_fraction_static).
-CPU_DEFAULT_AVAILABLE_BYTES = 4 << 30
+
+
+@attrs.frozen(slots=True)
+class KVBudget:
+    """The bytes the KV cache of one rank may use, where that number came from, and the flag that raises it.
+
+    `flag` is None when the budget is measured device memory times mem_fraction_static:
+    a plan that does not fit then names the fraction that would.
+    """
+
+    bytes: int
+    source: str
+    flag: str | None = None
 
 
 def plan_inputs(snap: Any, shape: ModelShape) -> PlanInputs:
@@ -98,14 +110,36 @@ def device_of(snap: Any) -> str:
     return f"cuda:{int(snap.device.base_gpu_id)}" if dev == "cuda" else dev
 
 
+def kv_budget(snap: Any, device: str | None = None) -> KVBudget:
+    """The KV budget `sgconf plan` and `sgconf serve` both size the pools for, from one snapshot.
+
+    `kv_cache_memory_bytes` when set (on cpu resolution sets it: nothing is measured
+    there); otherwise the free memory of the cuda device, measured now, times
+    mem_fraction_static. Raises PlanError when the budget would have to be measured on a
+    device this machine does not have.
+    """
+    from sgconf.serving import field_info
+
+    sched = snap.schedule
+    if sched.kv_cache_memory_bytes is not None:
+        return KVBudget(int(sched.kv_cache_memory_bytes), "kv_cache_memory_bytes", field_info("kv_cache_memory_bytes").flag)
+    dev = str(device or device_of(snap))
+    if not (dev.startswith("cuda") and torch.cuda.is_available()):
+        info = field_info("kv_cache_memory_bytes")
+        msg = (
+            f"the KV budget is {dev} memory times mem_fraction_static, and no {dev} memory can be measured on this "
+            f"machine -- set {info.flag} (e.g. {24 << 30} for 24GiB)"
+        )
+        raise PlanError([Problem(info.path, msg)], header="no device memory to size the KV cache from")
+    assert sched.mem_fraction_static is not None, "mem_fraction_static was not resolved"
+    fraction = float(sched.mem_fraction_static)
+    free, _ = torch.cuda.mem_get_info(torch.device(dev))
+    return KVBudget(int(free * fraction), f"free {dev} memory {free:,} bytes times mem_fraction_static {fraction}")
+
+
 def default_available_bytes(snap: Any, device: str | None = None) -> int:
-    """Bytes for the KV cache: the device's free memory (CPU: 4 GiB) times mem_fraction_static."""
-    frac = float(snap.schedule.mem_fraction_static or 0.8)
-    dev = device or device_of(snap)
-    if str(dev).startswith("cuda") and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(torch.device(dev))
-        return int(free * frac)
-    return int(CPU_DEFAULT_AVAILABLE_BYTES * frac)
+    """The bytes of `kv_budget(snap, device)`."""
+    return kv_budget(snap, device).bytes
 
 
 @attrs.define(slots=True)
@@ -149,10 +183,10 @@ class KVCacheConfigurator:
     """Plans and builds the KV cache for one worker.
 
     `shape` is the target model; `available_bytes` the bytes the KV cache may use (None:
-    `default_available_bytes`). `budget_flag` names the flag that set `available_bytes`
-    explicitly (e.g. `--available-memory`), so a plan that does not fit asks for a larger
-    budget there; None means the budget scales with mem_fraction_static, which is then
-    the fix named. A draft worker (`is_draft_worker=True`) needs the target's
+    `kv_budget(snapshot)`, what `sgconf plan` and `sgconf serve` use). `budget_flag` names
+    the flag that set the budget explicitly (e.g. `--available-memory`), so a plan that
+    does not fit asks for a larger budget there; None means the budget scales with
+    mem_fraction_static, which is then the fix named. A draft worker (`is_draft_worker=True`) needs the target's
     `KVCacheMemory` as `target`; `draft_model_idx` names one draft depth (None: all).
     """
 
@@ -182,8 +216,14 @@ class KVCacheConfigurator:
         self.shape = shape
         self.inputs = plan_inputs(self.snap, shape)
         self.device = torch.device(device if device is not None else device_of(self.snap))
-        self.available_bytes = available_bytes if available_bytes is not None else default_available_bytes(self.snap, str(self.device))
-        self.budget_flag = budget_flag if available_bytes is not None else None
+        if available_bytes is None:
+            self.budget = kv_budget(self.snap, str(self.device))
+            if budget_flag is not None:  # the spelling the budget was given in (`--available-memory`)
+                self.budget = attrs.evolve(self.budget, flag=budget_flag)
+        else:
+            self.budget = KVBudget(int(available_bytes), "given by the caller", budget_flag)
+        self.available_bytes = self.budget.bytes
+        self.budget_flag = self.budget.flag
         self.is_draft_worker = is_draft_worker
         self.draft_model_idx = draft_model_idx
         self.target = target
@@ -204,6 +244,7 @@ class KVCacheConfigurator:
             tp_size=self.tp_size,
             kv_heads_per_rank=self.shape.num_key_value_heads,
             kv_heads_total=self.model_shape.num_key_value_heads,
+            budget_source=self.budget.source,
         )
 
     # ---- build --------------------------------------------------------------------------
@@ -321,11 +362,12 @@ def configure_kv_cache(shape: ModelShape, available_bytes: int | None = None, **
 
 
 __all__ = [
-    "CPU_DEFAULT_AVAILABLE_BYTES",
+    "KVBudget",
     "KVCacheConfigurator",
     "KVCacheMemory",
     "configure_kv_cache",
     "default_available_bytes",
     "draft_shape_from_snapshot",
+    "kv_budget",
     "plan_inputs",
 ]

@@ -1,8 +1,10 @@
 """`sgconf plan`: print the KV memory plan for a model and a configuration, allocating nothing.
 
 `--model-config` (and `--model-path`) take a path to an HF-style config.json or the name of
-a shipped model (`sgconf/serving/builtin_models/`, listed by `mem_cache.examples`). The config is published (role "scheduler") for the command so the
-planner reads it exactly as a server would: through one snapshot.
+a shipped model (`sgconf/serving/builtin_models/`, listed by `mem_cache.examples`). The config is
+published (role "scheduler") and planned exactly as `sgconf serve` plans it: one
+snapshot, the same configurator and the same budget (`kv_budget`), so the numbers
+printed are the pools a server started with the same flags builds.
 """
 
 from __future__ import annotations
@@ -14,16 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from mem_cache.examples import example_names, example_path
-from mem_cache.kv_cache_configurator import (
-    CPU_DEFAULT_AVAILABLE_BYTES,
-    KVCacheConfigurator,
-    default_available_bytes,
-)
+from mem_cache.kv_cache_configurator import KVCacheConfigurator
 from mem_cache.model_shape import model_shape_from_config
 from mem_cache.pool_configurator import MemoryPoolConfig
 from sgconf.cli import config_parser, load_from_args, run_cli
 from sgconf.errors import UsageError
+from sgconf.flags import TYPED_ATTR
 from sgconf.serving import SERVING
 from sgconf.serving.models import load_model_config
 
@@ -49,8 +50,8 @@ def plan_parser() -> argparse.ArgumentParser:
         "--available-memory",
         metavar="SIZE",
         default=None,
-        help=f"bytes the KV cache may use, e.g. 24GiB; default: free device memory times mem_fraction_static "
-        f"(on CPU {CPU_DEFAULT_AVAILABLE_BYTES >> 30}GiB times mem_fraction_static)",
+        help="kv_cache_memory_bytes as a size, e.g. 24GiB: the bytes the KV cache may use (default: as for "
+        "--kv-cache-memory-bytes, which `sgconf serve` takes too)",
     )
     out.add_argument("--format", choices=("table", "json"), default="table", help="output format (default: table)")
     parser.add_argument_group("examples for --model-config").description = ", ".join(example_names())
@@ -66,7 +67,14 @@ def _plan(argv: Sequence[str]) -> int:
     from runtime import get_context, is_published, publish, reset
 
     ns = plan_parser().parse_args(list(argv))
-    available = parse_size(ns.available_memory) if ns.available_memory is not None else None
+    flag = None
+    if ns.available_memory is not None:
+        if getattr(ns, "kv_cache_memory_bytes", None) is not None:
+            raise UsageError("'--available-memory' and '--kv-cache-memory-bytes' both set the KV budget -- give one")
+        # the size is the kv_cache_memory_bytes setting, typed as --available-memory
+        ns.kv_cache_memory_bytes = str(parse_size(ns.available_memory))
+        flag = "--available-memory"
+        setattr(ns, TYPED_ATTR, {**(getattr(ns, TYPED_ATTR, None) or {}), "kv_cache_memory_bytes": flag})
     loaded = load_from_args(ns, schema=SERVING)
     record = loaded.record
     cfg = load_model_config(record.model_path, record.model_config)
@@ -75,10 +83,10 @@ def _plan(argv: Sequence[str]) -> int:
     was_published = is_published()
     publish(record, role="scheduler", model=cfg)
     try:
-        snap = get_context().snapshot()
-        budget = available if available is not None else default_available_bytes(snap)
-        flag = "--available-memory" if available is not None else None
-        plan = KVCacheConfigurator(shape, budget, snapshot=snap, budget_flag=flag).plan()
+        plan = KVCacheConfigurator(shape, snapshot=get_context().snapshot(), budget_flag=flag).plan()
+        if plan.budget_source == "kv_cache_memory_bytes":  # say where the setting came from
+            origin = get_context().explain("kv_cache_memory_bytes")[-1].describe()
+            plan = attrs.evolve(plan, budget_source=f"kv_cache_memory_bytes, {origin}")
     finally:
         if not was_published:
             reset()
@@ -122,6 +130,7 @@ def render_table(name: str, plan: MemoryPoolConfig) -> str:
     rows += [(f"bytes {k}", _n(v)) for k, v in d["pool_bytes"].items()]
     share = 100.0 * plan.total_bytes / plan.budget_bytes if plan.budget_bytes else 0.0
     rows.append(("bytes total", f"{_n(plan.total_bytes)} of {_n(plan.budget_bytes)} budget ({share:.2f}%)"))
+    rows.append(("budget from", plan.budget_source or "given"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

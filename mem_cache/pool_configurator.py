@@ -184,6 +184,8 @@ class MemoryPoolConfig:
     tp_size: int = 1
     kv_heads_per_rank: int | None = None
     kv_heads_total: int | None = None
+    # where `budget_bytes` came from: the setting, or the measurement and fraction behind it
+    budget_source: str | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -215,6 +217,7 @@ class MemoryPoolConfig:
             "pool_bytes": {k: v for k, v in self.pool_bytes if v},
             "total_bytes": self.total_bytes,
             "budget_bytes": self.budget_bytes,
+            "budget_source": self.budget_source,
             "capped_by_max_total_tokens": self.capped,
             "tensor_parallel": {
                 "tp_size": self.tp_size,

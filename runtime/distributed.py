@@ -8,8 +8,10 @@ without applying it (`validate_override`) and prepares the side effects that go 
 it (a storage attach), then votes yes or no with its reasons. Only when every rank
 voted yes do all ranks commit, ending at the same generation; otherwise every rank
 that prepared something releases it and the caller gets one `PropagationFailed`
-naming each refusing rank and its reasons, and each rank that stayed silent. Either
-way the call returns only once every rank that answered has finished the round.
+naming each refusing rank and its reasons, and each rank that stayed silent. Each
+refusal also carries one typed reason (`refusal_reason`: an exception's own, or
+`invalid`, `not_hot`, `diverged`, `failed`), so a caller decides from it, never from
+the text. Either way the call returns only once every rank that answered has finished the round.
 
 Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every
 rank inside the same call at once: a follower would have to sit in a `broadcast`
@@ -71,11 +73,13 @@ from runtime.group_follower import Following
 from runtime.group_results import (
     ABORT,
     COMMIT,
+    FAILED,
     PREFIX,
     Mismatch,
     PreparedEffect,
     Propagated,
     PropagationFailed,
+    RankDiverged,
     RanksSilent,
     RankState,
     ResyncFailed,
@@ -85,6 +89,7 @@ from runtime.group_results import (
     log,
     quietly,
     reasons_of,
+    refusal_reason,
 )
 
 _FOREVER = datetime.timedelta(days=365)
@@ -333,7 +338,9 @@ class ConfigGroup(Following):
             prepared = self._prepare(source, fields)
         except Exception as exc:
             log.warning("config_group.aborted", round=n, source=source, fields=sorted(fields), refused=[self.rank])
-            raise PropagationFailed(source, {self.rank: reasons_of(exc)}, timeout_s=timeout_s) from None
+            raise PropagationFailed(
+                source, {self.rank: reasons_of(exc)}, timeout_s=timeout_s, reasons={self.rank: refusal_reason(exc)}
+            ) from None
         try:
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
@@ -342,6 +349,7 @@ class ConfigGroup(Following):
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
+            reasons = {rank: vote.get("reason", FAILED) for rank, vote in votes.items() if not vote["ok"]}
             wanted = COMMIT if not refusals and not silent else ABORT
             decision = self._decide(n, wanted)
         except BaseException:
@@ -363,7 +371,7 @@ class ConfigGroup(Following):
                 "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
             )
             error = RanksSilent if silent or late else PropagationFailed
-            raise error(source, refusals, silent, timeout_s=timeout_s, late=late)
+            raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
         own = self._commit(prepared)
         acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
         self._forget_decision(n, self._followers(), acks)
@@ -536,8 +544,10 @@ __all__ = [
     "PreparedEffect",
     "Propagated",
     "PropagationFailed",
+    "RankDiverged",
     "RankState",
     "RanksSilent",
     "ResyncFailed",
     "SideEffect",
+    "refusal_reason",
 ]

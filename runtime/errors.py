@@ -42,9 +42,12 @@ class PropagationFailed(ConfigError):
         *,
         timeout_s: float,
         late: bool = False,
+        reasons: Mapping[int, str] | None = None,
     ) -> None:
         self.source = source
-        self.refusals = {rank: tuple(reasons) for rank, reasons in sorted(refusals.items())}
+        self.refusals = {rank: tuple(lines) for rank, lines in sorted(refusals.items())}
+        # each refusing rank's typed reason (`refusal_reason`), so callers never read the text
+        self.reasons = {rank: str((reasons or {}).get(rank, "failed")) for rank in self.refusals}
         self.silent = tuple(sorted(silent))
         problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
         problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
@@ -55,6 +58,12 @@ class PropagationFailed(ConfigError):
         who = ", ".join(f"rank {r}" for r in ranks) or "a rank"
         header = f"override from {source!r} applied on no rank: {who} did not accept it -- nothing changed on any rank"
         super().__init__(problems, header=header)
+
+
+class RankDiverged(ConfigError):
+    """Raised on a rank asked to vote on a round based on another generation than its own."""
+
+    refusal_reason = "diverged"
 
 
 class RanksSilent(PropagationFailed, TimeoutError):
@@ -77,6 +86,7 @@ class ResyncFailed(ConfigError, RuntimeError):
 __all__ = [
     "MissingNamespaceError",
     "PropagationFailed",
+    "RankDiverged",
     "RanksSilent",
     "ResyncFailed",
     "ContextReplacedError",

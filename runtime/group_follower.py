@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runtime.errors import RankDiverged
 from runtime.group_results import (
     ABORT,
     COMMIT,
@@ -21,6 +22,7 @@ from runtime.group_results import (
     log,
     quietly,
     reasons_of,
+    refusal_reason,
 )
 from runtime.overrides import inner_source, shown
 from sgconf.errors import ConfigError, Problem
@@ -83,11 +85,11 @@ class Following:
                     "-- the ranks diverged; resync this rank from the coordinator"
                     " (POST /replicas/<index>/resync on a data-parallel server) or publish the same config on every rank"
                 )
-                raise ConfigError([Problem("$generation", msg)])
+                raise RankDiverged([Problem("$generation", msg)])
             prepared = self._prepare(source, fields)
             vote: dict[str, Any] = {"ok": True, "generation": generation}
         except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
-            vote = {"ok": False, "generation": generation, "reasons": reasons_of(exc)}
+            vote = {"ok": False, "generation": generation, "reasons": reasons_of(exc), "reason": refusal_reason(exc)}
         store.set(f"vote/{n}/{self.rank}", json.dumps(vote))
         if prepared is None:
             return

@@ -14,10 +14,13 @@ from typing import Any, Protocol
 import attrs
 import structlog
 
-from runtime.errors import PropagationFailed, RanksSilent, ResyncFailed
-from sgconf.errors import ConfigError
+from runtime.errors import PropagationFailed, RankDiverged, RanksSilent, ResyncFailed
+from sgconf.errors import ConfigError, OverrideRefused
 
 log = structlog.get_logger("runtime.distributed")
+
+# the refusal reasons of the group itself; a rank's own exceptions may declare others
+INVALID, NOT_HOT, FAILED = "invalid", "not_hot", "failed"
 
 # the board's key prefix, and the two values a round's decision key may take
 PREFIX = "sgconf/config_group/"
@@ -105,6 +108,20 @@ def reasons_of(exc: BaseException) -> list[str]:
     return [str(exc) or type(exc).__name__]
 
 
+def refusal_reason(exc: BaseException) -> str:
+    """The typed reason a refusal travels with: the exception's own `refusal_reason`, else the group's.
+
+    The group's reasons: `not_hot` (a field that may not change after publish), `invalid`
+    (any other config problem), `failed` (anything else).
+    """
+    own = getattr(exc, "refusal_reason", None)
+    if isinstance(own, str):
+        return str(own)
+    if isinstance(exc, OverrideRefused):
+        return NOT_HOT
+    return INVALID if isinstance(exc, ConfigError) else FAILED
+
+
 def digest(value: Any) -> str:
     return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
 
@@ -137,6 +154,7 @@ __all__ = [
     "PreparedEffect",
     "Propagated",
     "PropagationFailed",
+    "RankDiverged",
     "RankState",
     "RanksSilent",
     "ResyncFailed",
@@ -146,4 +164,5 @@ __all__ = [
     "digests",
     "quietly",
     "reasons_of",
+    "refusal_reason",
 ]

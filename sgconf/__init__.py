@@ -8,7 +8,7 @@ imports below, so each public name is stated once.
 
 import types as _types
 
-from sgconf.adopt import from_dataclass
+from sgconf.adopt import adopt, from_dataclass
 from sgconf.errors import (
     ConfigError,
     DeclarationError,
@@ -19,7 +19,7 @@ from sgconf.errors import (
     UsageError,
 )
 from sgconf.fieldinfo import FieldInfo
-from sgconf.fields import FieldSpec, setting
+from sgconf.fields import REQUIRED, FieldSpec, setting
 from sgconf.frozen import FrozenDict, deep_freeze
 from sgconf.hooks import Rule, RuntimeKnobs, Step
 from sgconf.loading import Loaded, explain, provenance_of

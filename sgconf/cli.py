@@ -176,7 +176,8 @@ def _show(argv: Sequence[str], schema: Declarations) -> int:
     if ns.explain is not None:
         schema.field_info(ns.explain)  # an unknown name fails before any loading work, with a suggestion
     loaded = load_from_args(ns, schema=schema)
-    resolved = resolve_once(loaded.record)
+    # the model is read as `plan` and `serve` read it: one they would refuse is refused here too
+    resolved = resolve_once(loaded.record, require_model=True)
     if ns.explain is not None:
         chain = explain(loaded.record, ns.explain, resolved, provenance=loaded.provenance)
         text = _explain_text(ns.explain, chain, schema) if ns.format != "json" else _explain_json(ns.explain, chain, schema)
@@ -223,8 +224,12 @@ def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callabl
 
 def _explain_text(name: str, chain: Sequence[Any], schema: Declarations) -> str:
     info = schema.field_info(name)
-    aliases = f" (aliases {', '.join(info.setting.aliases)})" if info.setting.aliases else ""
-    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.setting.help}"]
+    names = [*info.setting.aliases, *(f"{flag} (inverse)" for flag in info.setting.inverse_aliases)]
+    aliases = f" (aliases {', '.join(names)})" if names else ""
+    # a help text's "default 1" is what resolution picks for a declared null: say so, so the
+    # header agrees with the chain's first line
+    decided = " (declared null: resolution picks it when no layer sets it)" if info.default is None and "default" in info.setting.help else ""
+    lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.setting.help}{decided}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
         value = json.dumps(plain(origin.shown_value()), default=str)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
-from sgconf.convert import converter
+from sgconf.convert import _strip_optional, converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import META_KEY, FieldSpec, _AttrsAdapter, setting_of
@@ -108,7 +108,7 @@ class Declarations:
         steps: Iterable[Step] = (),
         converter: cattrs.Converter | None = None,
         inputs: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = None,
-        model_reader: Callable[[Any], Mapping[str, Any] | None] | None = None,
+        model_reader: Callable[..., Mapping[str, Any] | None] | None = None,
         knobs: RuntimeKnobs | None = None,
     ) -> None:
         if not name or not isinstance(name, str):
@@ -134,6 +134,8 @@ class Declarations:
         self._converter = converter
         # variables that share the prefix but are not fields (loading does not call them typos)
         self.reserved_env: set[str] = {self.config_env}
+        # flags of features this runtime does not have, refused with the reason instead of "unknown"
+        self.refused_flags: dict[str, str] = {}
         self._namespaces: dict[str, type] = {}
         self._groups: dict[str, dict[str, str]] = {}
         self._fields: dict[str, FieldInfo] = {}
@@ -249,9 +251,11 @@ class Declarations:
 
     def _check_flags(self, new: Mapping[str, FieldInfo]) -> None:
         # every flag and alias names one field: argparse would otherwise fail at parser build
-        owners = {flag: info for info in self._fields.values() for flag in info.flags}
+        owners = {flag: info for info in self._fields.values() for flag in info.flags + info.setting.inverse_aliases}
         for info in new.values():
-            for flag in info.flags:
+            if info.setting.inverse_aliases and _strip_optional(info.type) is not bool:
+                raise DeclarationError(f"field '{info.name}' declares inverse aliases, which only a boolean field can have")
+            for flag in info.flags + info.setting.inverse_aliases:
                 if not _FLAG.fullmatch(flag) or flag in _RESERVED_FLAGS:
                     msg = (
                         f"flag {flag!r} of field '{info.name}' must look like '--tp' (two dashes, lowercase letters, "
@@ -442,6 +446,7 @@ class Declarations:
         out._derived = {k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= set(out._namespaces)}
         extra = {v for v in self.reserved_env if v != self.config_env and v.startswith(out.env_prefix)}
         out.reserved_env |= extra
+        out.refused_flags.update(self.refused_flags)
         return out
 
     # -- reading the declarations ------------------------------------------------------
@@ -451,8 +456,13 @@ class Declarations:
         return dict(self._fields)
 
     def field_names(self) -> list[str]:
-        """Every field name: the ratchet's `field_source` (`"myrt.config:SCHEMA.field_names"`)."""
+        """Every field name, in declaration order."""
         return list(self._fields)
+
+    @property
+    def adopted(self) -> type | None:
+        """The user's own record class this schema was adopted from (`sgconf.adopt`), if any."""
+        return self._adopted
 
     def field_info(self, name: str) -> FieldInfo:
         """One field; raises UnknownFieldError with a did-you-mean suggestion."""

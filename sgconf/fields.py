@@ -38,6 +38,7 @@ class FieldSpec:
     hot: bool = False
     cli: str | None = None
     aliases: tuple[str, ...] = ()
+    inverse_aliases: tuple[str, ...] = ()
     allow_sources: tuple[str, ...] = ()
     fingerprint: bool = True
     choices: tuple[Any, ...] | None = None
@@ -53,6 +54,23 @@ class FieldSpec:
         return any(fnmatch.fnmatchcase(source, pat) for pat in self.allow_sources)
 
 
+class _Required:
+    """The default of a setting that has none: a launch input must set it, or loading refuses."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+    def __reduce__(self) -> str:
+        return "REQUIRED"  # one instance, also across pickling
+
+
+#: `setting(REQUIRED, help=...)`: no default; `load` and `build` refuse a record without it,
+#: naming the flag and the environment variable that would set it
+REQUIRED: Any = _Required()
+
+
 def setting(
     default: Any = attrs.NOTHING,
     *,
@@ -61,6 +79,7 @@ def setting(
     hot: bool = False,
     cli: str | None = None,
     aliases: Sequence[str] = (),
+    inverse_aliases: Sequence[str] = (),
     allow_sources: Sequence[str] = (),
     fingerprint: bool | None = None,
     checks: Sequence[Callable[[Any], None]] = (),
@@ -73,7 +92,9 @@ def setting(
     Secrets never count towards the fingerprint unless asked, so a hash of the config
     can be logged without leaking them. `plugin` names the `sgconf.plugins.Registry` whose
     entries the value must name: checked when converted, listed in `--help` and the
-    JSON Schema.
+    JSON Schema. A boolean field may also take `inverse_aliases`: flags that mean its
+    opposite, the way another runtime names the same switch (`--enable-prefix-caching`
+    for `--no-disable-radix-cache`); each comes with its `--no-` form.
     """
     mode: ApplyMode = apply if apply is not None else ("step" if hot else "restart")
     if mode not in APPLY_MODES:
@@ -88,6 +109,7 @@ def setting(
         hot=hot,
         cli=cli,
         aliases=tuple(aliases),
+        inverse_aliases=tuple(inverse_aliases),
         allow_sources=tuple(allow_sources),
         fingerprint=(not secret) if fingerprint is None else fingerprint,
         checks=(*checks, plugin.check) if plugin is not None else tuple(checks),

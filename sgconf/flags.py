@@ -70,6 +70,7 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         kwargs["add_help"] = False  # ours takes a topic
         super().__init__(*args, **kwargs)
         self.field_groups: dict[str, argparse._ArgumentGroup] = {}  # namespace path -> its group
+        self.refused_flags: dict[str, str] = {}  # flag -> why this runtime does not take it
         if add_help:
             self.add_argument(
                 "-h", "--help", action=_HelpAction,
@@ -132,9 +133,14 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             after_flag = arg.startswith("-") and "=" not in arg
             if arg.startswith("-"):
                 flag = arg.split("=", 1)[0]
+                path = f"$.{flag.lstrip('-').replace('-', '_')}"
+                reason = self.refused_flags.get(flag) or self.refused_flags.get(flag.replace("--no-", "--", 1))
+                if reason is not None:
+                    problems.append(Problem(path, f"'{flag}' is not supported here: {reason}", CLI_SOURCE))
+                    continue
                 guess = flag.replace("_", "-").lower()
                 hint = did_you_mean(guess, known, normalize=False)
-                problems.append(Problem(f"$.{flag.lstrip('-').replace('-', '_')}", f"unknown flag '{flag}'{hint}", CLI_SOURCE))
+                problems.append(Problem(path, f"unknown flag '{flag}'{hint}", CLI_SOURCE))
             else:
                 problems.append(Problem("$", f"unexpected argument '{arg}' -- see '{self.prog} --help'", CLI_SOURCE))
         return problems
@@ -181,6 +187,8 @@ def add_field_flags(
 ) -> None:
     """Add one argument group per namespace and one flag (with its aliases) per field to `parser`."""
     shown = shown_defaults or {}
+    if isinstance(parser, ConfigArgumentParser):
+        parser.refused_flags.update(schema.refused_flags)
     for path in schema.leaf_namespaces():
         group = parser.add_argument_group(f"{path} settings")
         if isinstance(parser, ConfigArgumentParser):
@@ -218,10 +226,24 @@ class _FieldSwitch(argparse.BooleanOptionalAction):
         _note_typed(namespace, self.dest, option_string)
 
 
+class _InverseSwitch(argparse.BooleanOptionalAction):
+    """`--enable-x` / `--no-enable-x` declared as the opposite of a boolean field (`--disable-x`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        on = option_string is not None and not option_string.startswith("--no-")
+        setattr(namespace, self.dest, not on)
+        _note_typed(namespace, self.dest, option_string)
+
+
 def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo, shown_default: str | None) -> None:
     text = help_text(info, shown_default)
     if _strip_optional(info.type) is bool:
         group.add_argument(*info.flags, dest=info.name, action=_FieldSwitch, default=argparse.SUPPRESS, help=text)
+        if info.setting.inverse_aliases:
+            group.add_argument(
+                *info.setting.inverse_aliases, dest=info.name, action=_InverseSwitch, default=argparse.SUPPRESS,
+                help=f"the opposite of {info.flag}: {info.setting.inverse_aliases[0]} is --no-{info.flag[2:]}",
+            )
         return
     group.add_argument(
         *info.flags, dest=info.name, action=_FieldStore, metavar=_metavar(info), default=argparse.SUPPRESS, help=text

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sgconf.convert import _strip_optional
 from sgconf.dump import plain
 from sgconf.fieldinfo import FieldInfo
-from sgconf.fields import _Interval
+from sgconf.fields import REQUIRED, _Interval
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -44,7 +44,8 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
                 out["exclusiveMinimum" if check.low_open else "minimum"] = check.low
             if check.high is not None:
                 out["exclusiveMaximum" if check.high_open else "maximum"] = check.high
-    out["default"] = plain(info.default)
+    if info.default is not REQUIRED:
+        out["default"] = plain(info.default)
     if info.setting.secret:
         out["writeOnly"] = True  # dumps redact it
     out["x-flag"] = info.flag
@@ -62,7 +63,11 @@ def _namespace_schema(path: str, schema: Declarations) -> dict[str, Any]:
         if children
         else {info.name: field_schema(info) for info in schema.iter_fields_of(path)}
     )
-    return {"type": "object", "title": path, "properties": props, "additionalProperties": False}
+    out: dict[str, Any] = {"type": "object", "title": path, "properties": props, "additionalProperties": False}
+    required = [info.name for info in schema.iter_fields_of(path) if info.default is REQUIRED] if not children else []
+    if required:
+        out["required"] = required
+    return out
 
 
 def config_schema(schema: Declarations) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from sgconf.sources import (
     default_sources,
     layer_sources,
 )
-from sgconf.validation import convert_fields
+from sgconf.validation import convert_fields, missing_required
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -133,6 +133,7 @@ def load_layers(
     merged = {name: info.default for name, info in infos.items()}
     for _, values in converted:
         merged.update(values)
+    found.extend(missing_required(merged, schema))
     if not found:
         # rules only judge a complete, converted record: a failed field would be judged on a stale value
         found.extend(check_rules(merged, layer_sources(layers), schema=schema))

@@ -61,11 +61,12 @@ class Resolved:
 _lock = threading.Lock()
 
 
-def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> Resolved:
+def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None, *, require_model: bool = False) -> Resolved:
     """Resolve `record` (a ServerArgs) once; later calls return the same `Resolved`.
 
     `model` is an HF-style config dict (or an object with `to_config()`/`config`); when
-    None, the config named by model_path/model_config is read if it exists.
+    None, the schema's `model_reader` reads the one the record names if it can; with
+    `require_model` one that cannot be read is a ConfigError, as for `plan` and `serve`.
     Raises ResolutionError when the resolved values break a rule; the failure is
     remembered so the same record cannot be resolved again. Raises ConfigError when the
     record was already resolved and `model` differs from the model used then.
@@ -86,7 +87,7 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
                 raise ConfigError([Problem("$model", msg)], header="cannot resolve against a different model")
             return result
         try:
-            result = _resolve(record, _model_config(record, model))
+            result = _resolve(record, _model_config(record, model, require_model))
         except ConfigError as exc:
             failure = ResolutionError(list(exc.problems), header="resolution failed")
             object.__setattr__(record, "_sgconf_resolution", failure)
@@ -95,10 +96,10 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None) -> R
         return result
 
 
-def _model_config(record: Any, model: Any) -> Mapping[str, Any] | None:
+def _model_config(record: Any, model: Any, required: bool = False) -> Mapping[str, Any] | None:
     if model is None:
         reader = schema_of(record).model_reader
-        return None if reader is None else reader(record)
+        return None if reader is None else reader(record, required=required)
     if isinstance(model, Mapping):
         return copy.deepcopy(model)  # a private copy: the caller may go on changing theirs
     for attr in ("to_config", "config"):

@@ -13,6 +13,7 @@ from sgconf.convert import ConversionError, structure
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
+from sgconf.fields import REQUIRED
 from sgconf.record import record_of, record_to_dict
 from sgconf.rules import check_rules
 from sgconf.suggest import did_you_mean
@@ -66,6 +67,17 @@ def convert_fields(
     return out, problems
 
 
+def missing_required(values: Mapping[str, Any], schema: Declarations) -> list[Problem]:
+    """A problem for every required setting (declared `REQUIRED`) that no input set."""
+    out = []
+    for name, value in values.items():
+        if value is REQUIRED:
+            info = schema.field_info(name)
+            msg = f"'{name}' is required and nothing set it -- pass {info.flag}, set {info.env_var}, or put it in a config file"
+            out.append(Problem(info.path, msg))
+    return out
+
+
 def build_record(
     raw: Mapping[str, Any],
     sources: Mapping[str, str] | None = None,
@@ -91,6 +103,7 @@ def build_record(
     values, problems = convert_fields(raw, sources, schema=schema)
     merged = record_to_dict(base, schema) if base is not None else {n: i.default for n, i in schema.fields().items()}
     merged.update(values)
+    problems.extend(missing_required(merged, schema))
     if not problems:
         problems.extend(check_rules(merged, sources, schema=schema))
     if problems:

@@ -28,7 +28,11 @@ through `engine.dp.group_backend.ReplicaGroupBackend`.
   for that long while it holds requests, is *unresponsive*: `/health` turns 503 and
   names it, it gets no new requests, config changes are refused until it is back, and
   the requests it holds are retried on another replica (nothing was streamed to the
-  client yet), or fail with 503 when none is left. A report that shows progress again
+  client yet), or fail with 503 when none is left. A replica that exits (killed,
+  crashed) has its requests retried the same way; a stream that already sent pieces
+  ends with an error event instead.
+- Every message on a replica's pipe is a class of `engine.dp.messages`; a streamed
+  request comes back piece by piece (`Chunk`), as one engine streams. A report that shows progress again
   makes it responsive again. The check runs on a monitor thread every heartbeat
   interval (`check_liveness`, which tests call themselves with `monitor=False`).
 - Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
@@ -43,205 +47,27 @@ import datetime
 import itertools
 import socket
 import threading
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import structlog
 
+from engine.dp.handle import Replica
+from engine.dp.messages import FlushCache
+from engine.dp.routing import RequestRouter, choose
 from engine.errors import (
-    REQUEST_ERRORS,
-    EngineStopped,
     NoSuchReplica,
     ReplicaExited,
     ReplicaFailed,
     ReplicaRunning,
     ReplicaUnresponsive,
 )
+from engine.http.backend import EngineLoad
 
 log = structlog.get_logger(__name__)
 
 ROLE = "dp_controller"
 STATUS_TIMEOUT_S = 2.0  # /server_info waits this long for a rank; a dead rank shows as not alive
-
-
-class Replica:
-    """The controller's handle on one replica process: its pipe, in-flight requests and liveness."""
-
-    def __init__(self, index: int, process: Any, conn: Any) -> None:
-        self.index = index
-        self.rank = index + 1
-        self.process = process
-        self.conn = conn
-        self.pid: int | None = None
-        self.pending: dict[int, Future[dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-        self._reader: threading.Thread | None = None
-        self.gone = False
-        self.stopping = False
-        self.clock = time.monotonic
-        # liveness, from the replica's progress reports (stamped with the controller's clock)
-        self.last_report: float = self.clock()
-        self.progress = -1
-        self.progress_at: float = self.last_report
-        self.busy = 0
-        self.storage_degraded = False
-        self.unresponsive = False
-
-    @property
-    def inflight(self) -> int:
-        return len(self.pending)
-
-    def alive(self) -> bool:
-        return not self.gone and self.process.is_alive()
-
-    def healthy(self) -> bool:
-        """Alive and reporting progress: the only replicas that get requests."""
-        return self.alive() and not self.unresponsive
-
-    def _report(self, info: dict[str, Any]) -> None:
-        now = self.clock()
-        with self._lock:
-            self.last_report = now
-            progress = int(info.get("progress", 0))
-            self.busy = int(info.get("busy", 0))
-            if progress != self.progress or not self.busy:
-                self.progress, self.progress_at = progress, now
-            self.storage_degraded = bool(info.get("storage_degraded", False))
-
-    def stalled_for(self, now: float) -> tuple[float, str]:
-        """How long this replica has gone without making progress, and how that shows."""
-        with self._lock:
-            silent = now - self.last_report
-            stuck = now - self.progress_at if self.busy or self.pending else 0.0
-        if silent >= stuck:
-            return silent, f"no progress report for {silent:.1f}s"
-        return stuck, f"no finished step for {stuck:.1f}s with {max(self.busy, len(self.pending))} requests"
-
-    def mark_unresponsive(self, why: str) -> int:
-        """Stop routing here and fail what it holds with ReplicaUnresponsive (callers retry); returns how many."""
-        with self._lock:
-            if self.unresponsive:
-                return 0
-            self.unresponsive = True
-            pending, self.pending = self.pending, {}
-        msg = f"replica {self.index} stopped responding ({why}) -- the request was not served"
-        for future in pending.values():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(ReplicaUnresponsive(msg))
-        return len(pending)
-
-    def mark_responsive(self) -> bool:
-        with self._lock:
-            was, self.unresponsive = self.unresponsive, False
-        return was
-
-    def wait_ready(self, timeout_s: float) -> None:
-        if not self.conn.poll(timeout_s):
-            msg = f"replica {self.index} did not start within {timeout_s:g}s (exit code {self.process.exitcode})"
-            raise ReplicaFailed(msg)
-        try:
-            kind, _rank, pid = self.conn.recv()
-        except (EOFError, OSError):
-            kind, pid = "exited", None
-        if kind != "ready":
-            self.process.join(5.0)
-            msg = f"replica {self.index} exited while starting (exit code {self.process.exitcode}) -- see its log"
-            raise ReplicaFailed(msg)
-        self.pid = pid
-        self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
-        self._reader.start()
-
-    def submit(self, rid: int, args: dict[str, Any], *, kind: str = "generate") -> Future[dict[str, Any]]:
-        """Send one request (`generate`, or `flush_cache` with no args) and return the future of its answer."""
-        future: Future[dict[str, Any]] = Future()
-        with self._lock:
-            if self.gone:
-                raise ReplicaFailed(self._exit_text())
-            if self.unresponsive:
-                raise ReplicaUnresponsive(f"replica {self.index} is not responding -- the request was not served")
-            self.pending[rid] = future
-            try:
-                self.conn.send((kind, rid, args))
-            except (BrokenPipeError, OSError):
-                del self.pending[rid]
-                raise ReplicaFailed(self._exit_text()) from None
-        return future
-
-    def _read(self) -> None:
-        while True:
-            try:
-                kind, rid, *rest = self.conn.recv()
-            except (EOFError, OSError):
-                break
-            if kind == "heartbeat":
-                self._report(rest[0])
-                continue
-            with self._lock:
-                future = self.pending.pop(rid, None)
-            # a caller that went away (its await was cancelled) cancelled the future: drop the
-            # answer, or setting it would raise here and end the reader for every later request
-            if future is None or not future.set_running_or_notify_cancel():
-                continue
-            if kind == "result":
-                future.set_result(rest[0])
-            else:
-                error_name, detail = rest
-                future.set_exception(REQUEST_ERRORS.get(error_name, ReplicaFailed)(detail))
-        with self._lock:
-            self.gone = True
-            pending, self.pending = self.pending, {}
-        self.process.join(1.0)
-        if self.stopping:
-            log.info("dp.replica_stopped", replica=self.index, exitcode=self.process.exitcode)
-        else:
-            log.error("dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending))
-        for future in pending.values():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(ReplicaFailed(self._exit_text()))
-
-    def abort_pending(self, reason: str) -> int:
-        """Answer every request still waiting on this replica with EngineStopped(`reason`); returns how many."""
-        with self._lock:
-            pending, self.pending = self.pending, {}
-        for future in pending.values():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(EngineStopped(reason))
-        return len(pending)
-
-    def _exit_text(self) -> str:
-        return f"replica {self.index} exited (exit code {self.process.exitcode}) -- the request was not served"
-
-    def stop(self, timeout_s: float) -> None:
-        """Ask the replica to stop; terminate, then kill it if it does not."""
-        self.stopping = True
-        try:
-            self.conn.send(("stop",))
-        except (BrokenPipeError, OSError):
-            pass
-        self.process.join(timeout_s)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5.0)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(5.0)
-        self.conn.close()
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "replica": self.index,
-            "rank": self.rank,
-            "pid": self.pid,
-            "alive": self.alive(),
-            "exitcode": self.process.exitcode,
-            "inflight": self.inflight,
-            "responsive": not self.unresponsive,
-            "progress": self.progress,
-            "last_report_s_ago": round(self.clock() - self.last_report, 3),
-            "storage_degraded": self.storage_degraded,
-        }
 
 
 class DPController:
@@ -278,7 +104,7 @@ class DPController:
         self._entry = replica_main
         self.replicas: list[Replica] = []
         self._rids = itertools.count(1)
-        self._rr = itertools.count()
+        self.router = RequestRouter(self.replicas, self._rids)
         self._restart_lock = threading.Lock()
         self._closed = False
         try:
@@ -321,37 +147,15 @@ class DPController:
 
     def pick(self) -> Replica:
         """The replica for the next request, by `load_balance_method`; raises ReplicaFailed when none is alive."""
-        from runtime.serving import get_parallel
-
-        return choose(self.replicas, get_parallel().load_balance_method, next(self._rr))
+        return self.router.pick()
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Route one request and await its answer (raises ReplicaFailed or a replica's error).
+        """Route one request and await its answer (see `RequestRouter.generate`)."""
+        return await self.router.generate(args)
 
-        A request whose replica stops responding is sent to another responsive replica:
-        nothing of it reached the client yet, and generation is deterministic, so the
-        answer is the one the first replica would have given. Each replica is tried once.
-        """
-        from runtime.serving import get_parallel
-
-        tried: set[int] = set()
-        while True:
-            candidates = [r for r in self.replicas if r.index not in tried]
-            try:
-                replica = choose(candidates, get_parallel().load_balance_method, next(self._rr))
-            except ReplicaFailed:
-                if tried:
-                    raise ReplicaUnresponsive(
-                        f"replica(s) {', '.join(map(str, sorted(tried)))} stopped responding and no other replica"
-                        " is responsive -- the request was not served; retry later"
-                    ) from None
-                raise
-            tried.add(replica.index)
-            try:
-                return await asyncio.wrap_future(replica.submit(next(self._rids), args))
-            except ReplicaUnresponsive:
-                log.warning("dp.request_retried", replica=replica.index)
-                continue
+    def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """Route one request as a stream (see `RequestRouter.stream`)."""
+        return self.router.stream(args)
 
     # -- liveness ----------------------------------------------------------------------
 
@@ -393,8 +197,21 @@ class DPController:
 
     async def flush_cache(self) -> list[dict[str, Any]]:
         """Flush every replica's prefix cache; each refuses (EngineBusy) while it runs requests."""
-        futures = [r.submit(next(self._rids), {}, kind="flush_cache") for r in self.replicas]
+        futures = [r.submit(FlushCache(next(self._rids))) for r in self.replicas]
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    def loads(self) -> list[EngineLoad]:
+        """Each live replica's last reported queue and pool use (requests it holds until its first report)."""
+        out = []
+        for replica in self.replicas:
+            if not replica.alive():
+                continue
+            beat = replica.load
+            if beat is None:
+                out.append(EngineLoad(replica.index, 0, replica.inflight))
+            else:
+                out.append(EngineLoad(replica.index, beat.queued, beat.running, beat.token_usage, beat.cache_hit_rate))
+        return out
 
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""
@@ -521,22 +338,6 @@ class DPController:
             t.start()
         for t in threads:
             t.join()
-
-
-def choose(replicas: Sequence[Replica], method: str, turn: int) -> Replica:
-    """The live replica for request number `turn`: in turn (round_robin), or the least busy (shortest_queue).
-
-    Raises ReplicaFailed when no replica is alive (ReplicaUnresponsive when some are, but none responds). Ties in shortest_queue go to the lowest index.
-    """
-    alive = [r for r in replicas if r.healthy()]
-    if not alive:
-        if any(r.alive() for r in replicas):
-            msg = "no replica is responsive -- retry later; /health names the replicas that stopped responding"
-            raise ReplicaUnresponsive(msg)
-        raise ReplicaFailed("no replica is alive -- restart them with POST /replicas/<index>/restart")
-    if method == "shortest_queue":
-        return min(alive, key=lambda r: (r.inflight, r.index))
-    return alive[turn % len(alive)]
 
 
 def _free_port() -> int:

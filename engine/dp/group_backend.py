@@ -3,18 +3,21 @@
 Requests go to one replica (`DPController.pick`); config changes go to every rank
 through the config group, all or nothing. Each replica applies a round between two of
 its scheduler steps, after a drain when a field declares `drain` (attach, detach), as
-one engine does; a drain that cannot finish on some replica refuses the round there,
-and the group answers like one engine would: `DrainTimeout` (409 with Retry-After).
+one engine does; a drain that cannot finish on some replica refuses the round there
+with the typed reason `drain_timeout`, and the group answers like one engine would:
+`DrainTimeout` (409 with Retry-After).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.dp.controller import ROLE, DPController
-from engine.errors import BOUNDARY_TIMEOUT_MARK, DrainTimeout, EngineBusy
-from engine.http.backend import Applied
+from engine.errors import DrainTimeout, EngineBusy, Refusal
+from engine.http.backend import Applied, EngineLoad
+from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
 from runtime.context import get_context
 from runtime.distributed import PropagationFailed, RanksSilent
 from runtime.overrides import shown
@@ -60,17 +63,22 @@ class ReplicaGroupBackend:
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
         return await self.controller.generate(args)
 
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # each item is a pipe message, no thread; a replica does not yet learn of a client that left
+        return list(await asyncio.gather(*(self.controller.generate(a) for a in argss)))
+
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)
 
     async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        # replicas answer whole requests over their pipe: the text arrives as one piece
-        body = await self.controller.generate(args)
-        yield {"text": body["text"], "token_ids": list(body["output_ids"])}
-        yield body
+        async for piece in self.controller.stream(args):
+            yield piece
 
-    def usage(self) -> dict[str, float]:
-        return {}  # the pools live in the replica processes; their use is not sent over the pipe yet
+    def loads(self) -> list[EngineLoad]:
+        return self.controller.loads()
+
+    def busy(self) -> int:
+        return self.controller.busy()[1]
 
     async def flush_cache(self) -> dict[str, Any]:
         _, inflight = self.controller.busy()
@@ -97,12 +105,14 @@ class ReplicaGroupBackend:
         try:
             result = self.controller.propagate(source, **fields)
         except PropagationFailed as exc:
-            drains = [r for reasons in exc.refusals.values() for r in reasons if BOUNDARY_TIMEOUT_MARK in r]
-            if drains and not isinstance(exc, RanksSilent):
+            drained = set(exc.reasons.values()) == {Refusal.DRAIN_TIMEOUT.value}
+            if drained and not isinstance(exc, RanksSilent):
+                # only drains refused: busy like one engine, with its Retry-After
                 _replicas, running = self.controller.busy()
                 # the controller's role reads no schedule bag; the flat value is the same setting
                 timeout = float(get_context().value("drain_timeout_s"))
-                msg = f"{exc.header}: {'; '.join(drains)}"
+                lines = [line for rank in exc.reasons for line in exc.refusals[rank]]
+                msg = f"{exc.header}: {'; '.join(lines)}"
                 raise DrainTimeout(msg, queued=0, running=running, retry_after_s=timeout) from None
             raise
         ranks = []
@@ -119,17 +129,19 @@ class ReplicaGroupBackend:
         return Applied(result.generation, result.consistent, tuple(ranks), changes)
 
     def attach(self, fields: dict[str, Any]) -> Applied:
-        from mem_cache.hicache.file_storage import with_default_dir
-
-        extra = with_default_dir(fields.get("hicache_storage_backend"), fields.get("hicache_storage_backend_extra_config"))
-        fields = {**fields, "hicache_storage_backend_extra_config": extra}
-        return self._propagate("hicache.attach", fields)
+        values = attach_values(
+            fields["hicache_storage_backend"],
+            extra_config=fields.get("hicache_storage_backend_extra_config"),
+            prefetch_policy=fields.get("hicache_storage_prefetch_policy"),
+            write_policy=fields.get("hicache_write_policy"),
+        )
+        return self._propagate(ATTACH_SOURCE, values)
 
     def detach(self) -> Applied | None:
         ranks = self.controller.ranks("hicache_storage_backend")
         if all(r.get("values", {}).get("hicache_storage_backend") is None for r in ranks if r.get("rank")):
             return None
-        return self._propagate("hicache.detach", dict.fromkeys(STORAGE_FIELDS))
+        return self._propagate(DETACH_SOURCE, dict(DETACH_VALUES))
 
     def override(self, source: str, fields: dict[str, Any]) -> Applied:
         return self._propagate(source, fields)

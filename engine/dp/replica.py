@@ -7,16 +7,19 @@ controller says stop or the pipe closes (the controller died): a replica never
 outlives its controller. SIGINT is ignored so a Ctrl-C in the terminal reaches the
 controller, which then stops every replica in order.
 
-While it runs, a replica reports its progress to the controller every
-`replica_heartbeat_interval_s`: its finished scheduler steps, how many requests it
-holds and whether its storage tier is degraded. The controller marks a replica whose
+Every message on the pipe is one of the classes of `engine.dp.messages`. While it
+runs, a replica reports its progress to the controller every
+`replica_heartbeat_interval_s` (`Heartbeat`): its finished scheduler steps, how many
+requests it holds and runs, its KV and prefix-cache use and whether its storage tier
+is degraded. A streamed request sends each piece as the engine fills it (`Chunk`). The controller marks a replica whose
 reports stop (a stopped or hung process), or whose steps stop while it holds
 requests, as unresponsive (`engine.dp.controller`).
 
 `BoundaryEffect` is the replica's side of every propagated override: the engine loop is
 parked between two steps (after a drain when a field declares `drain`) before the
 replica votes, and a HiCache backend is opened on every replica before anyone commits
-(`prepare_attach`), made live on commit and released on abort, so replicas end all
+(`engine.storage_change.StorageChange`, as on one engine), made live on commit and
+released on abort, so replicas end all
 attached or all detached and no step runs across a round.
 """
 
@@ -31,6 +34,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
+
+from engine.dp.messages import (
+    Chunk,
+    Failed,
+    FailureKind,
+    FlushCache,
+    Generate,
+    Heartbeat,
+    Ready,
+    Result,
+    Stop,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -69,26 +84,10 @@ class BoundaryEffect:
         return _Held(held, storage)
 
     def _storage(self, values: Mapping[str, Any]) -> Any:
-        hicache = self.engine.hicache
-        if hicache is None:
-            msg = "the hierarchical cache is off on this replica -- start with --enable-hierarchical-cache"
-            raise RuntimeError(msg)
-        controller = hicache.controller
-        backend = values["hicache_storage_backend"]
-        if backend is None:
-            return _Detach(controller)
-        try:
-            prepared = controller.prepare_attach(
-                backend,
-                values.get("hicache_storage_backend_extra_config"),
-                prefetch_policy=values.get("hicache_storage_prefetch_policy"),
-                write_policy=values.get("hicache_write_policy"),
-            )
-        except OSError as exc:  # the backend cannot open here: reported with the field path, as on one engine
-            from engine.hicache_bridge import storage_refused
+        from engine.storage_change import StorageChange
 
-            raise storage_refused(exc) from None
-        return _Attach(controller, prepared)
+        hicache = self.engine.hicache
+        return StorageChange.prepare(None if hicache is None else hicache.controller, values)
 
 
 class _Held:
@@ -111,29 +110,6 @@ class _Held:
                 self.storage.abort()
         finally:
             self.held.close()
-
-
-class _Attach:
-    def __init__(self, controller: Any, prepared: Any) -> None:
-        self.controller = controller
-        self.prepared = prepared
-
-    def commit(self) -> None:
-        self.controller.commit_attach(self.prepared)
-
-    def abort(self) -> None:
-        self.controller.abort_attach(self.prepared)
-
-
-class _Detach:
-    def __init__(self, controller: Any) -> None:
-        self.controller = controller
-
-    def commit(self) -> None:
-        self.controller.detach_storage_backend()
-
-    def abort(self) -> None:
-        pass  # nothing was touched at prepare
 
 
 def replica_main(
@@ -172,7 +148,7 @@ def replica_main(
     group.add_effect(BoundaryEffect(engine))
     group.start()
     sender = _Sender(conn)
-    sender.send(("ready", rank, os.getpid()))
+    sender.send(Ready(rank, os.getpid()))
     log.info("replica.ready", pid=os.getpid())
     stopped = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True)
@@ -185,14 +161,12 @@ def replica_main(
             except (EOFError, OSError):
                 log.warning("replica.controller_gone")
                 break
-            if message[0] == "stop":
+            if isinstance(message, Stop):
                 break
-            if message[0] == "generate":
-                _, rid, args = message
-                pool.submit(_generate, engine, rank, rid, args, sender)
-            if message[0] == "flush_cache":
-                _, rid, _args = message
-                pool.submit(_flush_cache, engine, rank, rid, sender)
+            if isinstance(message, Generate):
+                pool.submit(_generate, engine, rank, message, sender)
+            elif isinstance(message, FlushCache):
+                pool.submit(_flush_cache, engine, rank, message.rid, sender)
     finally:
         # a replica must never outlive its controller: if cleanup hangs, leave anyway
         watchdog = threading.Timer(CLEANUP_TIMEOUT_S, os._exit, args=(3,))
@@ -223,7 +197,7 @@ class _Sender:
 
 
 def _heartbeat(engine: Any, sender: _Sender, stopped: threading.Event) -> None:
-    """Report progress to the controller until `stopped` is set; see the module docstring."""
+    """Report progress and load to the controller until `stopped` is set; see the module docstring."""
     from runtime.serving import get_parallel
 
     interval = float(get_parallel().replica_heartbeat_interval_s)
@@ -231,12 +205,18 @@ def _heartbeat(engine: Any, sender: _Sender, stopped: threading.Event) -> None:
     while True:
         queued, running = engine.busy_counts()
         storage = engine.storage_health()
-        info = {
-            "progress": engine.progress(),
-            "busy": queued + running,
-            "storage_degraded": bool(storage and storage.get("degraded")),
-        }
-        sender.send(("heartbeat", seq, info))
+        usage = engine.usage()
+        sender.send(
+            Heartbeat(
+                seq,
+                progress=engine.progress(),
+                queued=queued,
+                running=running,
+                storage_degraded=bool(storage and storage.get("degraded")),
+                token_usage=usage.get("token_usage"),
+                cache_hit_rate=usage.get("cache_hit_rate"),
+            )
+        )
         seq += 1
         if stopped.wait(interval):
             return
@@ -248,23 +228,29 @@ def _flush_cache(engine: Any, rank: int, rid: int, sender: _Sender) -> None:
     try:
         freed = engine.flush_cache()
     except EngineBusy as exc:
-        sender.send(("error", rid, type(exc).__name__, str(exc)))
+        sender.send(Failed.of(rid, exc))
         return
-    sender.send(("result", rid, {"dp_rank": rank - 1, "flushed_tokens": freed}))
+    sender.send(Result(rid, {"dp_rank": rank - 1, "flushed_tokens": freed}))
 
 
-def _generate(engine: Any, rank: int, rid: int, args: dict[str, Any], sender: _Sender) -> None:
-    from engine.errors import REQUEST_ERRORS
+def _generate(engine: Any, rank: int, message: Generate, sender: _Sender) -> None:
+    """Run one request; a streamed one sends each piece as it fills. Any failure is answered, never a hung caller."""
     from engine.http.bodies import generate_body
 
+    rid = message.rid
     try:
-        result = engine.generate(**args)
+        if message.stream:
+            tokens = engine.stream(**message.args)
+            for chunk in tokens:
+                sender.send(Chunk(rid, chunk.text, tuple(chunk.token_ids)))
+            result = tokens.result()
+        else:
+            result = engine.generate(**message.args)
     except Exception as exc:
-        name = type(exc).__name__
-        if REQUEST_ERRORS.get(name) is not type(exc):  # a bug: reported, never a hung caller
+        failed = Failed.of(rid, exc)
+        if failed is None or failed.kind is FailureKind.REPLICA_FAILED:  # a bug: reported, and logged here
             log.error("replica.generate_failed", error=repr(exc))
-            sender.send(("error", rid, "ReplicaFailed", f"replica {rank - 1} failed the request -- see its log"))
-            return
-        sender.send(("error", rid, name, str(exc)))
+            failed = Failed(rid, FailureKind.REPLICA_FAILED, f"replica {rank - 1} failed the request -- see its log")
+        sender.send(failed)
         return
-    sender.send(("result", rid, generate_body(result, dp_rank=rank - 1)))
+    sender.send(Result(rid, generate_body(result, dp_rank=rank - 1)))

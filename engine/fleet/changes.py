@@ -16,6 +16,7 @@ from engine.fleet import secrets
 from sgconf.convert import ConversionError, structure
 from sgconf.dump import plain
 from sgconf.errors import ConfigError, Problem, UnknownFieldError
+from sgconf.redaction import REDACTED
 from sgconf.serving import field_info
 
 # What a storage attach takes (`ServingBackend.attach`, as `engine.http.bodies.attach_fields`
@@ -46,7 +47,7 @@ def parse_assignments(words: Sequence[str]) -> dict[str, Any]:
             continue
         ref = secrets.parse_ref(text)
         if info.setting.secret and ref is None:
-            msg = (f"'{name}' is a secret and the fleet store would keep it in clear (got '***')"
+            msg = (f"'{name}' is a secret and the fleet store would keep it in clear (got {REDACTED!r})"
                    " -- give @env:VAR or @file:PATH, read by each server when it applies the version")
             problems.append(Problem(info.path, msg, SOURCE))
             continue

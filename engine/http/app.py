@@ -1,7 +1,8 @@
 """The HTTP control plane: one FastAPI app for one engine or a replica group (`create_app(backend)`).
 
 Routes:
-  GET    /health                    liveness (503 when a replica is gone or unresponsive;
+  GET    /health                    liveness (503 when a replica is gone or unresponsive, and
+                                    "stopping" through the grace period of a shutdown;
                                     "degraded" while storage writes fail)
   GET    /server_info               resolved config with overrides (redacted), generation,
                                     fingerprint, overrides log, provenance of overridden
@@ -33,31 +34,29 @@ read per request, so an override applies to the next one.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from engine.chat_template import load_chat_template
+from engine.http import openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import (
-    ATTACH_FIELDS,
-    GENERATE_FIELDS,
-    attach_fields,
-    generate_args,
-    json_object,
-)
+from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
+from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
+from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from engine.http.metrics import Metrics
+from engine.http.metrics import Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from engine.request_params import refuse
+from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE
 from runtime.context import get_context
 from sgconf.frozen import thaw
 
@@ -69,27 +68,39 @@ GENERATION_HEADER = "x-sgconf-config-generation"
 POLL_PATHS = frozenset({"/health", "/metrics"})
 
 
-def create_app(backend: ServingBackend, *, public: bool = True, admin: bool = True) -> FastAPI:
+def create_app(
+    backend: ServingBackend,
+    *,
+    public: bool = True,
+    admin: bool = True,
+    lifecycle: Lifecycle | None = None,
+    tally: OverrideTally | None = None,
+) -> FastAPI:
     """The FastAPI app serving `backend`; see the module docstring for the routes.
 
     With a separate admin listener the server runs two apps on one backend: one with
     `admin=False` (the admin routes do not exist there: 404) and one with `public=False`
-    (the admin routes and `/health`).
+    (the admin routes and `/health`); they share the server's `lifecycle` (stopping,
+    requests in flight) and its `tally` of config changes.
     """
     app = FastAPI(title="sgconf runtime", docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.backend = backend
+    app.state.lifecycle = lifecycle = Lifecycle() if lifecycle is None else lifecycle
+    app.state.tally = tally = OverrideTally() if tally is None else tally
     install_error_handlers(app)
     _install_request_log(app)
-    _add_health_route(app, backend)
+    app.add_middleware(LifecycleMiddleware, lifecycle=lifecycle)
+    _add_health_route(app, backend, lifecycle)
     if public:
-        metrics = Metrics(backend)
+        metrics = Metrics(backend, tally)
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
         install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
                               chat_template=load_chat_template(get_context().snapshot()))
     if admin:
-        _add_storage_routes(app, backend)
-        _add_config_routes(app, backend)
+        _add_storage_routes(app, backend, tally)
+        _add_config_routes(app, backend, tally)
+    openapi.keep_exact_bodies(app)
     return app
 
 
@@ -143,39 +154,49 @@ def _request_log() -> Any:
     return log.info if on else log.debug
 
 
-def _add_health_route(app: FastAPI, backend: ServingBackend) -> None:
-    @app.get("/health")
+def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycle) -> None:
+    @app.get("/health", responses=openapi.HEALTH_RESPONSES)
     async def health() -> JSONResponse:
         ok, body = backend.health()
+        if lifecycle.stopping:  # a load balancer must stop sending before the socket closes
+            body = {**body, "status": "stopping", "inflight": lifecycle.inflight,
+                    "detail": f"{STOPPING_DETAIL}; {lifecycle.inflight} request(s) still in flight"}
+            ok = False
         return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) -> None:
-    @app.get("/server_info")
+    @app.get("/server_info", responses=openapi.RESPONSES)
     async def server_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         described = await run_in_threadpool(backend.describe)
         return {**config_report(), "dp_size": backend.dp_size, **described}
 
-    @app.post("/generate")
+    @app.post("/generate", openapi_extra=openapi.generate_body(), responses=openapi.RESPONSES)
     async def generate(request: Request) -> Any:
         require_api_key(request)
-        body = await json_object(request, GENERATE_FIELDS, "generate")
-        stream = body.pop("stream", False)
-        if not isinstance(stream, bool):
-            raise HTTPProblem(422, "invalid generate request", errors=[f"$.generate.stream: expected a boolean, got {stream!r}"])
-        batch = _split_batch(body)
-        if stream:
-            if batch is not None:
-                raise HTTPProblem(422, "invalid generate request",
-                                  errors=["$.generate.stream: a batch cannot be streamed -- send one text per request"])
-            return StreamingResponse(_generate_events(backend, metrics, generate_args(body)), media_type="text/event-stream")
-        if batch is not None:
-            argss = [generate_args(b) for b in batch]  # every item is checked before any runs
-            return list(await asyncio.gather(*(_generate_one(backend, metrics, a) for a in argss)))
-        return await _generate_one(backend, metrics, generate_args(body))
+        req = generate_request(await json_object(request, None))
+        argss = req.engine_args()
+        if req.options.stream:
+            if req.batch:
+                raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
+            _asked(argss[0])
+            try:
+                (stream,) = await started(request, [backend.stream(argss[0])])
+            except ClientGone:
+                return gone_response()
+            return StreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
+        for args in argss:
+            _asked(args)
+        try:
+            bodies = await unless_disconnected(request, backend.generate_many(argss))
+        except ClientGone:
+            return gone_response()
+        for body in bodies:
+            _finished(metrics, body)
+        return bodies if req.batch else bodies[0]
 
-    @app.get("/get_model_info")
+    @app.get("/get_model_info", responses=openapi.RESPONSES)
     async def model_info(request: Request) -> dict[str, Any]:
         require_api_key(request)
         from runtime.serving import get_model
@@ -183,33 +204,20 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
                 "is_generation": True, "context_length": get_model().context_length}
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", responses=openapi.RESPONSES)
     async def health_generate() -> JSONResponse:
         body = await backend.generate({"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None,
                                        "ignore_eos": True})
         return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
 
-    @app.post("/flush_cache")
+    @app.post("/flush_cache", responses=openapi.RESPONSES)
     async def flush_cache(request: Request) -> dict[str, Any]:
         require_api_key(request)
         return await backend.flush_cache()
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=openapi.METRICS_RESPONSE)
     async def metrics_route() -> Response:
         return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)
-
-
-def _split_batch(body: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """One body per item when `text` is a list of strings or `input_ids` a list of id lists, else None."""
-    text = body.get("text", body.get("prompt"))
-    ids = body.get("input_ids")
-    if isinstance(text, list):
-        rest = {k: v for k, v in body.items() if k not in ("text", "prompt")}
-        return [{**rest, "text": t} for t in text]
-    if isinstance(ids, list) and ids and all(isinstance(i, list) for i in ids):
-        rest = {k: v for k, v in body.items() if k != "input_ids"}
-        return [{**rest, "input_ids": i} for i in ids]
-    return None
 
 
 def _asked(args: dict[str, Any]) -> None:
@@ -217,13 +225,6 @@ def _asked(args: dict[str, Any]) -> None:
     _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
                    prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
                    temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
-
-
-async def _generate_one(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> dict[str, Any]:
-    _asked(args)
-    body = await backend.generate(args)
-    _finished(metrics, body)
-    return body
 
 
 def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
@@ -234,12 +235,11 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
                    cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
 
 
-async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict[str, Any]) -> AsyncIterator[str]:
+async def _generate_events(stream: AsyncIterator[dict[str, Any]], metrics: Metrics) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
-    _asked(args)
     try:
-        async for piece in backend.stream(args):
+        async for piece in stream:
             if "meta_info" in piece:
                 _finished(metrics, piece)
                 yield f"data: {json.dumps(piece)}\n\n"
@@ -252,49 +252,68 @@ async def _generate_events(backend: ServingBackend, metrics: Metrics, args: dict
     yield "data: [DONE]\n\n"
 
 
-def _add_storage_routes(app: FastAPI, backend: ServingBackend) -> None:
-    @app.get("/hicache/storage-backend")
+async def _change(tally: OverrideTally, source: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one config change (attach, detach, override), counting it in the tally when it is refused."""
+    try:
+        return await call()
+    except Exception:
+        tally.refused(source)
+        raise
+
+
+def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
+    @app.get("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def storage_status(request: Request) -> dict[str, Any]:
         require_admin(request)
         return await run_in_threadpool(backend.storage_status)
 
-    @app.put("/hicache/storage-backend")
+    @app.put("/hicache/storage-backend", responses=openapi.RESPONSES,
+             openapi_extra=openapi.object_body("the storage backend to attach and its settings"))
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
-        applied = await run_in_threadpool(lambda: backend.attach(fields))
+
+        async def change() -> tuple[dict[str, Any], Any]:
+            fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
+            return fields, await run_in_threadpool(lambda: backend.attach(fields))
+
+        fields, applied = await _change(tally, ATTACH_SOURCE, change)
         log.info("http.hicache_attach", backend=fields["hicache_storage_backend"], generation=applied.generation)
         status = await run_in_threadpool(backend.storage_status)
         return {"status": "attached", **status, **applied.as_dict()}
 
-    @app.delete("/hicache/storage-backend")
+    @app.delete("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def detach(request: Request) -> dict[str, Any]:
         require_admin(request)
-        applied = await run_in_threadpool(backend.detach)
+        applied = await _change(tally, DETACH_SOURCE, lambda: run_in_threadpool(backend.detach))
         status = await run_in_threadpool(backend.storage_status)
         if applied is None:
             return {"status": "not_attached", **status, "generation": get_context().generation}
         return {"status": "detached", **status, **applied.as_dict()}
 
 
-def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
-    @app.post("/config/overrides")
+def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
+    @app.post("/config/overrides", responses=openapi.RESPONSES,
+               openapi_extra=openapi.object_body("hot fields and their new values"))
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
-        body = await json_object(request, None)
-        if not body:
-            errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
-            raise HTTPProblem(422, "no fields to override", errors=errors)
-        applied = await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
+
+        async def change() -> Any:
+            body = await json_object(request, None)
+            if not body:
+                errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
+                raise HTTPProblem(422, "no fields to override", errors=errors)
+            return await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
+
+        applied = await _change(tally, OVERRIDE_SOURCE, change)
         return {"status": "applied", **applied.as_dict()}
 
-    @app.post("/replicas/{index}/restart")
+    @app.post("/replicas/{index}/restart", responses=openapi.RESPONSES)
     async def restart(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.restart_replica(index))
         return {"status": "restarted", **row}
 
-    @app.post("/replicas/{index}/resync")
+    @app.post("/replicas/{index}/resync", responses=openapi.RESPONSES)
     async def resync(request: Request, index: int) -> dict[str, Any]:
         require_admin(request)
         row = await run_in_threadpool(lambda: backend.resync_replica(index))
@@ -302,7 +321,7 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend) -> None:
 
 
 def config_report() -> dict[str, Any]:
-    """The published config as `/server_info` shows it: values, generation, overrides and their provenance."""
+    """The published config as `/server_info` shows it: values, what resolution decided and why, generation, overrides and their provenance."""
     ctx = get_context()
     overrides_log = ctx.overrides_log()
     changed = sorted({c.name for rec in overrides_log for c in rec.changes})
@@ -315,8 +334,16 @@ def config_report() -> dict[str, Any]:
     # the value each overridden field had at startup: the winner of the launch layers
     startup = {name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
                for name, chain in provenance.items()}
+    # every value resolution decided (the KV budget and request cap among them), with its reason
+    resolution = {}
+    for name in ctx.schema.field_names():
+        decided = [o for o in ctx.explain(name) if o.layer == "resolution"]
+        if decided:
+            step, _, reason = decided[-1].detail.partition(" (")
+            resolution[name] = {"step": step, "reason": reason.removesuffix(")"), "value": decided[-1].shown_value()}
     return {
         "config": ctx.resolved_dict(redact=True),
+        "resolution": resolution,
         "generation": ctx.generation,
         "fingerprint": ctx.fingerprint(),
         "overrides": [rec.as_dict(redact=True) for rec in overrides_log],

@@ -33,6 +33,21 @@ class Applied:
         }
 
 
+@attrs.frozen(slots=True)
+class EngineLoad:
+    """One engine's queue and pool use: `replica` is its index in a group, None for a server's only engine.
+
+    In a group each value is the replica's last report (`replica_heartbeat_interval_s` old
+    at most); a gauge it does not have (no prefix cache) is None and not exported.
+    """
+
+    replica: int | None
+    queued: int
+    running: int
+    token_usage: float | None = None
+    cache_hit_rate: float | None = None
+
+
 class ServingBackend(Protocol):
     """The work behind the routes; blocking methods run on the app's thread pool.
 
@@ -46,16 +61,24 @@ class ServingBackend(Protocol):
         """Whether the server can serve, and the body of `/health`."""
         ...
 
+    def busy(self) -> int:
+        """Requests not answered yet, across every engine (a stopping server waits for none)."""
+        ...
+
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Run one `/generate` request (arguments from `bodies.generate_args`) and return its answer."""
+        """Run one engine request (`Engine.submit`'s arguments as plain data) and return its answer."""
+        ...
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run several as one unit of work (a batch, n choices); cancelled, they leave the scheduler."""
         ...
 
     def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Run one request as a stream: `{"text", "token_ids"}` pieces, then the `/generate` answer."""
         ...
 
-    def usage(self) -> dict[str, float]:
-        """Gauges for `/metrics` the backend can read cheaply (`token_usage`, `cache_hit_rate`); may be empty."""
+    def loads(self) -> list[EngineLoad]:
+        """What each engine behind the backend holds now, for the gauges of `/metrics` (read cheaply)."""
         ...
 
     async def flush_cache(self) -> dict[str, Any]:

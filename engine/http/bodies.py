@@ -8,16 +8,27 @@ bad field), so a bad request changes nothing.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+import attrs
 from fastapi import Request
 
-from engine.errors import RequestRejected
+from engine.errors import InvalidRequest
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
-from engine.sampling import SamplingParams
+from engine.request_params import (
+    SAMPLING_NAMES,
+    RequestOptions,
+    SamplingParams,
+    check_fanout,
+    check_prompts,
+    check_timeout,
+    problems_header,
+    refuse,
+    structure_params,
+)
 from runtime.serving import get_serving
+from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (
@@ -27,37 +38,26 @@ ATTACH_FIELDS = (
     "hicache_storage_prefetch_policy",
     "hicache_write_policy",
 )
-GENERATE_FIELDS = (
-    "text",
-    "prompt",
-    "input_ids",
-    "max_new_tokens",
-    "max_tokens",
-    "temperature",
-    "seed",
-    "ignore_eos",
-    "sampling_params",
-    "timeout_s",
-    "stream",
-)
-MAX_TEMPERATURE = 100.0
-MAX_SEED = 2**64 - 1  # what a torch generator takes
-# what `sampling_params` may hold; a top-level key of the same name wins
-SAMPLING_KEYS = (
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "stop",
-    "stop_token_ids",
-    "ignore_eos",
-    "seed",
-    "repetition_penalty",
-    "frequency_penalty",
-    "presence_penalty",
-)
-FLOAT_PARAMS = ("top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty")
+# `/generate`'s own aliases of the model's names
+NATIVE_NAMES: dict[str, str] = {"max_tokens": "max_new_tokens"}
+PROMPT_FIELDS = ("text", "prompt", "input_ids")
+GENERATE_FIELDS = (*PROMPT_FIELDS, "sampling_params", *SAMPLING_NAMES, *NATIVE_NAMES, "stream", "timeout_s")
+
+
+@attrs.frozen(slots=True)
+class GenerateRequest:
+    """A checked `/generate` body: its prompts (several for a batch), sampling and options."""
+
+    prompts: tuple[str | tuple[int, ...], ...]
+    batch: bool
+    sampling: SamplingParams
+    options: RequestOptions
+    path: str  # where the prompt was given, for refusals about it
+
+    def engine_args(self) -> list[dict[str, Any]]:
+        """One set of `Engine.submit` arguments per prompt, plain data (they may cross to a replica)."""
+        common = {**self.sampling.as_dict(), "timeout_s": self.options.timeout_s}
+        return [{"prompt_or_ids": p if isinstance(p, str) else list(p), **common} for p in self.prompts]
 
 
 async def json_object(request: Request, allowed: tuple[str, ...] | None, namespace: str = "body") -> dict[str, Any]:
@@ -101,106 +101,66 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
     }
 
 
-def generate_args(body: dict[str, Any]) -> dict[str, Any]:
-    """`Engine.generate` keyword arguments from a `/generate` body (`sampling_params` merged in)."""
-    params = body.get("sampling_params") or {}
-    if not isinstance(params, dict):
-        raise HTTPProblem(422, "invalid generate request", errors=["$.generate.sampling_params: expected an object"])
-    unknown = [k for k in params if k not in SAMPLING_KEYS]
-    if unknown:
-        lines = [f"$.generate.sampling_params.{k}: unknown sampling parameter '{k}'{did_you_mean(k, SAMPLING_KEYS)}"
-                 for k in unknown]
-        raise HTTPProblem(400, f"unknown sampling parameter '{unknown[0]}'", errors=lines)
-    merged = {**params, **{k: v for k, v in body.items() if k != "sampling_params"}}
-    errors: list[str] = []
-    text = merged.get("text", merged.get("prompt"))
-    ids = merged.get("input_ids")
-    if (text is None) == (ids is None):
-        errors.append("$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'")
-    if text is not None and not isinstance(text, str):
-        errors.append(f"$.generate.text: expected a string, got {type(text).__name__}")
-    if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in ids)):
-        errors.append("$.generate.input_ids: expected a list of integers")
-    max_new = merged.get("max_new_tokens", merged.get("max_tokens", 16))
-    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
-        errors.append(f"$.generate.max_new_tokens: expected an integer >= 1, got {max_new!r}")
-    temperature = merged.get("temperature", 0.0)
-    if not _is_number(temperature) or temperature < 0:
-        errors.append(f"$.generate.temperature: expected a number >= 0, got {temperature!r}")
-    elif temperature > MAX_TEMPERATURE:
-        errors.append(f"$.generate.temperature: expected a number <= {MAX_TEMPERATURE:g}, got {temperature!r}")
-    seed = merged.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-        errors.append(f"$.generate.seed: expected an integer >= 0, got {seed!r}")
-    elif seed is not None and seed > MAX_SEED:
-        errors.append(f"$.generate.seed: expected an integer <= 2**64 - 1, got {seed!r}")
-    errors.extend(_length_errors(text, ids))
-    timeout_s = merged.get("timeout_s")
-    deadline = get_serving().request_timeout_s
-    if timeout_s is not None and (not _is_number(timeout_s) or not 0 < timeout_s <= deadline):
-        errors.append(
-            f"$.generate.timeout_s: expected a number of seconds in (0, {deadline:g}] ('request_timeout_s'), got {timeout_s!r}"
-        )
-    ignore_eos = merged.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        errors.append(f"$.generate.ignore_eos: expected a boolean, got {ignore_eos!r}")
-    sampling: dict[str, Any] = {}
-    for name in FLOAT_PARAMS:
-        if name in merged and merged[name] is not None:
-            v = merged[name]
-            if not isinstance(v, int | float) or isinstance(v, bool):
-                errors.append(f"$.generate.{name}: expected a number, got {v!r}")
-            else:
-                sampling[name] = float(v)
-    top_k = merged.get("top_k")
-    if top_k is not None:
-        if not isinstance(top_k, int) or isinstance(top_k, bool):
-            errors.append(f"$.generate.top_k: expected an integer, got {top_k!r}")
-        else:
-            sampling["top_k"] = top_k
-    stop_ids = merged.get("stop_token_ids") or []
-    stop = merged.get("stop")
-    if stop is not None and stop != []:
-        stops = stop if isinstance(stop, list) else [stop]
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in stops):
-            stop_ids = [*stop_ids, *stops]
-        else:
-            raise HTTPProblem(400, "stop strings are not cut by /generate", errors=[
-                f"$.generate.stop: got {stop!r}; /generate stops on token ids -- send 'stop_token_ids' (or ids in "
-                "'stop'), or use /v1/completions, whose 'stop' cuts the text at a string"])
-    if not (isinstance(stop_ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids)):
-        errors.append(f"$.generate.stop_token_ids: expected a list of integers, got {stop_ids!r}")
-    elif stop_ids:
-        sampling["stop_token_ids"] = tuple(stop_ids)
-    if errors:
-        raise HTTPProblem(422, "invalid generate request", errors=errors)
+def generate_request(body: dict[str, Any]) -> GenerateRequest:
+    """The checked request of a `/generate` body; raises InvalidRequest (422) naming every bad field.
+
+    Sampling parameters may be given at the top level or in `sampling_params` (the top
+    level wins); both go through the one request model (`engine.request_params`).
+    """
+    nested = body.get("sampling_params") or {}
+    if not isinstance(nested, dict):
+        raise refuse("$.sampling_params", f"expected an object (got {type(nested).__name__})")
+    values: dict[str, tuple[str, str, Any]] = {}
+    for key, value in nested.items():
+        key = str(key)
+        values[NATIVE_NAMES.get(key, key)] = (f"$.sampling_params.{key}", NATIVE_NAMES.get(key, key), value)
+    for key, value in body.items():
+        if key in ("sampling_params", *PROMPT_FIELDS):
+            continue
+        values[NATIVE_NAMES.get(key, key)] = (f"$.{key}", NATIVE_NAMES.get(key, key), value)
+    problems: list[Problem] = []  # the prompt's and the parameters', reported together
     try:
-        SamplingParams(temperature=float(temperature), **sampling).check()
-    except RequestRejected as exc:
-        raise HTTPProblem(400, str(exc)) from None
-    return {
-        "prompt_or_ids": text if text is not None else ids,
-        "max_new_tokens": max_new,
-        "temperature": float(temperature),
-        "seed": seed,
-        "ignore_eos": ignore_eos,
-        "timeout_s": None if timeout_s is None else float(timeout_s),
-        **sampling,
-    }
+        prompts, batch, path = _prompts(body)
+    except InvalidRequest as exc:
+        problems.extend(exc.problems)
+    try:
+        sampling, options = structure_params(values.values())
+    except InvalidRequest as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise InvalidRequest(problems, header=problems_header(problems))
+    if options.n != 1:
+        raise refuse(values["n"][0], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
+    serving = get_serving()
+    check_prompts(list(prompts), path, max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items)
+    check_fanout(len(prompts), 1, serving.max_batch_requests, path)
+    check_timeout(options.timeout_s, serving.request_timeout_s, values.get("timeout_s", ("$.timeout_s",))[0])
+    return GenerateRequest(prompts, batch, sampling, options, path)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _length_errors(text: Any, ids: Any) -> list[str]:
-    """The prompt against 'max_prompt_chars', measured before anything is tokenized."""
-    limit = get_serving().max_prompt_chars
-    if isinstance(text, str) and len(text) > limit:
-        return [f"$.generate.text: {len(text)} characters, more than 'max_prompt_chars' ({limit}) -- shorten the prompt"]
-    if isinstance(ids, list) and len(ids) > limit:
-        return [f"$.generate.input_ids: {len(ids)} token ids, more than 'max_prompt_chars' ({limit}) -- shorten the prompt"]
-    return []
+def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
+    """The prompts of a body (one, or a batch: a list of texts or of id lists), whether it is a batch, and its path."""
+    given = [k for k in PROMPT_FIELDS if body.get(k) is not None]
+    if len(given) != 1:
+        raise refuse("$.text", "give exactly one of 'text' (or 'prompt') and 'input_ids'")
+    key = given[0]
+    value, path = body[key], f"$.{key}"
+    if key == "input_ids":
+        if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
+            if all(ids and all(_is_int(t) for t in ids) for ids in value):
+                return tuple(tuple(ids) for ids in value), True, path
+        elif isinstance(value, list) and all(_is_int(t) for t in value):
+            return (tuple(value),), False, path
+        raise refuse(path, "expected a list of integers, or a non-empty list of such lists")
+    if isinstance(value, str):
+        return (value,), False, path
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        return tuple(value), True, path
+    raise refuse(path, "expected a string or a non-empty list of strings")
 
 
 def attach_args(body: dict[str, Any]) -> dict[str, Any]:

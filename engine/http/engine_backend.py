@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio.to_thread
 from fastapi.concurrency import run_in_threadpool
 
 from engine.engine import Engine
 from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
-from engine.http.backend import Applied
+from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
+from engine.request_params import sampling_of
 
 ROLE = "scheduler"
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
@@ -36,22 +40,66 @@ class EngineBackend:
                 body["detail"] = storage_degraded_text(storage)
         return True, body
 
-    def usage(self) -> dict[str, float]:
-        return self.engine.usage()
+    def loads(self) -> list[EngineLoad]:
+        queued, running = self.engine.busy_counts()
+        usage = self.engine.usage()
+        return [EngineLoad(None, queued, running, usage.get("token_usage"), usage.get("cache_hit_rate"))]
+
+    def busy(self) -> int:
+        return sum(self.engine.busy_counts())
 
     async def generate(self, args: dict[str, Any]) -> dict[str, Any]:
-        result = await run_in_threadpool(lambda: self.engine.generate(**args))
-        return generate_body(result)
+        return (await self.generate_many([args]))[0]
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Submit every item as one unit of work and await them on the event loop, no thread held per item.
+
+        Cancelled (the client went away), the requests leave the scheduler at its next step.
+        """
+        items = [(a["prompt_or_ids"], sampling_of(_sampling_args(a))) for a in argss]
+        timeout_s = argss[0].get("timeout_s") if argss else None
+        reqs = await run_in_threadpool(lambda: self.engine.submit_batch(items, timeout_s=timeout_s))
+        try:
+            await asyncio.gather(*(self._finished(r) for r in reqs))
+        except BaseException:
+            self.engine.cancel(reqs)
+            raise
+        return [generate_body(self.engine.wait(r)) for r in reqs]
+
+    async def _finished(self, req: Any) -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def wake() -> None:  # from the scheduler's thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
+                loop.call_soon_threadsafe(settle)
+
+        req.add_done_callback(wake)
+        while not done.done():
+            left = None if req.deadline is None else max(req.deadline - self.engine.clock(), 0.0) + 0.01
+            try:
+                await asyncio.wait_for(asyncio.shield(done), left)
+            except TimeoutError:  # no step ran past the deadline (a paused engine): fail it now
+                await run_in_threadpool(self.engine.expire_overdue)
 
     async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         tokens = await run_in_threadpool(lambda: self.engine.stream(**args))
-        while True:
-            # each chunk blocks until the scheduler fills it, so wait for it off the event loop
-            chunk = await run_in_threadpool(next, tokens, None)
-            if chunk is None:
-                break
-            yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
-        yield generate_body(tokens.result())
+        try:
+            while True:
+                # each chunk blocks until the scheduler fills it, so wait for it off the event loop;
+                # a cancelled wait (the client left) must not wait for a chunk that may never come
+                chunk = await anyio.to_thread.run_sync(next, tokens, None, abandon_on_cancel=True)
+                if chunk is None:
+                    break
+                yield {"text": chunk.text, "token_ids": list(chunk.token_ids)}
+            yield generate_body(tokens.result())
+        finally:  # the client went away mid-stream (or the stream failed): free what it holds
+            if not tokens.req.done.is_set():
+                self.engine.cancel([tokens.req])
 
     async def flush_cache(self) -> dict[str, Any]:
         freed = await run_in_threadpool(self.engine.flush_cache)
@@ -96,6 +144,10 @@ class EngineBackend:
 
     def resync_replica(self, index: int) -> dict[str, Any]:
         raise NoSuchReplica(_no_replicas(index))
+
+
+def _sampling_args(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s")}
 
 
 def storage_degraded_text(storage: dict[str, Any]) -> str:

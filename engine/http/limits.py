@@ -8,11 +8,16 @@ would turn into a crash or an unbounded cost later: nesting past `max_json_depth
 parser recurses), integers longer than `max_json_integer_digits` (arithmetic on them is
 quadratic and `int()` itself gives up past 4300 digits), `NaN`/`Infinity` literals and
 numbers that overflow to infinity, and strings holding lone surrogates (they cannot be
-encoded as UTF-8, so tokenizing or logging them would fail).
+encoded as UTF-8, so tokenizing or logging them would fail). Each refusal names the
+path of the value (`$.temperature`), and a non-finite number is refused in the words of
+the request model, so a NaN gets the same answer whether it came as JSON or from Python.
+Bodies arrive within `body_timeout_s` of the request (408 otherwise), so a client that
+sends its body slowly, or never, does not hold a worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -36,11 +41,13 @@ class BodyLimits:
     max_bytes: int
     max_depth: int
     max_integer_digits: int
+    timeout_s: float = 30.0
 
     @classmethod
     def current(cls) -> BodyLimits:
         serving = get_serving()
-        return cls(serving.max_request_body_bytes, serving.max_json_depth, serving.max_json_integer_digits)
+        return cls(serving.max_request_body_bytes, serving.max_json_depth, serving.max_json_integer_digits,
+                   serving.body_timeout_s)
 
 
 def _too_large(size: int | str, limit: int) -> HTTPProblem:
@@ -61,11 +68,21 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
             raise _too_large(int(declared), limits.max_bytes)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_bytes:
-            raise _too_large(f"more than {limits.max_bytes}", limits.max_bytes)
-        chunks.append(chunk)
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_bytes:
+                raise _too_large(f"more than {limits.max_bytes}", limits.max_bytes)
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), limits.timeout_s)
+    except TimeoutError:
+        msg = (f"the request body did not arrive within 'body_timeout_s' ({limits.timeout_s:g} s; {size} bytes came)"
+               " -- send the body with the request")
+        raise HTTPProblem(408, msg, headers={"Connection": "close"}) from None
     return b"".join(chunks)
 
 
@@ -91,21 +108,37 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def _check_strings(value: Any, path: str) -> None:
+@attrs.frozen(slots=True)
+class _LongInteger:
+    """An integer literal past 'max_json_integer_digits', kept unconverted until its path is known."""
+
+    digits: int
+
+
+def _check_values(value: Any, path: str, limits: BodyLimits) -> None:
+    """Refuse, naming the path, what the parser let through only to be reported here."""
     if isinstance(value, str):
         if not value.isascii() and _has_lone_surrogate(value):
             raise _Refused(f"{path}: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
+    elif isinstance(value, float):
+        if not math.isfinite(value):  # the wording of the request model's own refusal
+            raise _Refused(f"{path}: expected a finite number (got {value!r})")
+    elif isinstance(value, _LongInteger):
+        raise _Refused(
+            f"{path}: an integer of {value.digits} digits is longer than 'max_json_integer_digits' "
+            f"({limits.max_integer_digits}) allows"
+        )
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_strings(key, path)
-            _check_strings(item, f"{path}.{key}")
+            _check_values(key, path, limits)
+            _check_values(item, f"{path}.{key}", limits)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_strings(item, f"{path}[{i}]")
+            _check_values(item, f"{path}[{i}]", limits)
 
 
 def parse_json(raw: bytes, limits: BodyLimits) -> Any:
-    """Parse a body under `limits`; raises HTTPProblem 400 (not JSON) or 422 (JSON past a limit)."""
+    """Parse a body under `limits`; raises HTTPProblem 400 (not JSON) or 422 (JSON past a limit, naming its path)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -116,27 +149,14 @@ def parse_json(raw: bytes, limits: BodyLimits) -> Any:
         line = f"$: nested {depth} levels deep, more than 'max_json_depth' ({limits.max_depth}) allows"
         raise HTTPProblem(422, "the body is nested too deeply -- flatten it", errors=[line])
 
-    def integer(digits: str) -> int:
+    def integer(digits: str) -> int | _LongInteger:
         count = len(digits.lstrip("-"))
-        if count > limits.max_integer_digits:
-            raise _Refused(
-                f"$: an integer of {count} digits is longer than 'max_json_integer_digits' "
-                f"({limits.max_integer_digits}) allows"
-            )
-        return int(digits)
-
-    def number(literal: str) -> float:
-        value = float(literal)
-        if not math.isfinite(value):
-            raise _Refused(f"$: the number {literal[:40]} overflows to infinity -- send a finite number")
-        return value
-
-    def constant(name: str) -> float:
-        raise _Refused(f"$: {name} is not a JSON number -- send a finite number")
+        return _LongInteger(count) if count > limits.max_integer_digits else int(digits)
 
     try:
-        body = json.loads(text, parse_int=integer, parse_float=number, parse_constant=constant)
-        _check_strings(body, "$")
+        # NaN, Infinity and numbers that overflow parse to non-finite floats, refused below with their path
+        body = json.loads(text, parse_int=integer, parse_constant=float)
+        _check_values(body, "$", limits)
     except _Refused as exc:
         raise HTTPProblem(422, "the body holds a value this server does not accept", errors=[str(exc)]) from None
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:

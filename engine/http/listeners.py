@@ -7,10 +7,12 @@ bound sockets are handed to uvicorn as they are, so no other process can take th
 port in between.
 
 `serve_listeners` runs one uvicorn server per listener in one event loop and owns the
-stop signals for all of them. On SIGTERM or SIGINT every listener stops accepting at
-once; requests in flight get `shutdown_grace_s` to finish, then the backend fails what
-is left (503, "the server is shutting down") so every caller gets an answer, and the
-loop returns. A second signal skips the wait.
+stop signals for all of them. On SIGTERM or SIGINT the server is marked stopping
+(`engine.http.lifecycle`): the listeners stay open, `/health` answers 503 `stopping` so
+load balancers move away, and every new request is refused with 503. Requests in flight
+get `shutdown_grace_s` to finish; once none is left (or the grace ran out) every
+listener closes, the backend fails what is left (503, "the server is shutting down") so
+every caller gets an answer, and the loop returns. A second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from engine.errors import PortUnavailable
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # after the grace period, what is aborted still needs a moment to send its 503
 ABORT_ANSWER_S = 5.0
+# how often a stopping server looks whether its last request was answered
+DRAIN_POLL_S = 0.05
 
 log = structlog.get_logger(__name__)
 
@@ -122,8 +126,12 @@ class EarlyStop:
         self.received.append(signum)
 
 
-def _uvicorn_server(app: Any, grace_s: float) -> Any:
+def uvicorn_server(app: Any, grace_s: float) -> Any:
+    """A uvicorn server for `app` that leaves the stop signals to us, with the connection settings of `serving`."""
     import uvicorn
+
+    from engine.http.connections import uvicorn_options
+    from runtime.serving import get_serving
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -133,7 +141,8 @@ def _uvicorn_server(app: Any, grace_s: float) -> Any:
             yield
 
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S)
+        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S),
+        **uvicorn_options(get_serving()),
     )
     return _Server(config)
 
@@ -143,7 +152,7 @@ async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: An
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals: list[int] = list(early.received)
-    servers = [_uvicorn_server(app, grace_s) for app in apps]
+    servers = [uvicorn_server(app, grace_s) for app in apps]
 
     def on_signal(signum: int) -> None:
         signals.append(signum)
@@ -163,11 +172,13 @@ async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: An
         stopper = asyncio.create_task(stop.wait())
         # a stop signal, or one server ending on its own (it failed): either way all stop
         await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        deadline = loop.time() + grace_s
         if signals:
             log.info("server.stopping", signals=[signal.Signals(s).name for s in signals], grace_s=grace_s)
+            await _drain(apps, servers, deadline)
         for server in servers:
             server.should_exit = True
-        abort = loop.call_later(grace_s, lambda: loop.run_in_executor(None, _abort, backend))
+        abort = loop.call_later(max(0.0, deadline - loop.time()), lambda: loop.run_in_executor(None, _abort, backend))
         await asyncio.gather(*tasks, return_exceptions=True)
         abort.cancel()
         stopper.cancel()
@@ -182,6 +193,18 @@ async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: An
     return all(s.started for s in servers) or bool(signals), signals
 
 
+async def _drain(apps: Sequence[Any], servers: Sequence[Any], deadline: float) -> None:
+    """Say stopping and refuse new requests, listening on, until none is in flight, the grace ends or a second signal."""
+    loop = asyncio.get_running_loop()
+    lifecycles = {id(life): life for life in (getattr(app.state, "lifecycle", None) for app in apps) if life is not None}
+    for life in lifecycles.values():
+        life.stop()
+    while loop.time() < deadline and not any(s.force_exit for s in servers) and not all(s.should_exit for s in servers):
+        if not any(life.inflight for life in lifecycles.values()):
+            return
+        await asyncio.sleep(DRAIN_POLL_S)
+
+
 def _abort(backend: Any) -> None:
     count = backend.abort_inflight("the server is shutting down and its grace period ran out -- retry on another server")
     log.warning("server.grace_expired", aborted_requests=count)
@@ -194,4 +217,4 @@ def serve_listeners(listeners: Sequence[Listener], apps: Sequence[Any], backend:
     return 0 if served else 1
 
 
-__all__ = ["EarlyStop", "Listener", "bind", "bind_listeners", "close_listeners", "serve_listeners"]
+__all__ = ["EarlyStop", "Listener", "bind", "bind_listeners", "close_listeners", "serve_listeners", "uvicorn_server"]

@@ -4,13 +4,17 @@ Names follow the usual serving runtimes' (`num_running_reqs`, `num_queue_reqs`,
 `prompt_tokens_total`, `generation_tokens_total`, `time_to_first_token_seconds`,
 `e2e_request_latency_seconds`), so a dashboard ports by renaming the prefix. Counters and
 histograms are fed by the routes as each request finishes; gauges are read from the
-backend and the config context when scraped, so they are never stale. Each app owns its
-registry, so two apps in one process never share counts.
+backend and the config context when scraped, so they are never stale. The queue and pool
+gauges have one series per engine: unlabelled for one engine, labelled `replica` in a
+group (each replica's last report), so both modes export the same names.
+`config_overrides_total{source,result}` counts every config change since start
+(`applied`, `reverted`, `refused`); it only ever rises. Each app owns its registry, so two
+apps in one process never share counts; the apps of one server share its override tally.
 """
 
 from __future__ import annotations
 
-from collections import Counter as Tally
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,33 +24,82 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from engine.http.backend import ServingBackend
 from runtime.context import get_context
 from runtime.errors import NotPublishedError
+from runtime.overrides import REVERT_PREFIX, inner_source
 
 PREFIX = "sgconf:"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class _Live:
-    """Gauges read at scrape time: queue sizes, config generation and overrides by source and result."""
+class OverrideTally:
+    """Config changes by source and result since the server started: a monotonic count, never rebuilt.
 
-    def __init__(self, backend: ServingBackend) -> None:
+    `applied` and `reverted` come from the config context (every commit of any source,
+    heard as a subscriber); `refused` from the routes that take a change (`refused()`),
+    whatever refused it. One tally is shared by every app of a server, so a change
+    refused on the admin listener shows in the public `/metrics`.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._subscription: Any = None
+        try:
+            self._subscription = get_context().subscribe(self._committed)
+        except NotPublishedError:
+            pass  # nothing can commit before publish: only refusals are counted then
+
+    def _committed(self, event: Any) -> None:
+        source = str(event.record.source)
+        if source.startswith(REVERT_PREFIX):
+            self._bump(inner_source(source), "reverted")
+        else:
+            self._bump(source, "applied")
+
+    def refused(self, source: str) -> None:
+        self._bump(source, "refused")
+
+    def _bump(self, source: str, result: str) -> None:
+        with self._lock:
+            self._counts[(source, result)] = self._counts.get((source, result), 0) + 1
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+# (name, help, EngineLoad attribute): one series per engine, labelled `replica` in a group
+_LOAD_GAUGES = (
+    ("num_running_reqs", "requests running now", "running"),
+    ("num_queue_reqs", "requests waiting to be admitted", "queued"),
+    ("token_usage", "share of KV pool slots in use", "token_usage"),
+    ("cache_hit_rate", "share of looked-up prompt tokens served from the prefix cache", "cache_hit_rate"),
+)
+
+
+class _Live:
+    """Series read at scrape time: each engine's load, the config generation, the override tally."""
+
+    def __init__(self, backend: ServingBackend, tally: OverrideTally) -> None:
         self.backend = backend
+        self.tally = tally
 
     def collect(self) -> Iterator[Metric]:
-        _, health = self.backend.health()
-        running = GaugeMetricFamily(PREFIX + "num_running_reqs", "requests running now")
-        running.add_metric([], float(health.get("running", 0)))
-        queued = GaugeMetricFamily(PREFIX + "num_queue_reqs", "requests waiting to be admitted")
-        queued.add_metric([], float(health.get("queued", 0)))
-        yield running
-        yield queued
-        usage = self.backend.usage()
-        for name, doc in (("token_usage", "share of KV pool slots in use"),
-                          ("cache_hit_rate", "share of looked-up prompt tokens served from the prefix cache")):
-            if name in usage:
-                gauge = GaugeMetricFamily(PREFIX + name, doc)
-                gauge.add_metric([], float(usage[name]))
+        loads = self.backend.loads()
+        labels = ["replica"] if any(load.replica is not None for load in loads) else []
+        for name, doc, attr in _LOAD_GAUGES:
+            gauge = GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+            for load in loads:
+                value = getattr(load, attr)
+                if value is not None:
+                    gauge.add_metric([str(load.replica)] if labels else [], float(value))
+            if gauge.samples or attr in ("running", "queued"):
                 yield gauge
+        overrides = CounterMetricFamily(PREFIX + "config_overrides", "config changes by source and result",
+                                        labels=["source", "result"])
+        for (source, result), count in sorted(self.tally.counts().items()):
+            overrides.add_metric([source, result], float(count))
+        yield overrides
         try:
             ctx = get_context()
         except NotPublishedError:  # the engine stopped and took its config
@@ -54,24 +107,13 @@ class _Live:
         gen = GaugeMetricFamily(PREFIX + "config_generation", "the config generation in force")
         gen.add_metric([], float(ctx.generation))
         yield gen
-        tally: Tally[tuple[str, str]] = Tally()
-        for rec in ctx.overrides_log():
-            source = str(rec.source)
-            if source.startswith("revert:"):
-                tally[(source.removeprefix("revert:"), "reverted")] += 1
-            else:
-                tally[(source, "applied")] += 1
-        overrides = CounterMetricFamily(PREFIX + "config_overrides", "post-publish overrides by source and result",
-                                        labels=["source", "result"])
-        for (source, result), count in sorted(tally.items()):
-            overrides.add_metric([source, result], float(count))
-        yield overrides
 
 
 class Metrics:
     """One app's metrics: `observe(meta)` for each finished request, `render()` for a scrape."""
 
-    def __init__(self, backend: ServingBackend) -> None:
+    def __init__(self, backend: ServingBackend, tally: OverrideTally | None = None) -> None:
+        self.tally = OverrideTally() if tally is None else tally
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(PREFIX + "num_requests", "finished requests", registry=r)
@@ -83,7 +125,7 @@ class Metrics:
                               buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "request latency from admission to the end",
                              buckets=LATENCY_BUCKETS, registry=r)
-        r.register(_Live(backend))  # type: ignore[arg-type]
+        r.register(_Live(backend, self.tally))  # type: ignore[arg-type]
 
     def observe(self, meta: dict[str, Any]) -> None:
         """Count one finished request from its `/generate` meta."""

@@ -1,7 +1,8 @@
 """Error answers: `HTTPProblem`, and the status code of every exception a route may raise.
 
 A status is chosen by the exception's type (`STATUS_BY_TYPE`, most specific class
-first), never by comparing messages, so a new failure gets a status by declaring a
+first), or for a change a replica group refused by the typed reason each rank gave
+(`STATUS_BY_REFUSAL`), never by comparing messages, so a new failure gets a status by declaring a
 class. The body is always `{"detail": ..., "errors": [...]}`: one line of what
 happened and, for config problems, one `$.namespace.field: reason` line each.
 """
@@ -21,6 +22,7 @@ from engine.errors import (
     EngineStopped,
     GenerationError,
     NoSuchReplica,
+    Refusal,
     ReplicaExited,
     ReplicaFailed,
     ReplicaRunning,
@@ -79,11 +81,25 @@ STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
 )
 
 
+# a config change refused by some rank of a group: the status of its reason, as one engine
+# raising that reason's exception would answer; with several reasons the first listed wins,
+# so a change the client must fix is reported before a state of the server
+STATUS_BY_REFUSAL: tuple[tuple[Refusal, int], ...] = (
+    (Refusal.INVALID, 422),
+    (Refusal.NOT_HOT, 422),
+    (Refusal.CAPACITY, 422),
+    (Refusal.STORAGE, 400),
+    (Refusal.DIVERGED, 409),
+    (Refusal.DRAIN_TIMEOUT, 409),
+    (Refusal.FAILED, 503),
+)
+
+
 def status_of(exc: BaseException) -> int:
     """The HTTP status for an exception a route let through; 500 for anything undeclared."""
     if isinstance(exc, PropagationFailed) and not isinstance(exc, RanksSilent):
-        # refused by the coordinator itself: the input is bad (422); by another rank: that rank failed (400)
-        return 422 if list(exc.refusals) == [0] else 400
+        given = set(exc.reasons.values())
+        return next((status for reason, status in STATUS_BY_REFUSAL if reason.value in given), 503)
     for cls, status in STATUS_BY_TYPE:
         if isinstance(exc, cls):
             return status
@@ -121,6 +137,15 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("http.error", path=request.url.path, error=repr(exc))
         return JSONResponse({"detail": "internal error -- see the server log"}, status_code=500)
 
+    async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+        # a path or query parameter FastAPI itself checked (a replica index that is not a number)
+        errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
+        lines = [f"$.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
+        return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
+
+    from fastapi.exceptions import RequestValidationError
+
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPProblem, _problem)
     for cls, _status in STATUS_BY_TYPE:
         app.add_exception_handler(cls, _problem)

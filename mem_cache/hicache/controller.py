@@ -17,27 +17,19 @@ Write policies: `write_through` stores a page in host and storage at backup time
 loaded back at least once (proven reuse), and on nothing else.
 
 Storage I/O runs on background threads (one writer, `io_threads` readers); host pool
-and device copies happen under one lock. Storage errors never reach the caller:
-damaged pages are counted in `stats.corrupt_skipped`, pages that fail their MAC in
-`stats.forged_skipped`, and both are treated as missing; failed writes are counted in
-`stats.write_errors` and back the backend off (it reports itself degraded). No call
-made on the engine's path waits on storage longer than `read_timeout_s`: a read or an
-existence check that takes longer counts in `stats.read_timeouts` and is a miss (the
-read may still land in host later, for the next request).
-
-Sliding-window layers are copied through the pool's full->SWA slot map; a token
-whose SWA slot was released maps to slot 0, so a caller that releases SWA slots
-must back a page up before releasing them (the engine's scheduler does) and never
-after.
+and device copies (`mem_cache.hicache.device_copy`) happen under one lock. Storage
+errors never reach the caller: damaged or forged pages are counted and treated as
+missing; failed writes are counted and back the backend off (it reports itself
+degraded). No call on the engine's path waits on storage longer than `read_timeout_s`:
+a read that takes longer counts in `stats.read_timeouts` and is a miss.
 
 Attach is two-phase, so several ranks can make it all-or-nothing:
 `prepare_attach` opens and validates the backend without touching the controller,
 then `commit_attach` (cannot fail on a valid handle) or `abort_attach` (releases it
 and removes a directory that opening created). `attach_storage_backend` does both.
 
-The module is long because the three tiers, the write policies and the two-phase
-attach share one lock and one set of counters; split apart, every piece would need the
-others' internals.
+What the controller reports (`HiCacheStats`, `PrefetchResult`, `StorageStatus`) and the
+handle of a prepared attach live in `mem_cache.hicache.reports`.
 """
 
 from __future__ import annotations
@@ -49,15 +41,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import attrs
 import structlog
 import torch
 
 from mem_cache.hicache.backends import create_storage_backend
+from mem_cache.hicache.device_copy import as_index, read_device, write_device
 from mem_cache.hicache.errors import AttachStateError, LayoutMismatchError, StorageAttachError
 from mem_cache.hicache.host_pool import EvictedPage, HostKVPool
 from mem_cache.hicache.layout import KVLayout, host_pool_pages, layout_of
 from mem_cache.hicache.prefix_keys import page_keys
+from mem_cache.hicache.reports import HiCacheStats, PrefetchResult, PreparedAttach, StorageStatus
 from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase
 
 log = structlog.get_logger("mem_cache.hicache")
@@ -66,61 +59,6 @@ WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 WRITE_POLICY_FIELD = "hicache_write_policy"
 PREFETCH_POLICY_FIELD = "hicache_storage_prefetch_policy"
-
-
-@attrs.frozen(slots=True)
-class HiCacheStats:
-    """Counters since the controller was built (a snapshot)."""
-
-    backed_up_pages: int
-    host_hits: int  # pages load() served from host without storage I/O
-    storage_hits: int  # pages read back from storage (prefetch or load fallback)
-    prefetched_pages: int  # pages prefetch moved from storage into host
-    corrupt_skipped: int  # damaged pages/temp files found in storage, across backends
-    forged_skipped: int  # pages that failed their MAC or were moved under another key, across backends
-    read_timeouts: int  # storage waits on the engine's path cut short by read_timeout_s
-    storage_writes: int
-    write_errors: int
-    host_evictions: int
-    host_pages: int
-    host_capacity: int
-    pending_writes: int
-    pending_prefetches: int
-    storage_backend: str | None
-
-
-@attrs.frozen(slots=True)
-class PrefetchResult:
-    """What prefetch() achieved: `ready_tokens` can be loaded now without storage I/O."""
-
-    ready_tokens: int
-    requested_pages: int  # pages beyond the host prefix that storage holds
-    fetched_pages: int  # of those, in host when prefetch returned
-    pending_pages: int  # of those, still being read (best_effort, timeout)
-    timed_out: bool
-
-
-@attrs.frozen(slots=True)
-class StorageStatus:
-    """The attached backend and the policies in force (what GET /hicache/storage-backend shows)."""
-
-    backend: str | None
-    extra_config: Mapping[str, Any] | None
-    prefetch_policy: str
-    write_policy: str
-
-
-@attrs.define(slots=True, eq=False)
-class PreparedAttach:
-    """An opened, validated backend waiting for commit_attach or abort_attach."""
-
-    backend_name: str
-    extra_config: Mapping[str, Any]
-    backend: StorageBase
-    prefetch_policy: str
-    write_policy: str
-    owner: int  # id() of the controller that prepared it
-    state: str = "prepared"  # prepared -> committed | aborted
 
 
 class HiCacheController:
@@ -174,6 +112,8 @@ class HiCacheController:
         self._inflight: dict[str, cf.Future[bool]] = {}
         self._retired_corrupt = 0
         self._retired_forged = 0
+        self._retired_oversized = 0
+        self._retired_unsafe = 0
         self._counts = dict.fromkeys(
             ("backed_up_pages", "host_hits", "storage_hits", "prefetched_pages", "storage_writes",
              "write_errors", "host_evictions", "layout_mismatches", "read_timeouts"),
@@ -196,7 +136,7 @@ class HiCacheController:
         """
         self._check_start(start)
         page = self.page_size
-        loc = _as_index(device_indices)
+        loc = as_index(device_indices)
         keys = self.keys(token_ids)
         first = start // page
         last = min(len(keys), (start + int(loc.numel())) // page)
@@ -213,7 +153,7 @@ class HiCacheController:
                 new = new[: len(slots)]
                 if new:
                     idx = torch.cat([loc[i * page : (i + 1) * page] for i, _ in new])
-                    k, v = self._read_device(idx)
+                    k, v = read_device(self.kv_pool, self.layout, idx)
                     self.host.write(slots[: len(new)], k, v)
                     copied = len(new)
                     self._counts["backed_up_pages"] += copied
@@ -292,7 +232,7 @@ class HiCacheController:
         """
         self._check_start(start)
         page = self.page_size
-        loc = _as_index(device_indices)
+        loc = as_index(device_indices)
         keys = self.keys(list(token_ids)[:n_tokens])
         sel = keys[start // page :]
         sel = sel[: int(loc.numel()) // page]
@@ -318,7 +258,7 @@ class HiCacheController:
                 return 0
             pages = [self.host.page(k) for k in sel[:n]]
             k, v = self.host.read([p.slot for p in pages if p is not None])
-            self._write_device(loc[: n * page], k, v)
+            write_device(self.kv_pool, self.layout, loc[: n * page], k, v, non_blocking=self.host.pin_memory)
             self._counts["host_hits"] += min(from_host, n)
             for key, p in zip(sel[:n], pages, strict=True):
                 assert p is not None
@@ -360,6 +300,7 @@ class HiCacheController:
         _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
         options = _parse_extra_config(extra_config)
         opened = create_storage_backend(backend, options, mac_secret=self._mac_secret)
+        opened.bound_pages(self.layout.page_bytes)  # a stored page larger than our layout's is never read whole
         return PreparedAttach(backend, dict(options), opened, prefetch_policy, write_policy, id(self))
 
     def commit_attach(self, prepared: PreparedAttach) -> StorageStatus:
@@ -432,10 +373,13 @@ class HiCacheController:
             backend = self._backend
             corrupt = self._retired_corrupt + c["layout_mismatches"]
             forged = self._retired_forged
+            oversized, unsafe = self._retired_oversized, self._retired_unsafe
             if backend is not None:
                 bstats = backend.stats
                 corrupt += bstats.corrupt_skipped
                 forged += bstats.forged_skipped
+                oversized += bstats.oversized_skipped
+                unsafe += bstats.unsafe_skipped
             return HiCacheStats(
                 backed_up_pages=c["backed_up_pages"],
                 host_hits=c["host_hits"],
@@ -443,6 +387,8 @@ class HiCacheController:
                 prefetched_pages=c["prefetched_pages"],
                 corrupt_skipped=corrupt,
                 forged_skipped=forged,
+                oversized_skipped=oversized,
+                unsafe_skipped=unsafe,
                 read_timeouts=c["read_timeouts"],
                 storage_writes=c["storage_writes"],
                 write_errors=c["write_errors"],
@@ -498,6 +444,8 @@ class HiCacheController:
                 retired = backend.stats
                 self._retired_corrupt += retired.corrupt_skipped
                 self._retired_forged += retired.forged_skipped
+                self._retired_oversized += retired.oversized_skipped
+                self._retired_unsafe += retired.unsafe_skipped
 
     def _saves_on_evict(self) -> bool:
         return self._backend is not None and self.write_policy == "write_back"
@@ -617,47 +565,10 @@ class HiCacheController:
             if e.payload is not None:
                 self._submit_write(self._backend, e.key, e.payload)
 
-    def _read_device(self, idx: torch.Tensor) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-        pool = self.kv_pool
-        translate = getattr(pool, "translate_loc_from_full_to_swa", None)
-        swa_idx = None
-        k: dict[int, torch.Tensor] = {}
-        v: dict[int, torch.Tensor] = {}
-        for g in self.layout.layers:
-            kb = pool.get_key_buffer(g.layer_id)
-            vb = pool.get_value_buffer(g.layer_id)
-            at = idx.to(kb.device)
-            if g.is_swa and translate is not None:
-                if swa_idx is None:
-                    swa_idx = translate(at)
-                at = swa_idx
-            k[g.layer_id] = _host_view(kb[at], self.layout)
-            v[g.layer_id] = _host_view(vb[at], self.layout)
-        return k, v
-
-    def _write_device(self, loc: torch.Tensor, k: dict[int, torch.Tensor], v: dict[int, torch.Tensor]) -> None:
-        pool = self.kv_pool
-        dt = self.layout.dtype
-        for g in self.layout.layers:
-            device = pool.get_key_buffer(g.layer_id).device
-            kt = k[g.layer_id].to(device, non_blocking=self.host.pin_memory)
-            vt = v[g.layer_id].to(device, non_blocking=self.host.pin_memory)
-            if kt.dtype != dt:
-                kt, vt = kt.view(dt), vt.view(dt)
-            pool.set_kv_buffer(g.layer_id, loc.to(device), kt, vt)
-
     def _check_start(self, start: int) -> None:
         if start < 0 or start % self.page_size:
             msg = f"start must be a non-negative multiple of the page size {self.page_size} (got {start})"
             raise ValueError(msg)
-
-
-def _as_index(device_indices: Any) -> torch.Tensor:
-    return torch.as_tensor(device_indices, dtype=torch.int64).reshape(-1)
-
-
-def _host_view(t: torch.Tensor, layout: KVLayout) -> torch.Tensor:
-    return t.view(layout.host_dtype) if t.dtype != layout.host_dtype else t
 
 
 def _check_choice(field: str, value: object, choices: tuple[str, ...], error: type[Exception]) -> None:

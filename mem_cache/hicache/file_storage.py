@@ -22,14 +22,23 @@ directory anyone can write would be trusted KV.
 
 `dir`, given or defaulted, goes through `resolve_storage_dir`: `~` expanded, made
 absolute, `..` and symbolic links resolved, NUL bytes refused; the resolved path is
-what the backend uses and what its status shows. The page MAC key, unless configured,
+what the backend uses and what its status shows. After that nothing in the directory is
+trusted: every shard directory and page file is opened relative to the resolved root
+without following symbolic links, so a link planted in the directory
+cannot send a read or a write outside it (such an entry, or a FIFO or device where a
+page belongs, is counted in `stats.unsafe_skipped`, removed and read as missing);
+shard directories are created only under the opened root; a page file is read only up
+to the size its layout allows (see `storage`). The page MAC key, unless configured,
 lives in `<dir>/.sgconf-mac-key` (see `mac_key`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import secrets
+import stat
 import tempfile
 import threading
 import time
@@ -55,6 +64,10 @@ TEMP_SUFFIX = ".tmp"
 _KEY_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_.-]*$")
 DIR_FIELD = f"{EXTRA_CONFIG_FIELD}.dir"
 DIR_ENV = "SGCONF_HICACHE_FILE_DIR"
+# directories and page files are opened without following symbolic links; O_NONBLOCK so
+# that a FIFO planted where a page belongs cannot block the reader on open
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 def default_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -115,16 +128,14 @@ class FileStorage(StorageBase):
         self.created = created  # the topmost directory opening created, removed by abandon()
         self.fsync = fsync
         self.stale_temp_s = stale_temp_s
-        self._dirty_dirs: set[Path] = set()
+        self._dirty_dirs: set[str] = set()
         self._dirs_lock = threading.Lock()
+        self._unsafe_logged = False
         self._sweep_temp_files()
 
     def path_for(self, key: str) -> Path:
         """The final file name of `key` (raises ValueError for a key unsafe as a file name)."""
-        if not _KEY_RE.match(key) or len(key) > 200:
-            msg = f"storage key {key!r} is not a safe file name -- use page_keys() to make keys"
-            raise ValueError(msg)
-        return self.root / key[:2] / f"{key}{SUFFIX}"
+        return self.root / key[:2] / _file_name(key)
 
     def stored_mac_key(self) -> bytes | None:
         return key_from_directory(self.root)
@@ -133,50 +144,152 @@ class FileStorage(StorageBase):
         return {"dir": str(self.root)}
 
     def _read(self, key: str) -> bytes | None:
+        name = _file_name(key)
+        limit = self.read_limit(key)
         try:
-            return self.path_for(key).read_bytes()
+            shard = self._open_shard(key[:2], create=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.warning("hicache.storage.read_failed", backend=self.name, key=key, error=str(exc))
             return None
+        try:
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=shard)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EMLINK):  # a symbolic link where a page belongs
+                    self._remove_unsafe(shard, name, "a symbolic link")
+                else:
+                    log.warning("hicache.storage.read_failed", backend=self.name, key=key, error=str(exc))
+                return None
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    self._remove_unsafe(shard, name, "not a regular file")
+                    return None
+                want = st.st_size if limit is None else min(st.st_size, limit + 1)
+                return _read_at_most(fd, want)
+            except OSError as exc:
+                log.warning("hicache.storage.read_failed", backend=self.name, key=key, error=str(exc))
+                return None
+            finally:
+                os.close(fd)
+        finally:
+            os.close(shard)
 
     def _write(self, key: str, framed: bytes) -> None:
-        final = self.path_for(key)
-        final.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{key}.", suffix=TEMP_SUFFIX)
+        name = _file_name(key)
+        shard = self._open_shard(key[:2], create=True)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(framed)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
+            tmp = f".{key}.{secrets.token_hex(6)}{TEMP_SUFFIX}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=shard)
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+                with os.fdopen(fd, "wb") as f:
+                    f.write(framed)
+                    if self.fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
+                # a symbolic link at the final name is replaced, never followed
+                os.replace(tmp, name, src_dir_fd=shard, dst_dir_fd=shard)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=shard)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(shard)
         if self.fsync:
             with self._dirs_lock:
-                self._dirty_dirs.add(final.parent)
+                self._dirty_dirs.add(key[:2])
 
     def _has(self, key: str) -> bool:
-        return self.path_for(key).is_file()
+        name = _file_name(key)
+        try:
+            shard = self._open_shard(key[:2], create=False)
+        except OSError:
+            return False
+        try:
+            return stat.S_ISREG(os.stat(name, dir_fd=shard, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+        finally:
+            os.close(shard)
 
     def _discard(self, key: str) -> None:
+        name = _file_name(key)
         try:
-            self.path_for(key).unlink()
+            shard = self._open_shard(key[:2], create=False)
+        except OSError:
+            return
+        try:
+            os.unlink(name, dir_fd=shard)
         except OSError:
             pass
+        finally:
+            os.close(shard)
+
+    def _open_shard(self, shard: str, *, create: bool) -> int:
+        """A descriptor of the shard directory `shard` under the root, never through a symbolic link.
+
+        A symbolic link where the shard directory belongs is counted and removed;
+        then the shard reads as missing, or is created as a real directory when `create`.
+        Raises FileNotFoundError when it is missing and not created, OSError otherwise.
+        """
+        # the root is the resolved path (no link in it); opened by name each time, so a
+        # directory moved away or replaced reads as missing rather than being followed
+        root = os.open(self.root, _DIR_FLAGS)
+        try:
+            try:
+                return os.open(shard, _DIR_FLAGS, dir_fd=root)
+            except FileNotFoundError:
+                if not create:
+                    raise
+            except OSError as exc:
+                # only a link is removed; a file there makes the write fail, as any unwritable spot does
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK) or not _is_link(shard, root):
+                    raise
+                self._remove_unsafe(root, shard, "a symbolic link")
+                if not create:
+                    raise FileNotFoundError(errno.ENOENT, "shard directory removed", shard) from None
+            try:
+                os.mkdir(shard, 0o700, dir_fd=root)
+            except FileExistsError:
+                pass  # another writer made it meanwhile; the open below still refuses a link
+            return os.open(shard, _DIR_FLAGS, dir_fd=root)
+        finally:
+            os.close(root)
+
+    def _remove_unsafe(self, dir_fd: int, name: str, what: str) -> None:
+        """Count and remove an entry that is not what the layout puts there (unlink never follows a link)."""
+        self._bump("unsafe_skipped")
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+        with self._dirs_lock:
+            first, self._unsafe_logged = not self._unsafe_logged, True
+        if first:
+            log.warning("hicache.storage.unsafe_entry", backend=self.name, dir=str(self.root), entry=name, reason=what,
+                        note="further unsafe entries are counted in unsafe_skipped, not logged")
 
     def _flush(self) -> None:
         # the renames are durable only once their directories are synced
         with self._dirs_lock:
             dirs, self._dirty_dirs = self._dirty_dirs, set()
-        for d in dirs:
-            _fsync_dir(d)
+        for shard in dirs:
+            try:
+                fd = self._open_shard(shard, create=False)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def _abandon(self) -> None:
         if self.created is None:
@@ -206,7 +319,7 @@ class FileStorage(StorageBase):
                     continue
                 found += 1
                 try:
-                    if now - entry.stat().st_mtime >= self.stale_temp_s:
+                    if now - entry.stat(follow_symlinks=False).st_mtime >= self.stale_temp_s:
                         os.unlink(entry.path)
                         removed += 1
                 except OSError:
@@ -214,6 +327,32 @@ class FileStorage(StorageBase):
         if found:
             self._bump("corrupt_skipped", found)
             log.warning("hicache.storage.leftover_temp_files", dir=str(self.root), found=found, removed=removed)
+
+
+def _file_name(key: str) -> str:
+    """The page file name of `key` inside its shard; raises ValueError for a key unsafe as a file name."""
+    if not _KEY_RE.match(key) or len(key) > 200:
+        msg = f"storage key {key!r} is not a safe file name -- use page_keys() to make keys"
+        raise ValueError(msg)
+    return f"{key}{SUFFIX}"
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _read_at_most(fd: int, n: int) -> bytes:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
 
 
 def open_file_storage(extra_config: Mapping[str, Any]) -> FileStorage:
@@ -313,19 +452,6 @@ def _scandir(path: Path) -> list[os.DirEntry[str]]:
             return list(it)
     except OSError:
         return []
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 __all__ = ["DIR_ENV", "FileStorage", "default_dir", "open_file_storage", "resolve_storage_dir", "with_default_dir"]

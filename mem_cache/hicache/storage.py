@@ -6,7 +6,12 @@ the write back-off and the logging once; a backend only implements the raw
 `_read/_write/_has/_discard` steps. A page that fails to decode is counted
 (`corrupt_skipped` when damaged, `forged_skipped` when its MAC is wrong or it was moved
 under another key), dropped and reported as missing: a damaged or tampered storage
-tier costs a recompute, never a crash and never a wrong page. Writes that fail put the
+tier costs a recompute, never a crash and never a wrong page. Nothing stored is trusted
+for its size either: once the owner states the page size its layout implies
+(`bound_pages`), a stored page larger than one framed page of that size is a miss,
+counted in `oversized_skipped` and removed, and backends read no more than that bound
+plus one byte (a 256 MiB file in a storage directory costs one page of memory, not
+256 MiB). Writes that fail put the
 tier in a degraded state (`write_backoff.WriteBackoff`): it logs once, skips writes
 while it waits (exponential, capped), and recovers on the first write that lands.
 """
@@ -23,7 +28,7 @@ import structlog
 
 from mem_cache.hicache.errors import CorruptPageError, ForgedPageError, StorageAttachError
 from mem_cache.hicache.mac_key import random_key
-from mem_cache.hicache.page_codec import PageCodec
+from mem_cache.hicache.page_codec import HEADER_SIZE, PageCodec
 from mem_cache.hicache.write_backoff import WriteBackoff
 from sgconf.suggest import did_you_mean
 
@@ -46,6 +51,8 @@ class StorageStats:
     bytes_written: int = 0
     corrupt_skipped: int = 0
     forged_skipped: int = 0  # pages whose MAC failed, or moved under another key
+    oversized_skipped: int = 0  # stored pages larger than the layout's page, removed unread
+    unsafe_skipped: int = 0  # symbolic links or special files where a page or shard directory belongs, removed
     write_errors: int = 0
     writes_deferred: int = 0  # writes skipped while the tier backed off after failures
 
@@ -115,6 +122,24 @@ class StorageBase:
         self.clock = clock
         self._backoff = WriteBackoff(backoff_base_s, backoff_cap_s)
         self._forged_logged = False
+        self._oversized_logged = False
+        self.page_bytes: int | None = None  # payload bytes of one page, once bound_pages() said so
+
+    def bound_pages(self, page_bytes: int) -> None:
+        """Treat any stored page larger than one framed page of `page_bytes` payload as a miss.
+
+        The HiCache controller calls this with its layout's page size before any page moves.
+        """
+        if page_bytes < 1:
+            msg = f"a page holds at least one byte (got page_bytes={page_bytes})"
+            raise ValueError(msg)
+        self.page_bytes = int(page_bytes)
+
+    def read_limit(self, key: str) -> int | None:
+        """The most bytes a stored page of `key` may have (None before `bound_pages`); backends read at most one more."""
+        if self.page_bytes is None:
+            return None
+        return HEADER_SIZE + len(key.encode("utf-8")) + self.page_bytes
 
     def use_mac_key(self, key: bytes, *, source: str) -> None:
         """Authenticate pages with `key` from now on; `source` says where it came from (shown, never the key)."""
@@ -134,6 +159,17 @@ class StorageBase:
         raw = self._read(key)
         if raw is None:
             self._bump("misses")
+            return None
+        limit = self.read_limit(key)
+        if limit is not None and len(raw) > limit:
+            self._bump("oversized_skipped")
+            self._bump("misses")
+            with self._lock:
+                first, self._oversized_logged = not self._oversized_logged, True
+            if first:
+                log.warning("hicache.storage.oversized_page", backend=self.name, key=key, limit_bytes=limit,
+                            note="further oversized pages are counted in oversized_skipped, not logged")
+            self._discard(key)
             return None
         try:
             payload = self.codec.decode(key, raw)
@@ -241,6 +277,7 @@ class StorageBase:
 
     # -- raw steps (backends implement these) ----------------------------------------
     def _read(self, key: str) -> bytes | None:
+        """The stored bytes of `key`, or None; at most `read_limit(key) + 1` bytes when a limit is set."""
         raise NotImplementedError
 
     def _write(self, key: str, framed: bytes) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from sgconf.fields import at_least, host_port, interval, not_blank, positive, power_of_two, setting
 from sgconf.serving import derived
 from sgconf.serving.plugins import ATTENTION_BACKENDS, STORAGE_BACKENDS
+from sgconf.serving.refused_flags import REFUSED_FLAGS
 from sgconf.serving.rules import RULES
 from sgconf.serving.schema import SERVING
 from sgconf.serving.steps import STEPS, read_model, resolve_inputs
@@ -21,6 +22,7 @@ SERVING.rules.extend(RULES)
 SERVING.steps.extend(STEPS)
 SERVING.inputs = resolve_inputs
 SERVING.model_reader = read_model
+SERVING.refused_flags.update(REFUSED_FLAGS)
 namespace = SERVING.namespace
 
 DType = Literal["auto", "float16", "bfloat16", "float32"]
@@ -162,20 +164,32 @@ class MemoryConfig:
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
         None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES, apply="drain"
     )
-    disable_radix_cache: bool = setting(False, help="disable prefix reuse")
+    disable_radix_cache: bool = setting(False, help="disable prefix reuse", inverse_aliases=["--enable-prefix-caching"])
 
 
 @namespace("schedule")
 class ScheduleConfig:
     mem_fraction_static: float | None = setting(
-        None, help="fraction of device memory for weights and KV pools; default by device", checks=[interval(0, 1, low_open=True, high_open=True)]
+        None,
+        help="fraction of the free device memory the KV pools may take (needs a measured device: cuda); "
+        "default by device, unused when kv_cache_memory_bytes sets the budget",
+        checks=[interval(0, 1, low_open=True, high_open=True)],
+        aliases=["--gpu-memory-utilization"],
+    )
+    kv_cache_memory_bytes: int | None = setting(
+        None,
+        help="bytes the KV pools of one rank may take, instead of device memory times mem_fraction_static; "
+        "default: measured on cuda, 64MiB on cpu (where no device memory is measured)",
+        checks=[positive()],
     )
     max_running_requests: int | None = setting(
         None,
-        help="cap on concurrently running requests; hot up to the capacity planned at start-up",
+        help="cap on concurrently running requests; default 64 on cpu, on cuda what the KV plan sizes from "
+        "memory and context; hot up to the capacity planned at start-up",
         checks=[interval(1, 1 << 20)],
         allow_sources=MEMORY_POOL_SOURCES,
         hot=True,
+        aliases=["--max-num-seqs"],
     )
     max_total_tokens: int | None = setting(
         None, help="cap on the KV pool size in tokens", checks=[positive()], allow_sources=MEMORY_POOL_SOURCES
@@ -185,6 +199,7 @@ class ScheduleConfig:
         help="max tokens of one prefill chunk; default by device; hot up to the value planned at start-up",
         checks=[interval(1, 1 << 24)],
         hot=True,
+        aliases=["--max-num-batched-tokens"],
     )
     max_prefill_tokens: int = setting(16384, help="max tokens in one prefill batch", checks=[positive()])
     page_size: int | None = setting(None, help="tokens per KV page; default 1", checks=[power_of_two()])
@@ -276,6 +291,30 @@ class ServingConfig:
         1 << 20, help="longest prompt in characters (or token ids), checked before tokenizing",
         checks=[interval(1, 1 << 28)], hot=True, fingerprint=False,
     )
+    max_batch_items: int = setting(
+        256, help="most prompts one request may carry (a /generate batch, a /v1/completions prompt list)",
+        checks=[interval(1, 1 << 16)], hot=True, fingerprint=False,
+    )
+    max_batch_requests: int = setting(
+        1024, help="most engine requests one HTTP request may become (prompts x n)",
+        checks=[interval(1, 1 << 20)], hot=True, fingerprint=False,
+    )
+    header_timeout_s: float = setting(
+        10.0, help="seconds a connection may take to send a request's headers before it is closed (408)",
+        checks=[interval(0.01, 3600)], fingerprint=False,
+    )
+    body_timeout_s: float = setting(
+        30.0, help="seconds a request may take to send its body once its headers arrived (408)",
+        checks=[interval(0.01, 3600)], hot=True, fingerprint=False,
+    )
+    keep_alive_timeout_s: float = setting(
+        5.0, help="seconds an idle keep-alive connection stays open between requests",
+        checks=[interval(0.01, 3600)], fingerprint=False,
+    )
+    max_connections: int = setting(
+        1024, help="most connections (and requests) served at once; beyond it new requests get 503",
+        checks=[interval(1, 1 << 20)], fingerprint=False,
+    )
     request_timeout_s: float = setting(
         600.0, help="deadline of a request, from arrival; a request may ask for less with timeout_s",
         checks=[interval(0.001, 86400)], hot=True, fingerprint=False,
@@ -292,7 +331,9 @@ class ObservabilityConfig:
         "info", help="log level", hot=True, fingerprint=False
     )
     log_format: Literal["console", "json"] = setting("console", help="log renderer", fingerprint=False)
-    log_requests: bool = setting(False, help="log every request", hot=True, fingerprint=False)
+    log_requests: bool = setting(
+        False, help="log every request", hot=True, fingerprint=False, inverse_aliases=["--disable-log-requests"]
+    )
     overrides_log_limit: int = setting(
         256,
         help="post-publish overrides kept in the overrides log and undoable one by one; older ones are counted",
@@ -320,7 +361,7 @@ class GraphConfig:
         False, help="compile the model forward with torch.compile (one compiled graph per config fingerprint)", hot=True
     )
     cuda_graph_max_bs: int | None = setting(None, help="largest batch captured in a CUDA graph", checks=[positive()])
-    disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture")
+    disable_cuda_graph: bool = setting(False, help="disable CUDA graph capture", aliases=["--enforce-eager"])
 
 
 @namespace("exec.mamba")

@@ -122,6 +122,18 @@ def _extra_slots_need_decode(v: Values) -> str | None:
     return None
 
 
+def _one_kv_budget(v: Values) -> str | None:
+    fraction, budget = v["mem_fraction_static"], v["kv_cache_memory_bytes"]
+    if fraction is None or budget is None:
+        return None
+    mfs, kvb = flag("mem_fraction_static"), flag("kv_cache_memory_bytes")
+    where = (
+        f"; on cpu no device memory is measured, so {kvb} is the budget there (64MiB unless set)"
+        if v["device"] == "cpu" else ""
+    )
+    return f"{mfs} {fraction} and {kvb} {budget} both size the KV cache{where} -- set one of them"
+
+
 def _one_admin_key(v: Values) -> str | None:
     if v["admin_api_key"] is not None and v["admin_api_key_file"] is not None:
         return (
@@ -161,6 +173,7 @@ RULES: list[Rule] = [
     Rule("node_rank_in_range", ("node_rank", "nnodes"), _node_rank_in_range),
     Rule("multi_node_needs_addr", ("nnodes", "dist_init_addr"), _multi_node_needs_addr),
     Rule("extra_slots_need_decode", ("disaggregation_decode_extra_slots", "disaggregation_mode"), _extra_slots_need_decode),
+    Rule("one_kv_budget", ("mem_fraction_static", "kv_cache_memory_bytes", "device"), _one_kv_budget),
     Rule("one_admin_key", ("admin_api_key", "admin_api_key_file"), _one_admin_key),
     Rule("admin_listener_complete", ("admin_host", "admin_port", "host", "port"), _admin_listener_complete),
 ]

@@ -22,6 +22,11 @@ from sgconf.serving.rules import TREE_DRAFT_ALGORITHMS
 # Defaults by device kind, chosen to leave room for activations and graphs on GPU.
 MEM_FRACTION_STATIC = {"cuda": 0.88, "cpu": 0.8}
 CHUNKED_PREFILL_SIZE = {"cuda": 8192, "cpu": 2048}
+# A CPU has no device memory to measure, so the KV budget there is a size of its own: the
+# embedded models need little, and zero-filled gigabytes would only slow start-up.
+CPU_KV_CACHE_BYTES = 64 << 20
+# Requests one CPU batch runs at most; on cuda the plan sizes it from memory and context.
+CPU_MAX_RUNNING_REQUESTS = 64
 DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 MODEL_DTYPES = ("float16", "bfloat16", "float32")  # the checkpoint dtypes `dtype` accepts
 ATTENTION_BACKEND = {"cuda": "torch_native", "cpu": "torch_native"}
@@ -52,7 +57,7 @@ def resolve_inputs(values: Mapping[str, Any], model: Mapping[str, Any] | None) -
     return ResolveInputs(device=detect_device() if device == "auto" else device, model=model)
 
 
-def read_model(record: Any) -> Mapping[str, Any] | None:
+def read_model(record: Any, *, required: bool = False) -> Mapping[str, Any] | None:
     """The config.json a record names through model_path/model_config, or None when it cannot be read here."""
     path: str | None = getattr(record, "model_path", None)
     config: str | None = getattr(record, "model_config", None)
@@ -61,7 +66,7 @@ def read_model(record: Any) -> Mapping[str, Any] | None:
     try:
         return load_model_config(path, config)
     except ConfigError:
-        if config is not None:
+        if required or config is not None:
             raise
         return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
 
@@ -105,8 +110,19 @@ def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any
         out["page_size"] = (1, "default page size")
     if v["swa_full_tokens_ratio"] is None:
         out["swa_full_tokens_ratio"] = (0.8, "default SWA/full ratio")
+    budget = v["kv_cache_memory_bytes"]
+    if budget is None and dev == "cpu":
+        budget = CPU_KV_CACHE_BYTES
+        out["kv_cache_memory_bytes"] = (budget, "default for cpu: no device memory is measured there")
+    elif budget is None:
+        out["kv_cache_memory_bytes"] = (None, f"measured when the pools are planned: free {dev} memory times mem_fraction_static")
     if v["mem_fraction_static"] is None:
-        out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
+        if budget is None:
+            out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
+        else:
+            out["mem_fraction_static"] = (None, "unused: kv_cache_memory_bytes is the KV budget")
+    if v["max_running_requests"] is None and dev == "cpu":
+        out["max_running_requests"] = (CPU_MAX_RUNNING_REQUESTS, "default for cpu")
     if v["chunked_prefill_size"] is None:
         out["chunked_prefill_size"] = (CHUNKED_PREFILL_SIZE[dev], f"default for {dev}")
     return out
@@ -158,7 +174,10 @@ STEPS: list[Step] = [
     Step("context_length", ("context_length",), _step_context_length),
     Step(
         "schedule_defaults",
-        ("device", "page_size", "swa_full_tokens_ratio", "mem_fraction_static", "chunked_prefill_size"),
+        (
+            "device", "page_size", "swa_full_tokens_ratio", "mem_fraction_static", "kv_cache_memory_bytes",
+            "max_running_requests", "chunked_prefill_size",
+        ),
         _step_schedule,
     ),
     Step("attention_backend", ("device", "attention_backend"), _step_attention_backend),

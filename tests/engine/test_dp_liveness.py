@@ -10,25 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.engine.serving import wait_for
 
 ADMIN = {"Authorization": "Bearer admin-key"}
 BODY = {"text": "a request that outlives its replica", "max_new_tokens": 4}
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0) -> Any:
-    """Poll `condition` until it is truthy; fail naming `what` after a generous deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> None:
@@ -92,6 +79,10 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
 def test_busy_replica_whose_steps_stop_is_stalled() -> None:
     """A replica that keeps reporting but finishes no step while it holds requests counts as stalled."""
     from engine.dp.controller import Replica
+    from engine.dp.messages import Heartbeat
+
+    def beat(progress: int) -> Heartbeat:
+        return Heartbeat(0, progress=progress, queued=0, running=2)
 
     class Proc:
         exitcode = None
@@ -102,12 +93,12 @@ def test_busy_replica_whose_steps_stop_is_stalled() -> None:
     replica = Replica(0, Proc(), None)
     now = [100.0]
     replica.clock = lambda: now[0]
-    replica._report({"progress": 5, "busy": 2})
+    replica._report(beat(5))
     for _ in range(10):
         now[0] += 1.0
-        replica._report({"progress": 5, "busy": 2})  # alive, but stuck
+        replica._report(beat(5))  # alive, but stuck
     assert replica.stalled_for(now[0]) == (10.0, "no finished step for 10.0s with 2 requests")
-    replica._report({"progress": 6, "busy": 2})
+    replica._report(beat(6))
     assert replica.stalled_for(now[0]) == (0.0, "no progress report for 0.0s")
     now[0] += 4.0
     assert replica.stalled_for(now[0]) == (4.0, "no progress report for 4.0s")

@@ -183,7 +183,7 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
 
     get_context().override("test.local", load_balance_method="shortest_queue")
     r = client.post("/config/overrides", json={"schedule_policy": "lpm"}, headers=ADMIN)
-    assert r.status_code == 400, r.text
+    assert r.status_code == 409, r.text  # reason "diverged": the server's state, not the input, is at fault
     assert r.json()["errors"][0] == (
         "rank 1: $generation: this rank is at generation 4, the coordinator at 5 -- the ranks diverged;"
         " resync this rank from the coordinator (POST /replicas/<index>/resync on a data-parallel server)"
@@ -254,17 +254,19 @@ def test_answer_for_a_cancelled_request_does_not_stop_the_reader() -> None:
     import multiprocessing
 
     from engine.dp.controller import Replica
+    from engine.dp.messages import Chunk, Generate, Ready, Result
 
     ours, theirs = multiprocessing.Pipe()
     replica = Replica(0, FakeProcess(), ours)
-    theirs.send(("ready", 1, 4242))
+    theirs.send(Ready(1, 4242))
     replica.wait_ready(5.0)
-    gone = replica.submit(1, {})
-    waiting = replica.submit(2, {})
-    assert [theirs.recv() for _ in range(2)] == [("generate", 1, {}), ("generate", 2, {})]
+    gone = replica.submit(Generate(1, {}, stream=True), on_chunk=lambda chunk: pytest.fail("delivered to a gone caller"))
+    waiting = replica.submit(Generate(2, {}))
+    assert [theirs.recv() for _ in range(2)] == [Generate(1, {}, stream=True), Generate(2, {})]
     assert gone.cancel()
-    theirs.send(("result", 1, {"text": "late"}))
-    theirs.send(("result", 2, {"text": "ok"}))
+    theirs.send(Chunk(1, "la", (7,)))
+    theirs.send(Result(1, {"text": "late"}))
+    theirs.send(Result(2, {"text": "ok"}))
     assert waiting.result(timeout=5) == {"text": "ok"}
     assert replica.inflight == 0
     theirs.close()

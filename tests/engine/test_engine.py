@@ -182,6 +182,7 @@ def test_unsupported_host_layout_is_reported(make_engine) -> None:
 
 def test_an_attach_the_controller_cannot_finish_rolls_the_config_back(make_engine, tmp_path: Path, monkeypatch) -> None:
     """The controller failing after the config swap leaves config and controller agreeing: no backend."""
+    from engine.storage_change import attach_values
     from runtime import get_context, get_memory
 
     engine = make_engine("--enable-hierarchical-cache")
@@ -194,13 +195,13 @@ def test_an_attach_the_controller_cannot_finish_rolls_the_config_back(make_engin
     monkeypatch.setattr(bridge.controller, "commit_attach", broken)
     generation = get_context().generation
     with pytest.raises(OSError, match="host tier refused"):
-        bridge.attach("file", extra_config={"dir": str(tmp_path / "kv")})
+        bridge.attach(attach_values("file", extra_config={"dir": str(tmp_path / "kv")}))
     assert get_memory().hicache_storage_backend is None
     assert bridge.controller.storage_backend is None
     assert get_context().generation == generation + 2  # the attach and its rollback
     assert [r.source for r in get_context().overrides_log()][-2:] == ["hicache.attach", "rollback:hicache.attach"]
     monkeypatch.undo()
-    bridge.attach("file", extra_config={"dir": str(tmp_path / "kv")})
+    bridge.attach(attach_values("file", extra_config={"dir": str(tmp_path / "kv")}))
     assert get_memory().hicache_storage_backend == "file" and bridge.controller.storage_backend is not None
 
 

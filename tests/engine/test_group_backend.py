@@ -1,4 +1,4 @@
-"""The replica group's answers to config changes: a drain that timed out on a replica is a 409, like one engine's."""
+"""The replica group's answers to config changes: chosen from each refusal's typed reason, never its text."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ REASON = (
 @pytest.mark.server_args(drain_timeout_s=7.5)
 def test_a_replica_drain_timeout_becomes_drain_timeout(server_args) -> None:
     """A refusal carrying a replica's drain timeout is raised as DrainTimeout with the group's retry hint."""
-    backend = ReplicaGroupBackend(FakeController(PropagationFailed("hicache.attach", {2: [REASON]}, timeout_s=10)))
+    refused = PropagationFailed("hicache.attach", {2: [REASON]}, timeout_s=10, reasons={2: "drain_timeout"})
+    backend = ReplicaGroupBackend(FakeController(refused))
     with pytest.raises(DrainTimeout) as exc:
         backend.attach({"hicache_storage_backend": "memory"})
     assert (exc.value.running, exc.value.retry_after_s) == (3, 7.5)
@@ -64,3 +65,41 @@ def test_attach_without_dir_sends_the_default_dir(server_args, tmp_path, monkeyp
     assert controller.sent == [
         ("hicache.attach", {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config": {"dir": str(tmp_path)}})
     ]
+
+
+def test_a_drain_phrase_without_the_reason_is_not_a_drain_timeout(server_args) -> None:
+    """The text of a refusal decides nothing: a refusal that only says the words stays what its reason says."""
+    refused = PropagationFailed("hicache.attach", {2: [REASON]}, timeout_s=10, reasons={2: "storage"})
+    with pytest.raises(PropagationFailed) as exc:
+        ReplicaGroupBackend(FakeController(refused)).attach({"hicache_storage_backend": "memory"})
+    assert exc.value is refused
+
+
+@pytest.mark.parametrize(
+    ("reasons", "status"),
+    [
+        ({0: "invalid"}, 422),
+        ({1: "not_hot"}, 422),
+        ({2: "capacity"}, 422),
+        ({1: "storage"}, 400),
+        ({1: "diverged"}, 409),
+        ({1: "drain_timeout"}, 409),
+        ({1: "failed"}, 503),
+        ({1: "drain_timeout", 2: "capacity"}, 422),  # what the client must fix comes first
+        ({1: "storage", 2: "failed"}, 400),
+    ],
+)
+def test_the_status_of_a_refused_round_comes_from_its_reasons(reasons: dict[int, str], status: int) -> None:
+    """Each reason has the status one engine raising it would answer; the rank that refused does not matter."""
+    from engine.http.problems import status_of
+
+    refused = PropagationFailed("x", {rank: ["$.f: no"] for rank in reasons}, timeout_s=1, reasons=reasons)
+    assert status_of(refused) == status
+
+
+def test_every_refusal_reason_has_a_status() -> None:
+    """A reason added to Refusal without a status would answer 503 silently: the table lists each one."""
+    from engine.errors import Refusal
+    from engine.http.problems import STATUS_BY_REFUSAL
+
+    assert sorted(reason.value for reason, _ in STATUS_BY_REFUSAL) == sorted(r.value for r in Refusal)

@@ -156,7 +156,8 @@ def test_bad_attach_bodies_change_nothing(serve, tmp_path: Path) -> None:
     )
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "$.memory.hicache_storage_backend: expected one of 'file', 'memory', got 'nfs' (from override hicache.attach)",
+        "$.memory.hicache_storage_backend: must name a registered HiCache storage backend (file, memory), got 'nfs' "
+        "(from override hicache.attach)",
         "$.memory.hicache_write_policy: expected one of 'write_through', 'write_back', 'write_through_selective',"
         " got 'sometimes' (from override hicache.attach)",
     ]
@@ -239,9 +240,9 @@ def test_generate_validates_its_body(serve) -> None:
     r = client.post("/generate", json={"max_new_tokens": 0, "temperature": -1})
     assert r.status_code == 422
     assert r.json()["errors"] == [
-        "$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'",
-        "$.generate.max_new_tokens: expected an integer >= 1, got 0",
-        "$.generate.temperature: expected a number >= 0, got -1",
+        "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'",
+        "$.max_new_tokens: must be in [1, 1048576] (got 0)",
+        "$.temperature: must be in [0, 100] (got -1)",
     ]
     r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
     assert r.status_code == 400
@@ -299,3 +300,17 @@ def test_server_info_lists_how_each_field_applies(serve) -> None:
     modes = client.get("/server_info").json()["apply_modes"]
     assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == ("step", "drain", "restart")
     assert set(modes.values()) == {"step", "drain", "restart"}
+
+
+def test_server_info_says_what_resolution_decided_and_the_budget_the_pools_were_sized_for(serve) -> None:
+    """Every resolved value carries its step and reason, and the pools name their budget and its source."""
+    _, client = serve()
+    info = client.get("/server_info").json()
+    assert info["resolution"]["kv_cache_memory_bytes"] == {
+        "step": "schedule_defaults", "reason": "default for cpu: no device memory is measured there", "value": 64 << 20,
+    }
+    assert info["resolution"]["max_running_requests"]["reason"] == "default for cpu"
+    assert "page_size" not in info["resolution"]  # given on the command line: not a decision
+    plan = info["pools"]["plan"]
+    assert (plan["budget_bytes"], plan["budget_source"]) == (64 << 20, "kv_cache_memory_bytes")
+    assert info["pools"]["total_bytes"] == plan["total_bytes"]

@@ -59,9 +59,9 @@ def test_generate_returns_tokens_and_is_deterministic(client: TestClient) -> Non
 @pytest.mark.parametrize(
     ("body", "status", "line"),
     [
-        ({"text": "a", "max_new_tokens": 0}, 422, "$.generate.max_new_tokens: expected an integer >= 1, got 0"),
-        ({"text": "a", "temprature": 0.5}, 422, "$.generate.temprature: unknown field 'temprature' -- did you mean 'temperature'?"),
-        ({"max_new_tokens": 2}, 422, "$.generate.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
+        ({"text": "a", "max_new_tokens": 0}, 422, "$.max_new_tokens: must be in [1, 1048576] (got 0)"),
+        ({"text": "a", "temprature": 0.5}, 422, "$.temprature: unknown parameter 'temprature' -- did you mean 'temperature'?"),
+        ({"max_new_tokens": 2}, 422, "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
         ({"input_ids": [1, 999], "max_new_tokens": 2}, 400, None),
     ],
 )

@@ -294,6 +294,37 @@ def check_max_prompt_chars(make_engine: Callable[..., Engine], log_stream: io.St
     _refused_after("max_prompt_chars", 3, {"text": "abcd", "max_new_tokens": 1}, make_engine)
 
 
+def check_max_batch_items(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    _refused_after("max_batch_items", 2, {"text": ["a", "b", "c"], "max_new_tokens": 1}, make_engine)
+
+
+def check_max_batch_requests(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    _refused_after("max_batch_requests", 2, {"input_ids": [[72], [73], [74]], "max_new_tokens": 1}, make_engine)
+
+
+def check_body_timeout_s(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    import asyncio
+
+    from engine.http.limits import BodyLimits, read_body
+    from engine.http.problems import HTTPProblem
+    from runtime.context import get_context
+
+    make_engine()
+
+    class Stalled:  # a request whose body never comes
+        headers: dict[str, str] = {}
+
+        async def stream(self) -> Any:
+            await asyncio.Event().wait()
+            yield b""
+
+    assert BodyLimits.current().timeout_s == 30.0
+    get_context().override("test", body_timeout_s=0.05)
+    with pytest.raises(HTTPProblem) as info:
+        asyncio.run(read_body(Stalled(), BodyLimits.current()))  # type: ignore[arg-type]
+    assert info.value.status == 408 and "'body_timeout_s' (0.05 s" in info.value.detail
+
+
 def check_request_timeout_s(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
     engine = make_engine()
     engine.pause()
@@ -312,6 +343,9 @@ HOT_CHECKS: dict[str, Callable[..., None]] = {
     "max_json_integer_digits": check_max_json_integer_digits,
     "max_prompt_chars": check_max_prompt_chars,
     "request_timeout_s": check_request_timeout_s,
+    "max_batch_items": check_max_batch_items,
+    "max_batch_requests": check_max_batch_requests,
+    "body_timeout_s": check_body_timeout_s,
     "log_level": check_log_level,
     "log_requests": check_log_requests,
     "stream_interval": check_stream_interval,

@@ -72,7 +72,7 @@ def test_plan_and_model_agree_on_a_sliding_window_pattern_only_config() -> None:
     assert [shape.window_of(i) for i in range(6)] == [32, 32, None, 32, 32, None]
     assert model_shape_from_config(cfg) == shape  # the planner's parse is the same object
     with override_server_args(max_total_tokens=512, page_size=4):
-        memory = build_memory(get_context().snapshot(), shape, cfg)
+        memory = build_memory(get_context().snapshot(), shape)
     pool = memory.kv_pool
     assert type(pool).__name__ == "SWAKVPool"
     assert (pool.swa_attention_layer_ids, pool.full_attention_layer_ids) == ((0, 1, 3, 4), (2, 5))

@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.http.app import GENERATION_HEADER
-from engine.http.openai_routes import StopCutter, render_chat
+from engine.http.openai_routes import render_chat
+from engine.streaming import StopCutter
 from tests.engine.serving import MODES, serve_in_mode
 
 pytestmark = pytest.mark.server_args_shared
@@ -95,14 +96,38 @@ def test_top_p_and_penalties_are_honoured(client: openai.OpenAI) -> None:
 
 
 def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
-    """A stop string taken from the greedy text cuts it there, with finish_reason stop, streamed or not."""
-    full = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0).choices[0].text
+    """A stop string taken from the greedy text stops generation there, with finish_reason stop, streamed or not."""
+    whole = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, extra_body={
+        "ignore_eos": True})
+    full = whole.choices[0].text
     stop = full[3:5]
-    cut = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=[stop])
+    cut = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=[stop],
+                                    extra_body={"ignore_eos": True})
     assert cut.choices[0].text == full[: full.find(stop)] and cut.choices[0].finish_reason == "stop"
+    assert cut.usage is not None and whole.usage is not None
+    assert cut.usage.completion_tokens < whole.usage.completion_tokens  # it stopped, not cut afterwards
     chunks = list(client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=stop,
                                             stream=True))
     assert "".join(c.choices[0].text for c in chunks) == cut.choices[0].text
+
+
+def test_n_choices_stream_each_with_its_index(client: openai.OpenAI) -> None:
+    """n > 1 streams: every choice's pieces add up to its non-streamed text, and each ends with a finish reason."""
+    whole = client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=6, temperature=0.8, n=2, seed=7)
+    chunks = list(client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=6, temperature=0.8, n=2,
+                                            seed=7, stream=True))
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+            if choice.finish_reason is not None:
+                reasons[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.text for c in whole.choices}
+    assert sorted(reasons) == [0, 1, 2, 3]
+    chat = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=3,
+                                               max_tokens=4, stream=True))
+    assert {c.choices[0].index for c in chat if c.choices} == {0, 1, 2}
 
 
 @pytest.mark.parametrize(
@@ -112,7 +137,7 @@ def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
         ({"logprobs": 2}, "logprobs"),
         ({"presence_penalty": 3.0}, "presence_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
-        ({"temperature": 3}, "temperature"),
+        ({"temperature": 300}, "temperature"),
         ({"extra_body": None, "n": 0}, "n"),
     ],
 )

@@ -112,7 +112,9 @@ def test_newest_request_is_retracted_when_the_pool_runs_out(make_scheduler: Make
 
 def test_a_prompt_too_big_for_one_chunk_waits_for_running_decodes(make_scheduler: MakeScheduler) -> None:
     """A long prompt that fits only in smaller chunks starts once the pool is its own; the decode it waits for finishes."""
-    engine, sched = make_scheduler("--max-total-tokens", "64")
+    # planned as with a radix cache (the scheduler under test has none): without one the plan
+    # would size the SWA pool to hold a whole chunk
+    engine, sched = make_scheduler("--max-total-tokens", "64", "--no-disable-radix-cache")
     short = submit(sched, 10, max_new_tokens=30)
     sched.step()
     long = submit(sched, 60, max_new_tokens=2)

@@ -98,3 +98,35 @@ def test_bad_flags_exit_2_without_traceback() -> None:
     assert proc.returncode == 2
     assert "$.schedule.page_size" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_settings_the_engine_cannot_honour_are_refused_before_the_port_is_bound(capsys, monkeypatch) -> None:
+    """pp, ep and tp above 1 and cuda on a torch without it are refused with the flag and source, exit 2, port free."""
+    import pytest
+    import torch
+
+    from runtime import is_published
+    from sgconf.serving import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setenv("SGCONF_EP_SIZE", "2")
+    port = free_port()
+    assert main(["serve", "--pp", "2", "--device", "cuda", "--port", str(port)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "sgconf: settings the embedded engine cannot honour on this machine",
+        "  $.parallel.pp_size: the embedded engine runs one rank, so it cannot pipeline layers over pp_size 2 "
+        "-- start it with --pp-size 1 (from --pp)",
+        "  $.parallel.ep_size: the embedded engine runs one rank, so it cannot spread experts over ep_size 2 "
+        "-- start it with --ep-size 1 (from env SGCONF_EP_SIZE)",
+        "  $.device.device: device 'cuda' was asked for, and this torch is built without CUDA "
+        "-- use --device cpu (or auto) (from --device)",
+    ]
+    assert not is_published()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # never bound by the refused server
+    with pytest.raises(Exception, match="cannot split attention heads over tp_size 2"):
+        from engine import Engine
+
+        Engine(load_serve_record(["--tp", "2"], env={}))
+    assert not is_published()

@@ -79,3 +79,11 @@ def test_listen_url_is_printed_even_at_warning_level(tmp_path: Path) -> None:
     assert len(listens) == 1 and "url=http://127.0.0.1:" in listens[0]
     assert "engine.start" not in err and "http.request" not in err
     assert "[DP" not in err  # one process: no rank tag
+
+
+def test_a_secret_flag_warning_goes_to_stderr_not_stdout(tmp_path: Path) -> None:
+    """The warning about a key on the command line is a log event: on stderr, with stdout left empty."""
+    out, err = _serve(tmp_path, "--admin-api-key", "cli-key", "--log-level", "warning")
+    assert out == ""
+    warnings = [line for line in err.splitlines() if "serve.secret_on_command_line" in line]
+    assert len(warnings) == 1 and "field=admin_api_key" in warnings[0] and "cli-key" not in err

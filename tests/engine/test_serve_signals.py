@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 KEY = "signal-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -109,7 +108,7 @@ def test_sigterm_flushes_write_back_and_exits_0_with_a_separate_admin_listener(t
 
 
 def test_a_request_in_flight_finishes_within_the_grace_period() -> None:
-    """SIGINT while a request runs: no new connections, the running request completes, exit 0."""
+    """SIGINT while a request runs: /health says stopping, new requests get 503, the running one completes, exit 0."""
     port = free_port()
     proc = start("--port", str(port), "--log-format", "json", "--max-total-tokens", "2048", "--shutdown-grace-s", "120", "--log-requests")
     result: dict = {}
@@ -127,9 +126,21 @@ def test_a_request_in_flight_finishes_within_the_grace_period() -> None:
         while httpx.get(f"{base}/health", timeout=10).json()["running"] < 1:
             assert time.monotonic() < deadline, "the request never started"
         proc.send_signal(signal.SIGINT)
+        # the listener stays open while the request runs: a load balancer learns that the server is going
+        while (health := httpx.get(f"{base}/health", timeout=10)).status_code == 200:
+            assert time.monotonic() < deadline + START_TIMEOUT_S, "the server never said it was stopping"
+        assert (health.status_code, health.json()["status"], health.json()["inflight"]) == (503, "stopping", 1)
+        refused = httpx.post(f"{base}/generate", json={"text": "late", "max_new_tokens": 1}, timeout=10)
+        assert (refused.status_code, refused.json()["detail"]) == (503, "the server is stopping -- retry on another server")
         worker.join(timeout=300)
-        with pytest.raises(httpx.TransportError):
-            httpx.get(f"{base}/health", timeout=5)  # the listener closed at the signal
+        closed_by = time.monotonic() + START_TIMEOUT_S
+        while True:  # once nothing is in flight the listener closes
+            try:
+                assert httpx.get(f"{base}/health", timeout=5).json()["status"] == "stopping"
+            except httpx.TransportError:
+                break
+            assert time.monotonic() < closed_by, "the listener never closed"
+            time.sleep(0.05)
     except BaseException:
         proc.kill()
         raise

@@ -423,3 +423,118 @@ def test_failed_writes_back_off_log_once_and_recover(tmp_path):
     assert [(e["event"], e["failed_writes_in_a_row"]) for e in logs if e["log_level"] == "info"] == [
         ("hicache.storage.recovered", 7)
     ]
+
+
+# -- nothing on disk is trusted: sizes, links, special files ------------------------------
+
+PAGE = b"k" * 96  # the payload of one page in the tests below
+
+
+def _bytes_read_by(monkeypatch) -> list[int]:
+    """Record the size of every os.read the file backend makes."""
+    import mem_cache.hicache.file_storage as fs
+
+    sizes: list[int] = []
+    real = os.read
+
+    def spy(fd: int, n: int) -> bytes:
+        data = real(fd, n)
+        sizes.append(len(data))
+        return data
+
+    monkeypatch.setattr(fs.os, "read", spy)
+    return sizes
+
+
+def test_a_page_larger_than_the_layout_allows_is_a_miss_read_no_further(store, monkeypatch):
+    """A 256 MiB sparse file under a page's name: one bounded read, counted, removed; a rewrite works."""
+    from mem_cache.hicache.page_codec import HEADER_SIZE
+
+    store.bound_pages(len(PAGE))
+    assert store.put(KEY, PAGE) and store.get(KEY) == PAGE
+    path = store.path_for(KEY)
+    with open(path, "r+b") as f:
+        f.truncate(256 << 20)
+    sizes = _bytes_read_by(monkeypatch)
+    assert store.get(KEY) is None
+    limit = HEADER_SIZE + len(KEY) + len(PAGE)
+    assert sum(sizes) == limit + 1
+    s = store.stats
+    assert (s.oversized_skipped, s.corrupt_skipped, s.misses) == (1, 0, 1)
+    assert not path.exists()
+    monkeypatch.undo()
+    assert store.put(KEY, PAGE) and store.get(KEY) == PAGE
+
+
+def test_a_page_of_exactly_the_bound_is_read(store):
+    """The bound is one framed page of the layout's size: a full page passes, one byte more does not."""
+    store.bound_pages(len(PAGE))
+    assert store.put(KEY, PAGE) and store.get(KEY) == PAGE
+    assert store.put(KEY2, PAGE + b"x") is True  # a writer with another layout
+    assert store.get(KEY2) is None
+    assert store.stats.oversized_skipped == 1
+
+
+def test_memory_backend_bounds_pages_the_same_way():
+    """The bound lives in the base class: the memory backend drops an oversized page too."""
+    m = MemoryStorage()
+    m.bound_pages(len(PAGE))
+    m.put(KEY, PAGE * 2)
+    assert m.get(KEY) is None
+    assert m.stats.oversized_skipped == 1 and KEY not in m.pages
+
+
+def test_a_page_file_that_is_a_link_is_never_followed(store, tmp_path):
+    """A link to a valid page elsewhere reads as missing, is counted and removed; its target stays."""
+    outside = create_storage_backend("file", {"dir": str(tmp_path / "outside")})
+    outside.use_mac_key(store.codec.mac_key, source="test")  # the target would even authenticate
+    outside.put(KEY, PAGE)
+    target = outside.path_for(KEY)
+    link = store.path_for(KEY)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    assert store.exists(KEY) is False
+    assert store.get(KEY) is None
+    assert store.stats.unsafe_skipped == 1
+    assert not link.is_symlink() and target.is_file()
+    outside.close()
+
+
+def test_a_shard_dir_that_is_a_link_is_replaced_and_nothing_lands_outside(store, tmp_path):
+    """Writes never go through a linked shard directory: the link is removed, a real directory made."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shard = store.root / KEY[:2]
+    shard.symlink_to(outside, target_is_directory=True)
+    assert store.get(KEY) is None  # reading through the link: refused, link removed
+    assert not shard.exists()
+    shard.symlink_to(outside, target_is_directory=True)
+    assert store.put(KEY, PAGE) is True
+    assert list(outside.iterdir()) == []
+    assert shard.is_dir() and not shard.is_symlink()
+    assert store.get(KEY) == PAGE
+    assert store.stats.unsafe_skipped == 2
+
+
+def test_a_fifo_where_a_page_belongs_does_not_block_the_reader(store):
+    """A special file under a page's name is a miss at once (opened non-blocking), counted and removed."""
+    path = store.path_for(KEY)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    assert store.get(KEY) is None
+    assert store.stats.unsafe_skipped == 1 and not path.exists()
+
+
+def test_the_controller_bounds_pages_by_its_layout(tmp_path):
+    """An attached backend reads at most one page of the pool's layout."""
+    from mem_cache.hicache import HiCacheController
+    from mem_cache.pools import MHATokenToKVPool
+
+    pool = MHATokenToKVPool(16, 4, "float32", 2, 4, layer_ids=(0, 1))
+    controller = HiCacheController(pool, pin_memory=False)
+    try:
+        controller.attach_storage_backend("file", {"dir": str(tmp_path)})
+        backend = controller.storage_backend
+        assert backend is not None and backend.page_bytes == controller.layout.page_bytes == 4 * 2 * (2 * 4 * 2) * 4
+    finally:
+        controller.close()

@@ -125,9 +125,10 @@ def test_configurator_choice() -> None:
 
 
 def test_not_enough_memory_names_the_fraction() -> None:
-    """A budget too small raises with the smallest mem_fraction_static that fits."""
+    """A budget of measured device memory too small raises with the smallest mem_fraction_static that fits."""
     # one token of 4 float32 layers (2048 B) + its padding page + a 2-row table of 1028 columns = 12320 B
-    with override_server_args(context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+    # (cuda: only a measured device's budget scales with the fraction; nothing is allocated by a plan)
+    with override_server_args(device="cuda", dtype="float32", context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
         with pytest.raises(InsufficientMemoryError) as info:
             KVCacheConfigurator(_shape("small-dense"), 12000, device="meta").plan()
         assert KVCacheConfigurator(_shape("small-dense"), 12320, device="meta").plan().max_total_num_tokens == 1
@@ -140,7 +141,7 @@ def test_not_enough_memory_names_the_fraction() -> None:
 
 def test_not_enough_memory_names_the_explicit_budget() -> None:
     """An explicit budget too small raises with the smallest budget, in bytes and GiB, for the flag that set it."""
-    with override_server_args(context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+    with override_server_args(context_length=1024, max_running_requests=1):
         with pytest.raises(InsufficientMemoryError) as info:
             KVCacheConfigurator(_shape("small-dense"), 12000, device="meta", budget_flag="--available-memory").plan()
     assert (info.value.min_budget_bytes, info.value.min_mem_fraction_static) == (12320, None)
@@ -239,3 +240,36 @@ def test_max_total_tokens_caps_the_pools(name: str, full: int, swa: int, configu
         plan = KVCacheConfigurator(_shape(name), 64 << 20, device="meta").plan()
     assert (plan.configurator, plan.full_max_total_num_tokens, plan.swa_max_total_num_tokens) == (configurator, full, swa)
     assert plan.capped and plan.max_total_num_tokens == 992 and plan.total_bytes < 64 << 20
+
+
+def test_cuda_budget_is_measured_free_memory_times_the_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On cuda the budget is free device memory times mem_fraction_static, and the plan says so; a set budget wins."""
+    import torch
+
+    from mem_cache.kv_cache_configurator import kv_budget
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10_000_000, 80_000_000))
+    with override_server_args(device="cuda", mem_fraction_static=0.5, context_length=1024, max_running_requests=1) as ctx:
+        budget = kv_budget(ctx.snapshot())
+        assert (budget.bytes, budget.flag) == (5_000_000, None)
+        assert budget.source == "free cuda:0 memory 10,000,000 bytes times mem_fraction_static 0.5"
+        plan = KVCacheConfigurator(_shape("small-dense")).plan()  # cuda:0 is named, never touched by a plan
+        assert (plan.budget_bytes, plan.budget_source) == (5_000_000, budget.source)
+    with override_server_args(device="cuda", kv_cache_memory_bytes=3_000_000, context_length=1024) as ctx:
+        assert kv_budget(ctx.snapshot()).bytes == 3_000_000
+
+
+def test_cuda_budget_without_cuda_asks_for_a_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning for cuda where none is visible asks for --kv-cache-memory-bytes instead of guessing a size."""
+    import torch
+
+    from mem_cache.kv_cache_configurator import kv_budget
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with override_server_args(device="cuda") as ctx, pytest.raises(PlanError) as info:
+        kv_budget(ctx.snapshot())
+    assert info.value.lines() == [
+        "$.schedule.kv_cache_memory_bytes: the KV budget is cuda:0 memory times mem_fraction_static, and no cuda:0 "
+        "memory can be measured on this machine -- set --kv-cache-memory-bytes (e.g. 25769803776 for 24GiB)"
+    ]

@@ -25,6 +25,7 @@ from runtime import (
     max_speculative_num_draft_tokens,
 )
 from sgconf.serving import namespaces as ns
+from sgconf.serving.plugins import ATTENTION_BACKENDS
 
 ACCESSORS = [
     (get_model, ns.ModelConfig),
@@ -70,12 +71,25 @@ def test_nested_exec_bags(sgconf_context):
     assert get_exec().mamba.mamba_radix_cache_strategy == "no_buffer"
 
 
+@pytest.fixture
+def named_backends():
+    """Backends registered under short names, so settings may name them (the registry checks every name)."""
+    names = ("a", "p", "d", "x")
+    for name in names:
+        ATTENTION_BACKENDS.register(name, type(f"Backend_{name}", (), {"name": name}))
+    yield
+    for name in names:
+        ATTENTION_BACKENDS.unregister(name)
+
+
+@pytest.mark.usefixtures("named_backends")
 @pytest.mark.server_args(attention_backend="a", prefill_attention_backend="p")
 def test_attention_backends_fall_back_per_phase():
     """Prefill takes its own backend; decode falls back to attention_backend."""
     assert attention_backends() == ("p", "a")
 
 
+@pytest.mark.usefixtures("named_backends")
 @pytest.mark.server_args(attention_backend="a", decode_attention_backend="d")
 def test_attention_backends_decode_override():
     """Decode takes its own backend; prefill falls back."""
@@ -117,6 +131,7 @@ def test_max_draft_tokens_is_max_of_active_and_capacity():
     ctx.override("adaptive", speculative_num_draft_tokens=7)
 
 
+@pytest.mark.usefixtures("named_backends")
 def test_derived_accessors_read_the_given_snapshot(sgconf_context):
     """Given a snapshot, a derived accessor reads it, not the live context."""
     snap = sgconf_context.snapshot()

@@ -604,3 +604,18 @@ def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None
 
 if __name__ == "__main__":
     follower_main(sys.argv[1:])
+
+
+def test_refusal_reasons_are_typed_by_the_exception_not_its_text() -> None:
+    """A refusal's reason: the exception's own `refusal_reason`, else not_hot, invalid or failed by its class."""
+    from runtime.distributed import RankDiverged, refusal_reason
+    from sgconf.errors import ConfigError, OverrideRefused
+
+    class Drained(RuntimeError):
+        refusal_reason = "drain_timeout"
+
+    assert refusal_reason(Drained("invalid capacity")) == "drain_timeout"
+    assert refusal_reason(OverrideRefused("$.x: not hot")) == "not_hot"
+    assert refusal_reason(ConfigError("$.x: did not come within 5 s")) == "invalid"
+    assert refusal_reason(RankDiverged("$generation: behind")) == "diverged"
+    assert refusal_reason(RuntimeError("boom")) == "failed"

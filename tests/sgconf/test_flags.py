@@ -27,6 +27,9 @@ ALIASES = [
     ("--max-model-len", "context_length", "512"),
     ("--seed", "random_seed", "7"),
     ("--speculative-draft-model", "speculative_draft_model_path", "/models/draft"),
+    ("--gpu-memory-utilization", "mem_fraction_static", "0.5"),
+    ("--max-num-seqs", "max_running_requests", "8"),
+    ("--max-num-batched-tokens", "chunked_prefill_size", "512"),
 ]
 
 
@@ -67,6 +70,10 @@ def test_aliases_show_in_every_commands_help(capsys: pytest.CaptureFixture[str],
     assert "--tp-size, --tp, --tensor-parallel-size INT" in out
     assert "--dp-size, --dp, --data-parallel-size INT" in out
     assert "--model-path, --model STR" in out
+    assert "--mem-fraction-static, --gpu-memory-utilization FLOAT" in out
+    assert "--max-running-requests, --max-num-seqs INT" in out
+    assert "--chunked-prefill-size, --max-num-batched-tokens INT" in out
+    assert "--enable-prefix-caching, --no-enable-prefix-caching" in out
 
 
 def test_explain_names_the_aliases(capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,3 +187,73 @@ def test_every_alias_is_unique_across_the_serving_schema() -> None:
     """No flag or alias of the serving schema names two fields."""
     every = [flag for info in fields().values() for flag in info.flags]
     assert len(every) == len(set(every))
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "value"),
+    [
+        (["--enable-prefix-caching"], "disable_radix_cache", False),
+        (["--no-enable-prefix-caching"], "disable_radix_cache", True),
+        (["--disable-log-requests"], "log_requests", False),
+        (["--no-disable-log-requests"], "log_requests", True),
+    ],
+)
+def test_an_inverse_alias_sets_the_opposite_and_provenance_names_it(argv: list[str], field: str, value: bool) -> None:
+    """vLLM's `--enable-prefix-caching` is `--no-disable-radix-cache`, credited to the spelling typed."""
+    loaded = load(argv, env={})
+    assert getattr(loaded.record, field) is value
+    assert loaded.winner(field).describe() == f"from {argv[0]}"
+
+
+def test_inverse_aliases_show_in_help_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--help` prints the inverse pair with what it means, and `--explain` lists it as an inverse alias."""
+    code, out, _ = run(capsys, "show", "--help=memory")
+    assert code == 0
+    assert "--enable-prefix-caching, --no-enable-prefix-caching" in out
+    assert "--enable-prefix-caching is --no-disable-radix-cache" in " ".join(out.split())
+    code, out, _ = run(capsys, "show", "--enable-prefix-caching", "--explain", "disable_radix_cache")
+    assert out.splitlines()[0].startswith(
+        "disable_radix_cache ($.memory.disable_radix_cache, --disable-radix-cache (aliases --enable-prefix-caching (inverse)), "
+    )
+    assert out.splitlines()[-1].endswith("from --enable-prefix-caching  <- winner")
+
+
+def test_an_inverse_alias_needs_a_boolean_field() -> None:
+    """Declaring an inverse alias on a non-boolean field is refused at declaration."""
+    s = Schema("inv")
+    with pytest.raises(DeclarationError, match="field 'size' declares inverse aliases, which only a boolean field can have"):
+
+        @s.namespace("a")
+        class A:
+            size: int = setting(1, help="x", inverse_aliases=["--small"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--quantization", "fp8"], "$.quantization: '--quantization' is not supported here: weights are not quantized by this runtime; "
+         "the KV cache can be stored narrower -- use --kv-cache-dtype fp8_e4m3 (from command line)"),
+        (["--trust-remote-code"], "$.trust_remote_code: '--trust-remote-code' is not supported here: no model code is ever loaded "
+         "from a checkpoint: models run on the built-in implementation -- drop the flag (from command line)"),
+        (["--enable-metrics"], "$.enable_metrics: '--enable-metrics' is not supported here: metrics are always on, as Prometheus "
+         "text at GET /metrics -- drop the flag (from command line)"),
+        (["--no-enable-chunked-prefill"], "$.no_enable_chunked_prefill: '--no-enable-chunked-prefill' is not supported here: "
+         "prefill is always chunked here -- size the chunks with --chunked-prefill-size (or --max-num-batched-tokens) (from command line)"),
+    ],
+)
+@pytest.mark.parametrize("command", ["show", "plan", "serve"])
+def test_flags_of_missing_features_are_refused_with_the_reason(
+    capsys: pytest.CaptureFixture[str], command: str, argv: list[str], line: str
+) -> None:
+    """A flag of a feature this runtime lacks is refused with one line that says so, in every command, before any work."""
+    code, _, err = run(capsys, command, *argv, "--page-size", "4")
+    assert code == 2
+    assert err.splitlines() == ["sgconf: invalid command line", f"  {line}"]
+
+
+def test_a_copied_schema_keeps_the_refused_flags() -> None:
+    """A runtime that starts from the serving schema refuses the same foreign flags."""
+    import sgconf
+
+    mini = sgconf.SERVING.copy("minirefuse", without=["spec"])
+    assert mini.refused_flags == sgconf.SERVING.refused_flags

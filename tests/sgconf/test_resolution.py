@@ -20,6 +20,8 @@ def test_decisions_are_named_steps_with_values() -> None:
         "page_size": "schedule_defaults",
         "swa_full_tokens_ratio": "schedule_defaults",
         "mem_fraction_static": "schedule_defaults",
+        "kv_cache_memory_bytes": "schedule_defaults",
+        "max_running_requests": "schedule_defaults",
         "chunked_prefill_size": "schedule_defaults",
         "attention_backend": "attention_backend",
         "served_model_name": "serving_defaults",
@@ -27,7 +29,10 @@ def test_decisions_are_named_steps_with_values() -> None:
         "mamba_radix_cache_strategy": "serving_defaults",
     }
     v = resolved.values
-    assert (v.page_size, v.swa_full_tokens_ratio, v.mem_fraction_static, v.chunked_prefill_size) == (1, 0.8, 0.8, 2048)
+    assert (v.page_size, v.swa_full_tokens_ratio, v.chunked_prefill_size) == (1, 0.8, 2048)
+    # a cpu measures no device memory: the KV budget is a size, and no fraction of anything applies
+    assert (v.kv_cache_memory_bytes, v.mem_fraction_static, v.max_running_requests) == (64 << 20, None, 64)
+    assert resolved.decision_for("mem_fraction_static").reason == "unused: kv_cache_memory_bytes is the KV budget"
     assert v.attention_backend == "torch_native"
     assert v.context_length == builtin_model_config("tiny")["max_position_embeddings"]
     assert resolved.decision_for("page_size") == Decision("schedule_defaults", "page_size", 1, "default page size")
@@ -172,3 +177,15 @@ def test_a_resolved_record_refuses_another_model_and_keeps_no_reference() -> Non
         "  $model: this record was already resolved with another model, and a record resolves once "
         "-- build a new record for this model (attrs.evolve(record) copies it unresolved)"
     )
+
+
+def test_on_cuda_the_budget_is_measured_and_the_fraction_applies() -> None:
+    """On cuda the budget is left to the planner's measurement, recorded as such, and mem_fraction_static is decided."""
+    resolved = resolve_once(load(["--device", "cuda"], env={}).record)
+    assert (resolved.values.kv_cache_memory_bytes, resolved.values.mem_fraction_static) == (None, 0.88)
+    assert resolved.decision_for("kv_cache_memory_bytes").reason == (
+        "measured when the pools are planned: free cuda memory times mem_fraction_static"
+    )
+    assert resolved.values.max_running_requests is None  # sized by the plan from memory and context
+    given = resolve_once(load(["--device", "cuda", "--kv-cache-memory-bytes", "1000000"], env={}).record)
+    assert (given.values.kv_cache_memory_bytes, given.values.mem_fraction_static) == (1_000_000, None)

@@ -107,7 +107,8 @@ def test_show_explain_prints_the_chain_winner_last(capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "show", "--config", str(cfg), "--page-size", "8", "--explain", "page_size")
     assert code == 0
     assert out.splitlines() == [
-        "page_size ($.schedule.page_size, --page-size, env SGCONF_PAGE_SIZE): tokens per KV page; default 1",
+        "page_size ($.schedule.page_size, --page-size, env SGCONF_PAGE_SIZE): tokens per KV page; "
+        "default 1 (declared null: resolution picks it when no layer sets it)",
         "  1. default    null                     from defaults",
         f"  2. file       2                        from {cfg}",
         "  3. env        4                        from env SGCONF_PAGE_SIZE",
@@ -307,3 +308,11 @@ def test_python_dash_m_sgconf_is_the_same_command() -> None:
     assert shown.returncode == 0 and json.loads(shown.stdout)["parallel"]["tp_size"] == 2
     bad = pym("show", "--tp-sise", "2")
     assert bad.returncode == 2 and "did you mean '--tp-size'?" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "plan"])
+def test_show_refuses_a_model_path_as_plan_and_serve_do(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """`show --model /no/such/dir` exits 2 naming the path, like `plan` (and `serve`), instead of printing a config."""
+    code, out, err = run(capsys, command, "--model", "/no/such/dir")
+    assert (code, out) == (2, "")
+    assert "$.model.model_path: no model config at '/no/such/dir' -- pass a directory holding config.json" in err

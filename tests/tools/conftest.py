@@ -11,6 +11,7 @@ from tools.ratchet.cli import main
 
 CONFIG = """\
 [config]
+field_source = "sgconf:SERVING"
 include = ["pkg/**"]
 exclude = ["pkg/tests/**"]
 """

@@ -47,11 +47,17 @@ def test_init_creates_a_config_where_there_is_none(tmp_path, capsys, monkeypatch
     (tmp_path / "app" / "m.py").write_text(_reads(2), encoding="utf-8")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_m.py").write_text(_reads(5), encoding="utf-8")
-    assert main(["init"]) == 0
+    assert main(["init"]) == 2  # without the schema it would baseline against fields it cannot know
+    assert capsys.readouterr().err == (
+        "sgconf-ratchet: init needs your schema to write ratchet.toml, or the ratchet would not know your "
+        "record's fields -- pass --field-source your_package.config:SCHEMA\n"
+    )
+    assert not (tmp_path / "ratchet.toml").exists()
+    assert main(["init", "--field-source", "sgconf:SERVING"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("sgconf-ratchet: created ratchet.toml and wrote the first baseline: 2 counted site(s) in 1 of 1 file(s)")
     text = (tmp_path / "ratchet.toml").read_text(encoding="utf-8")
-    assert '[config]\ninclude = ["**/*.py"]' in text
+    assert '[config]\nfield_source = "sgconf:SERVING"\ninclude = ["**/*.py"]' in text
     assert text.endswith('[counts."app/m.py"]\nparameter = 2\n')
     assert main(["check"]) == 0
 

@@ -72,7 +72,7 @@ def test_decrease_demands_update(repo):
     ]
     assert repo.run("update") == (0, "sgconf-ratchet: baseline updated, 3 -> 1 counted site(s)\n", "")
     text = repo.read("ratchet.toml")
-    assert text.startswith('[config]\ninclude = ["pkg/**"]\n')
+    assert text.startswith('[config]\nfield_source = "sgconf:SERVING"\ninclude = ["pkg/**"]\n')
     assert text.endswith('[counts."pkg/a.py"]\nalias = 1\n')
     assert "gone.py" not in text
     assert repo.run("check")[0] == 0
@@ -292,7 +292,7 @@ def test_config_errors_exit_two(repo, tmp_path):
     repo.write("ratchet.toml", '[config]\nfield_source = "nope.mod:names"\n')
     code, _, err = repo.run("check")
     assert (code, err.split(":")[1].strip()) == (2, "cannot load [config] field_source 'nope.mod")
-    repo.write("ratchet.toml", '[config]\ninclude = ["pkg/**"]\naccessor_source = "nope.mod:accessor"\n')
+    repo.write("ratchet.toml", '[config]\nfield_source = "sgconf:SERVING"\naccessor_source = "nope.mod:accessor"\n')
     code, _, err = repo.run("check")
     assert (code, err.split(":")[1].strip()) == (2, "cannot load [config] accessor_source 'nope.mod")
     (tmp_path / "ratchet.toml").unlink()

@@ -6,13 +6,12 @@ import textwrap
 
 import pytest
 
-from sgconf.serving import field_names
-from tools.ratchet.accessors import registry_accessor
-from tools.ratchet.codemod import fix_text
+from sgconf import SERVING
+from tools.ratchet.codemod import WRITE_REASON, fix_text
 from tools.ratchet.settings import ScanSettings
 
-SETTINGS = ScanSettings(fields=frozenset(field_names()))
-ACCESSORS = {name: registry_accessor(name) for name in field_names()}
+SETTINGS = ScanSettings(fields=frozenset(SERVING.field_names()))
+ACCESSORS = {name: SERVING.accessor_of(name) for name in SERVING.field_names()}
 
 CASES = [
     pytest.param(
@@ -118,10 +117,10 @@ CASES = [
 @pytest.mark.parametrize(("before", "after"), CASES)
 def test_before_after(before, after):
     """Each raw read becomes its accessor read, the import is added once, formatting is kept."""
-    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS)
+    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS, per_process=True)
     assert result.skipped == ()
     assert result.new == textwrap.dedent(after).lstrip("\n")
-    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS)
+    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS, per_process=True)
     assert (again.changed, again.fixed, again.skipped) == (False, (), ())
 
 
@@ -137,11 +136,11 @@ def test_unsafe_sites_are_listed_not_touched():
             m = (sa := get_server_args()).dp_size
         """
     ).lstrip("\n")
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     assert result.new == code
     assert [(s.line, s.kind, reason) for s, reason in result.skipped] == [
         (4, "alias", "alias 'cfg' is used for more than field reads"),
-        (5, "write", "a write to the record; change it by hand (post-publish changes go through an override)"),
+        (5, "write", WRITE_REASON),
         (6, "direct", "the record is also bound by `:=` here"),
     ]
 
@@ -149,12 +148,13 @@ def test_unsafe_sites_are_listed_not_touched():
 def test_allowed_reads_are_not_rewritten():
     """A read under an allow comment is not counted, so the codemod leaves it."""
     code = "x = get_server_args().page_size  # ratchet: allow(raw startup value)\n"
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     assert (result.changed, result.skipped) == (False, ())
 
 
 def test_fix_then_check_is_clean(repo):
     """After `fix`, `check` passes; `--diff` prints the change without writing it."""
+    repo.config("one_record_per_process = true\n")
     source = "class W:\n    def f(self):\n        return self.server_args.page_size\n"
     repo.write("pkg/w.py", source)
     assert repo.run("check")[0] == 1
@@ -174,13 +174,11 @@ def test_fix_then_check_is_clean(repo):
 
 def test_fix_exits_one_when_sites_are_left(repo):
     """Sites the codemod cannot fix are printed and the exit status is 1."""
+    repo.config("one_record_per_process = true\n")
     repo.write("pkg/w.py", "def f(server_args):\n    del server_args.page_size\n")
     code, out, err = repo.run("fix")
     assert (code, out) == (1, "")
-    assert err.splitlines()[0] == (
-        "pkg/w.py:2:9: field 'page_size' not fixed: a write to the record; change it by hand "
-        "(post-publish changes go through an override)"
-    )
+    assert err.splitlines()[0] == f"pkg/w.py:2:9: field 'page_size' not fixed: {WRITE_REASON}"
 
 
 def test_names_bound_differently_on_branches_are_not_rewritten():
@@ -200,7 +198,7 @@ def test_names_bound_differently_on_branches_are_not_rewritten():
             return cfg.dp_size
         """
     ).lstrip("\n")
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     assert result.new == code
     assert [(s.line, s.kind, reason) for s, reason in result.skipped] == [
         (4, "alias", "alias 'sa' is also read where branches that bind it differently join"),
@@ -211,6 +209,7 @@ def test_names_bound_differently_on_branches_are_not_rewritten():
 
 def test_fix_keeps_a_declared_source_encoding(repo):
     """A file with a latin-1 coding cookie is written back in latin-1, not re-encoded as UTF-8."""
+    repo.config("one_record_per_process = true\n")
     source = "# -*- coding: latin-1 -*-\nNAME = 'caf\xe9'\ndef f(self):\n    return self.server_args.page_size\n"
     path = repo.root / "pkg" / "enc.py"
     path.parent.mkdir()
@@ -280,9 +279,9 @@ IMPORT_CASES = [
 @pytest.mark.parametrize(("before", "after"), IMPORT_CASES)
 def test_imports_made_unused_are_removed(before, after):
     """fix drops the imports whose every use it rewrote, adds only the accessors it uses, and is idempotent."""
-    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS)
+    result = fix_text("m.py", textwrap.dedent(before).lstrip("\n"), SETTINGS, ACCESSORS, per_process=True)
     assert result.new == textwrap.dedent(after).lstrip("\n")
-    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS)
+    again = fix_text("m.py", result.new, SETTINGS, ACCESSORS, per_process=True)
     assert (again.changed, again.fixed, again.skipped) == (False, (), ())
 
 
@@ -297,7 +296,7 @@ def test_records_built_in_place_are_left_to_the_author():
             return n, m
         """
     ).lstrip("\n")
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     assert result.new == code
     reason = "the record is built here, not the published one; an accessor would read another value"
     assert [(s.line, reason_) for s, reason_ in result.skipped] == [(3, reason), (4, reason)]
@@ -327,7 +326,7 @@ def test_fix_rewrites_exactly_the_sites_check_reports():
         """
     ).lstrip("\n")
     before = {(s.line, s.col, s.field) for s in scan_text("m.py", code, SETTINGS).sites}
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     fixed = {(s.line, s.col, s.field) for s in result.fixed}
     skipped = {(s.line, s.col, s.field) for s, _ in result.skipped}
     assert fixed | skipped == before and not fixed & skipped
@@ -340,7 +339,44 @@ def test_fix_rewrites_exactly_the_sites_check_reports():
 def test_fix_handles_expressions_as_deep_as_cpython_accepts():
     """An 800-term expression (far past the default recursion limit for libcst) is rewritten, not refused."""
     code = "def f(self):\n    return " + " + ".join(["self.server_args.page_size"] * 800) + "\n"
-    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
     assert result.error is None
     assert len(result.fixed) == 800
     assert "server_args" not in result.new.split("\n", 2)[2]
+
+
+BELOW = """
+x = 1
+from runtime import get_server_args
+
+
+def f():
+    return get_server_args().page_size
+"""
+
+
+@pytest.mark.parametrize("before", [*(case.values[0] for case in CASES), *(case.values[0] for case in IMPORT_CASES), BELOW])
+def test_the_text_rewrite_and_the_libcst_rewrite_agree(before, monkeypatch):
+    """Where the fast text edit applies a plan it gives exactly libcst's result; where it cannot, libcst does it."""
+    import tools.ratchet.codemod as codemod
+
+    code = textwrap.dedent(before).lstrip("\n")
+    fast = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
+    monkeypatch.setattr(codemod, "text_rewrite", lambda *args: None)
+    slow = fix_text("m.py", code, SETTINGS, ACCESSORS, per_process=True)
+    assert (fast.new, fast.fixed, fast.error) == (slow.new, slow.fixed, slow.error)
+    assert slow.changed
+
+
+def test_imports_below_the_code_are_left_to_the_libcst_rewrite():
+    """An import below the code that the rewrite made unused is removed, by the whole-module path."""
+    from tools.ratchet.codemod import plan_fixes
+    from tools.ratchet.scanner import scan_module
+    from tools.ratchet.textfix import text_rewrite
+
+    code = textwrap.dedent(BELOW).lstrip("\n")
+    tree = __import__("ast").parse(code)
+    plan = plan_fixes("m.py", code, scan_module(tree, code, SETTINGS), ACCESSORS, lambda site: False)
+    assert text_rewrite(code, tree, plan, "runtime", SETTINGS) is None
+    result = fix_text("m.py", code, SETTINGS, ACCESSORS)
+    assert "get_server_args" not in result.new and "return get_schedule().page_size" in result.new

@@ -69,3 +69,16 @@ def test_front_door_exports():
     assert tools.ratchet.__all__ == sorted(tools.ratchet.__all__)
     for name in tools.ratchet.__all__:
         assert getattr(tools.ratchet, name) is not None
+
+
+def test_the_readme_table_lists_every_config_key():
+    """The README's reference table has one row per [config] key, and no row for a key that does not exist."""
+    import re
+    from pathlib import Path
+
+    from tools.ratchet.config import _CONFIG_KEYS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("Every key of the `[config]` table of `ratchet.toml`:") :]
+    rows = re.findall(r"^\| `(\w+)` \|", table.split("\n\n")[1], re.M)
+    assert rows == list(_CONFIG_KEYS)

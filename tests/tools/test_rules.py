@@ -6,13 +6,13 @@ import textwrap
 
 import pytest
 
-from sgconf.serving import field_names
+from sgconf import SERVING
 from tools.ratchet.rules import RULES, RULES_BY_KIND, Access, classify
 from tools.ratchet.scanner import scan_text
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import KINDS
 
-SETTINGS = ScanSettings(fields=frozenset(field_names()) - {"attn_tp_size", "attn_dp_size"})
+SETTINGS = ScanSettings(fields=frozenset(SERVING.field_names()) - {"attn_tp_size", "attn_dp_size"})
 
 
 def _cases(table: str) -> list[pytest.param]:
@@ -44,7 +44,7 @@ def test_invalid_snippet_has_exactly_its_sites(rule, case):
 
 def test_every_kind_has_a_rule_with_both_tables():
     """Each kind of the baseline has one rule class with VALID and INVALID examples."""
-    assert tuple(RULES_BY_KIND) == ("write", "getattr", "direct", "alias", "attribute", "parameter")
+    assert tuple(RULES_BY_KIND) == ("write", "computed", "getattr", "direct", "alias", "attribute", "parameter")
     assert set(RULES_BY_KIND) == set(KINDS)
     for rule in RULES:
         assert rule.VALID and rule.INVALID, rule
@@ -54,6 +54,8 @@ def test_precedence_write_then_getattr_then_base():
     """A write wins over everything, getattr over the base the record came from."""
     assert classify(Access("alias", "attribute", True)) == "write"
     assert classify(Access("parameter", "getattr", False)) == "getattr"
+    assert classify(Access("alias", "computed", False)) == "computed"
+    assert classify(Access("alias", "computed", True)) == "write"
     assert classify(Access("attribute", "attribute", False)) == "attribute"
 
 

@@ -6,7 +6,6 @@ import ast
 
 import pytest
 
-from tools.ratchet.fieldsource import hot_field_names
 from tools.ratchet.unread import FileReaders, read_path
 
 ACCESSORS = {
@@ -74,6 +73,10 @@ def plan(server_args, ctx, snap):
         ('getattr(get_schedule(), "page_size")', {"page_size"}),
         ('getattr(server_args, "page_size")', set()),
         ("if (obs := get_observability()):\n    obs.log_level", {"log_level"}),
+        ("def bind(serving):\n    return serving.stream_interval", {"stream_interval"}),  # a bag handed on
+        ("def bind(serving: Any) -> int:\n    return serving.stream_interval", {"stream_interval"}),
+        ("def bind(schedule):\n    return schedule.stream_interval", set()),  # another namespace's name
+        ("serving = make()\nserving.stream_interval", set()),  # only a parameter is taken for the bag
     ],
 )
 def test_reader_forms(code, read):
@@ -90,12 +93,14 @@ def test_read_path_of_nested_namespace():
     assert read_path("x", None) is None
 
 
-def test_default_hot_source_is_the_registry():
-    """The default adapter returns exactly the fields sgconf declares hot."""
-    from sgconf.serving import fields
+def test_a_schema_field_source_gives_the_hot_fields(repo):
+    """With field_source naming a schema, the hot fields are exactly the ones it declares hot."""
+    from sgconf import SERVING
+    from tools.ratchet.config import load_config
 
-    assert hot_field_names() == [n for n, info in fields().items() if info.setting.hot]
-    assert "stream_interval" in hot_field_names()
+    hot = load_config(repo.root / "ratchet.toml").hot_field_names()
+    assert hot == {n for n, info in SERVING.fields().items() if info.setting.hot}
+    assert "stream_interval" in hot
 
 
 @pytest.fixture

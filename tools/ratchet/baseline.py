@@ -18,7 +18,7 @@ from pathlib import Path
 import attrs
 
 from tools.ratchet import toml as tomllib
-from tools.ratchet.config import Exempt, RatchetConfig
+from tools.ratchet.config import Exempt, RatchetConfig, exempt_entry
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site
 
@@ -85,12 +85,7 @@ class Outcome:
 
 def exempt_for(config: RatchetConfig, site: Site) -> Exempt | None:
     """The exemption covering `site`; writes are never exempt."""
-    if site.kind == "write":
-        return None
-    for entry in config.exempt:
-        if entry.covers(site.path, site.field):
-            return entry
-    return None
+    return exempt_entry(config.exempt, site.path, site.kind, site.field)
 
 
 def counted_sites(config: RatchetConfig, scans: Iterable[FileScan]) -> list[Site]:

@@ -23,7 +23,7 @@ from typing import Any
 class Binding:
     """One binding of a name to the record; the codemod needs to know how it is used."""
 
-    __slots__ = ("kind", "name", "stmt", "built", "uses_other", "reads", "sources", "flows_out")
+    __slots__ = ("kind", "name", "stmt", "origin", "holds", "uses_other", "reads", "sources", "flows_out")
 
     def __init__(
         self,
@@ -32,12 +32,16 @@ class Binding:
         stmt: tuple[int, int] | None,
         sources: tuple[Binding, ...] = (),
         *,
-        built: bool = False,
+        origin: str = "published",
+        holds: str = "record",
     ) -> None:
         self.kind = kind  # "alias" or "parameter"
         self.name = name
-        # the record was built here (`ServerArgs(...)`, a copy), so it is not the published one
-        self.built = built
+        # where the record comes from (`tools.ratchet.reads.Reads.origin`): published,
+        # instance, passed or built; only a published one may become an accessor read
+        self.origin = origin
+        # "record", or "loaded" for what a schema's load() returns (its `.record` is one)
+        self.holds = holds
         # (line, col) of a removable `name = <record>` statement, when it is one
         self.stmt = stmt
         self.uses_other = False  # the name is used for something other than field reads
@@ -47,6 +51,11 @@ class Binding:
         self.sources = sources
         # the binding reaches a join and the name is used after it: its statement must stay
         self.flows_out = False
+
+    @property
+    def built(self) -> bool:
+        """The record was built here (`ServerArgs(...)`, a copy), so it is not the published one."""
+        return self.origin == "built"
 
     def use(self) -> None:
         """The name is looked up here; a use after a join keeps every source binding alive."""
@@ -100,7 +109,9 @@ def join_values(name: str, values: Sequence[Binding | None]) -> Binding | None:
         return None
     if len(records) == 1 and all(v is records[0] for v in values):
         return records[0]
-    return Binding(records[0].kind, name, None, sources=tuple(records), built=any(r.built for r in records))
+    origins = {r.origin for r in records}
+    origin = next(o for o in ("built", "passed", "instance", "published") if o in origins or o == "published")
+    return Binding(records[0].kind, name, None, sources=tuple(records), origin=origin, holds=records[0].holds)
 
 
 class Scopes:

@@ -27,7 +27,7 @@ def tool_version() -> str:
     """
     digest = hashlib.blake2b(digest_size=8)
     here = Path(__file__).parent
-    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py"):
+    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py", "syntax.py", "lowering.py", "codemod.py", "textfix.py", "imports.py"):
         digest.update((here / name).read_bytes())
     from tools.ratchet.version import __version__
 
@@ -38,8 +38,8 @@ def content_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def cache_key(settings: ScanSettings) -> str:
-    raw = f"{CACHE_FORMAT}\x1e{tool_version()}\x1e{settings.fingerprint()}"
+def cache_key(settings: ScanSettings, extra: str = "") -> str:
+    raw = f"{CACHE_FORMAT}\x1e{tool_version()}\x1e{settings.fingerprint()}\x1e{extra}"
     return hashlib.blake2b(raw.encode(), digest_size=10).hexdigest()
 
 
@@ -50,9 +50,11 @@ class ScanCache:
     saved, so results for old versions of edited files do not pile up.
     """
 
-    def __init__(self, directory: Path | None, settings: ScanSettings, *, prune: bool = False) -> None:
+    kind = "scan"
+
+    def __init__(self, directory: Path | None, settings: ScanSettings, *, prune: bool = False, extra: str = "") -> None:
         self.directory = directory
-        self.key = cache_key(settings)
+        self.key = cache_key(settings, extra)
         self.entries: dict[str, dict[str, Any]] = {}
         self.used: set[str] = set()
         self.prune = prune
@@ -62,7 +64,7 @@ class ScanCache:
 
     @property
     def file(self) -> Path | None:
-        return None if self.directory is None else self.directory / f"scan-{self.key}.json"
+        return None if self.directory is None else self.directory / f"{self.kind}-{self.key}.json"
 
     def _load(self) -> None:
         assert self.file is not None
@@ -96,14 +98,29 @@ class ScanCache:
             ignore = self.directory / ".gitignore"
             if not ignore.exists():
                 ignore.write_text("# created by sgconf-ratchet\n*\n", encoding="utf-8")
-            fd, tmp = tempfile.mkstemp(prefix=".scan-", suffix=".tmp", dir=self.directory)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.kind}-", suffix=".tmp", dir=self.directory)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"format": CACHE_FORMAT, "entries": self.entries}, fh, separators=(",", ":"))
             assert self.file is not None
             os.replace(tmp, self.file)
-            for old in self.directory.glob("scan-*.json"):
+            for old in self.directory.glob(f"{self.kind}-*.json"):
                 if old != self.file:
                     old.unlink(missing_ok=True)
         except OSError:
             pass  # a cache that cannot be written only costs speed next time
         self.dirty = False
+
+
+class FixCache(ScanCache):
+    """What `fix` left unchanged, by content hash: a run with nothing to change parses nothing.
+
+    Keyed also by everything that decides a rewrite: the accessors, their module,
+    `one_record_per_process` and the exemptions.
+    """
+
+    kind = "fix"
+
+    def __init__(self, directory: Path | None, settings: ScanSettings, accessors: dict[str, str | None], module: str, config: Any) -> None:
+        exempts = [[e.path, e.field] for e in config.exempt]
+        extra = json.dumps([sorted(accessors.items()), module, bool(config.one_record_per_process), exempts])
+        super().__init__(directory, settings, extra=extra)

@@ -23,11 +23,11 @@ from tools.ratchet.baseline import (
     updated_counts,
     write_counts,
 )
-from tools.ratchet.cache import ScanCache, tool_version
+from tools.ratchet.cache import FixCache, ScanCache, tool_version
 from tools.ratchet.config import CONFIG_NAME, RatchetConfig, find_config, load_config
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError, RatchetError
 from tools.ratchet.report import FORMATS, render, site_line
-from tools.ratchet.runner import ScanStats, collect_files, scan_files
+from tools.ratchet.runner import ScanStats, collect_files, project_settings, scan_files
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import FileScan
 
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--allow-increase", action="store_true", help="let counts rise (needs --reason)")
     update.add_argument("--reason", help="why the counts rise; written into ratchet.toml")
     init = sub.add_parser("init", parents=[common], help="write the first baseline of a code base (creates ratchet.toml if needed)")
+    init.add_argument("--field-source", help="your schema as package.module:SCHEMA (written into a new ratchet.toml)")
     init.set_defaults(paths=[])
     explain = sub.add_parser("explain", parents=[common], help="list every site in a file")
     explain.add_argument("file")
@@ -102,13 +103,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "init":
         return _init(args)
     config = load_config(args.config) if args.config else load_config(find_config(Path.cwd()))
-    settings = config.settings()
+    if args.command == "unread":
+        return _unread(config, args)
+    settings = project_settings(config)
     if args.command == "fix":
         return _fix(config, settings, args)
     if args.command == "explain":
         return _explain(config, settings, args)
-    if args.command == "unread":
-        return _unread(config, args)
     scans = _scan(config, settings, args, args.paths)
     if args.command == "update":
         return _update(config, scans, args)
@@ -133,7 +134,7 @@ def _check(config: RatchetConfig, scans: list[FileScan], args: argparse.Namespac
         _accessors(config, scans),
         version=tool_version(),
         config_name=config.file.name,
-        record_type=config.record_type,
+        record_type=config.record_name,
     )
     if text:
         print(text)
@@ -197,46 +198,61 @@ def _explain(config: RatchetConfig, settings: ScanSettings, args: argparse.Names
 
 
 def _fix(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace) -> int:
-    """Rewrite (or, with --diff, show) every fixable site; the diff alone goes to stdout."""
-    from tools.ratchet.codemod import fix_text
-    from tools.ratchet.settings import decode_with_encoding, may_contain_read
+    """Rewrite (or, with --diff, show) every fixable site; the diff alone goes to stdout.
 
+    Files the scan cache knows are judged from their cached sites, files the fix cache
+    saw left unchanged are answered from there, and the rest are scanned and rewritten
+    in one pass on a process pool (`tools.ratchet.fixrun`).
+    """
+    from tools.ratchet.fixrun import fix_files
+
+    module = config.module_for_accessors()
+    if module is None:
+        msg = "fix needs the module the accessors are imported from"
+        raise RatchetConfigError(msg + " -- set accessor_module in [config], or point field_source at your schema")
+    files = [(f.rel, f.path) for f in collect_files(config, args.paths)]
     accessors = config.accessors(sorted(settings.fields))
+    scan_cache = fix_cache = None
+    if not args.no_cache:
+        scan_cache = ScanCache(config.root / config.cache_dir, settings)
+        fix_cache = FixCache(config.root / config.cache_dir, settings, accessors, module, config)
     status = 0
     fixed_total = changed_files = 0
-    for file in collect_files(config, args.paths):
-        try:
-            text, encoding = decode_with_encoding(file.path.read_bytes())
-        except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as exc:
-            _note(f"{file.rel}: cannot read: {exc}")
-            status = 2
-            continue
-        if not may_contain_read(text, settings.tokens):
-            continue
-        result = fix_text(
-            file.rel,
-            text,
-            settings,
-            accessors,
-            module_name=config.accessor_module,
-            exempt=lambda site: exempt_for(config, site) is not None,
-        )
+    outcomes = fix_files(
+        files,
+        settings,
+        accessors,
+        module_name=module,
+        exempts=config.exempt,
+        per_process=config.one_record_per_process,
+        scan_cache=scan_cache,
+        fix_cache=fix_cache,
+        jobs=args.jobs,
+    )
+    where = dict(files)
+    for result, encoding in outcomes:
         if result.error is not None:
-            _note(f"{file.rel}: {result.error}")
+            _note(f"{result.path}: {result.error}")
             status = 2
             continue
         for site, reason in result.skipped:
             _note(f"{site.path}:{site.line}:{site.col}: field '{site.field}' not fixed: {reason}")
             status = max(status, 1)
+        for site, reason in result.review:
+            _note(f"{site.path}:{site.line}:{site.col}: field '{site.field}' review: {reason}")
+            status = max(status, 1)
         if not result.changed:
             continue
         if args.diff:
-            sys.stdout.write(_diff(file.rel, result.old, result.new))
-        elif not _write(file.path, file.rel, result.new, encoding):
+            sys.stdout.write(_diff(result.path, result.old, result.new))
+        elif not _write(where[result.path], result.path, result.new, encoding):
             status = 2
             continue
         fixed_total += len(result.fixed)
         changed_files += 1
+    for cache in (scan_cache, fix_cache):
+        if cache is not None:
+            cache.save()
     verb = "would fix" if args.diff else "fixed"
     _note(f"sgconf-ratchet: {verb} {fixed_total} site(s) in {changed_files} file(s)")
     return status
@@ -268,11 +284,11 @@ def _write(path: Path, rel: str, text: str, encoding: str) -> bool:
 INIT_TEMPLATE = """\
 # The read ratchet (`sgconf-ratchet check`): raw reads of the record's fields per file may
 # only go down. Business code reads config through the accessors instead.
-# Point record_type/getters/attributes/parameters and field_source at your own record if
-# it is not sgconf's ServerArgs (see `sgconf-ratchet --help` and the README).
+# field_source names your schema (`package.module:SCHEMA`): the fields, hot fields,
+# accessors and record class come from it. The README lists every key.
 
 [config]
-include = ["**/*.py"]
+{field_source}include = ["**/*.py"]
 # tests read the raw record on purpose
 exclude = ["tests/**", "**/tests/**", "**/test_*.py"]
 """
@@ -289,8 +305,12 @@ def _init(args: argparse.Namespace) -> int:
             path = Path.cwd() / CONFIG_NAME
     created = not path.exists()
     if created:
+        if not args.field_source:
+            msg = f"init needs your schema to write {CONFIG_NAME}, or the ratchet would not know your record's fields"
+            raise RatchetConfigError(msg + " -- pass --field-source your_package.config:SCHEMA")
+        line = f'field_source = "{args.field_source}"\n'
         try:
-            path.write_text(INIT_TEMPLATE, encoding="utf-8")
+            path.write_text(INIT_TEMPLATE.format(field_source=line), encoding="utf-8")
         except OSError as exc:
             raise RatchetConfigError(f"cannot write {path}: {exc.strerror or exc} -- check its permissions") from None
     config = load_config(path)
@@ -324,7 +344,7 @@ def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
         raise RatchetConfigError(f"unread prints text or json (got --format {args.format}) -- use --format json")
 
     declared = config.field_names()
-    hot = config.hot_field_names()
+    hot = config.hot_field_names() & set(declared)
     accessors = config.accessors(declared)
     paths = {f: p for f in declared if (p := read_path(f, accessors.get(f))) is not None}
     sources, errors = _parse_all(config)
@@ -343,13 +363,14 @@ def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
 
 def _parse_all(config: RatchetConfig) -> tuple[list[tuple[str, ast.Module]], list[str]]:
     from tools.ratchet.settings import decode
+    from tools.ratchet.syntax import parse_any
 
     sources: list[tuple[str, ast.Module]] = []
     errors: list[str] = []
     for file in collect_files(config):
         try:
             text = decode(file.path.read_bytes())
-            sources.append((file.rel, ast.parse(text, filename=file.rel)))
+            sources.append((file.rel, parse_any(file.rel, text, config.target_version)[0]))
         except OSError as exc:
             errors.append(f"{file.rel}: cannot read: {exc.strerror or exc}")
         except (UnicodeDecodeError, LookupError) as exc:

@@ -5,10 +5,15 @@
 the rewrite left unused (`get_server_args`, typically) are removed. An alias
 (`sa = get_server_args()`) is rewritten only when every use of it is a field read that
 can be rewritten; its binding statement is then removed (unless comments sit on it).
-Writes, records built in place (`ServerArgs(...)`, `dataclasses.replace(...)`: not the
-published record, so an accessor would read something else), walrus-bound records,
-aliases used for anything else and names that hold the
-record on some paths only (branches that bind them differently) are listed, never
+
+An accessor reads the record the process published, so only a read of that record keeps
+its meaning when rewritten. A read through the getter is one. A record an object holds
+(`self.server_args`) or a caller passes in (a parameter) may be another one: engines
+sharing a process can each carry their own. Those reads are rewritten only when
+`ratchet.toml` says `one_record_per_process = true`; otherwise they are listed for
+review with the reason. Writes, records built in place (`ServerArgs(...)`,
+`dataclasses.replace(...)`), computed `getattr` names, walrus-bound records, aliases used
+for anything else and names that hold the record on some paths only are listed, never
 touched: rewriting them would change what the code does.
 
 Which sites exist is decided by the scanner (`tools.ratchet.scanner` on `ast`), exactly
@@ -18,7 +23,6 @@ them, keeping every comment and blank line.
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,13 +30,15 @@ from contextlib import contextmanager
 
 import attrs
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from tools.ratchet.imports import fix_imports
+from tools.ratchet.plan import Plan
 from tools.ratchet.scanner import Found, allow_comments, collect, scan_module
 from tools.ratchet.settings import ScanSettings
-from tools.ratchet.sites import Site
+from tools.ratchet.sites import FileScan, Site
+from tools.ratchet.syntax import NewSyntaxError, parse_any
+from tools.ratchet.textfix import text_rewrite
 
 _ACCESSOR_CALL = re.compile(r"\s*([A-Za-z_]\w*)\s*\(")
 # libcst walks its tree recursively; give it room for what CPython itself parses
@@ -49,21 +55,26 @@ class FixResult:
     fixed: tuple[Site, ...] = ()
     skipped: tuple[tuple[Site, str], ...] = ()
     error: str | None = None
+    #: reads of a record that may not be the published one: the author decides
+    review: tuple[tuple[Site, str], ...] = ()
+    #: the scan of `old`, as `check` sees it
+    scan: FileScan | None = None
 
     @property
     def changed(self) -> bool:
         return self.new != self.old
 
 
-@attrs.frozen(slots=True)
-class Plan:
-    """What to change: accessor text per node key, alias statements to drop, names to import."""
-
-    replace: dict[tuple[str, int, int], str]
-    remove: frozenset[tuple[int, int]]
-    needed: frozenset[str]
-    fixed: tuple[Site, ...]
-    skipped: tuple[tuple[Site, str], ...]
+#: why a read of a record that may not be the process's is left for review, by origin
+REVIEW_REASONS = {
+    "instance": "the record is held per instance here and may not be the process's published one",
+    "passed": "the record is passed in here and may not be the process's published one",
+}
+REVIEW_HINT = "rewrite it by hand, or set one_record_per_process = true in ratchet.toml"
+WRITE_REASON = (
+    "a write to the record; set the value before publish (a config source or flag), "
+    "or after publish through an override (get_context().override(source, field=value))"
+)
 
 
 @contextmanager
@@ -118,7 +129,8 @@ class _Rewriter(cst.CSTTransformer):
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
-        if len(original_node.body) == 1 and self._pos(original_node.body[0]) in self.remove:
+        # an alias statement with comments on it stays: its comment would be lost
+        if len(original_node.body) == 1 and self._pos(original_node.body[0]) in self.remove and not _has_comments(original_node):
             return cst.RemoveFromParent()
         return updated_node
 
@@ -132,15 +144,25 @@ def _has_comments(line: cst.SimpleStatementLine) -> bool:
     return any(empty.comment is not None for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
 
 
+def _review(found: Found, per_process: bool) -> str | None:
+    """Why a read must be reviewed: its record may not be the published one (None when it is)."""
+    if per_process or found.origin not in REVIEW_REASONS:
+        return None
+    return f"{REVIEW_REASONS[found.origin]} -- {REVIEW_HINT}"
+
+
 def _problem(
     found: Found,
     accessors: Mapping[str, str | None],
     site_of: Callable[[Found], Site],
     counted: Callable[[Site], bool],
+    per_process: bool = False,
 ) -> str | None:
     """Why `found` cannot be rewritten safely, or None when it can."""
     if found.kind == "write":
-        return "a write to the record; change it by hand (post-publish changes go through an override)"
+        return WRITE_REASON
+    if found.kind == "computed":
+        return "getattr() with a name computed at run time; read the bag by name (get_context().value(name))"
     accessor = accessors.get(found.field)
     if not accessor or _ACCESSOR_CALL.match(accessor) is None:
         return f"no accessor known for '{found.field}'"
@@ -164,7 +186,7 @@ def _problem(
     for read in binding.reads:
         if not counted(site_of(read)):
             return f"alias '{binding.name}' also has allowed or exempt reads"
-        if read is not found and (read.kind == "write" or not accessors.get(read.field)):
+        if read is not found and (read.kind in ("write", "computed") or not accessors.get(read.field)):
             return f"alias '{binding.name}' also has reads that cannot be rewritten"
     return None
 
@@ -175,8 +197,10 @@ def plan_fixes(
     found: Sequence[Found],
     accessors: Mapping[str, str | None],
     exempt: Callable[[Site], bool],
+    *,
+    per_process: bool = False,
 ) -> Plan:
-    """Decide, for every counted site, its rewrite or the reason it stays."""
+    """Decide, for every counted site, its rewrite, or the reason it stays (for review or for good)."""
     scan = collect(path, list(found), allow_comments(text))
     by_position = {(s.line, s.col, s.kind, s.field): s for s in scan.sites}
 
@@ -187,10 +211,12 @@ def plan_fixes(
         return site.allowed is None and not exempt(site)
 
     replace: dict[tuple[str, int, int], str] = {}
+    spans: dict[tuple[str, int, int], tuple[tuple[int, int], tuple[int, int]]] = {}
     remove: set[tuple[int, int]] = set()
     needed: set[str] = set()
     fixed: list[Site] = []
     skipped: list[tuple[Site, str]] = []
+    review: list[tuple[Site, str]] = []
     for f in sorted(found, key=lambda f: (f.line, f.col)):
         site = site_of(f)
         if not counted(site):
@@ -199,15 +225,23 @@ def plan_fixes(
         if reason is not None:
             skipped.append((site, reason))
             continue
+        why = _review(f, per_process)
+        if why is None and f.binding is not None:
+            why = next((r for read in f.binding.reads if (r := _review(read, per_process))), None)
+        if why is not None:
+            review.append((site, why))
+            continue
         accessor = accessors[f.field]
         assert accessor is not None
         replace[f.key] = accessor
+        spans[f.key] = ((f.line, f.col - 1), f.end)
         needed.add(_ACCESSOR_CALL.match(accessor).group(1))  # type: ignore[union-attr]
         fixed.append(site)
         if f.binding is not None and f.binding.kind == "alias" and f.binding.stmt is not None:
             line, col = f.binding.stmt
             remove.add((line, _char_col(text, line, col)))
-    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped))
+    left = tuple((f.kind, f.field) for f in found if f.key not in replace)
+    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review), spans, left, scan)
 
 
 def _char_col(text: str, line: int, offset: int) -> int:
@@ -216,57 +250,11 @@ def _char_col(text: str, line: int, offset: int) -> int:
     return len(text.splitlines()[line - 1].encode("utf-8")[:offset].decode("utf-8", "replace"))
 
 
-def _keep_commented(module: cst.Module, remove: frozenset[tuple[int, int]]) -> frozenset[tuple[int, int]]:
-    """Alias statements with comments on them stay (their comment would be lost)."""
-    if not remove:
-        return remove
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
-    keep = set()
-    for node, pos in positions.items():
-        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 and _has_comments(node):
-            start = positions[node.body[0]].start
-            keep.add((start.line, start.column))
-        del pos
-    return frozenset(remove - keep)
-
-
 def rewrite(module: cst.Module, plan: Plan) -> tuple[cst.Module, set[tuple[str, int, int]]]:
     """Apply the plan's replacements and removals; returns the new module and the keys rewritten."""
-    rewriter = _Rewriter(plan.replace, _keep_commented(module, plan.remove))
+    rewriter = _Rewriter(plan.replace, plan.remove)
     new = MetadataWrapper(module, unsafe_skip_copy=True).visit(rewriter)
     return new, rewriter.done
-
-
-def _loaded_names(tree: ast.AST) -> set[str]:
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-
-
-def fix_imports(old: ast.Module, new: cst.Module, needed: frozenset[str], module_name: str) -> cst.Module:
-    """Import the accessors the rewrite uses; drop imports whose every use the rewrite removed.
-
-    An import that was unused before the rewrite is not ours to remove, so only names that
-    were read before and are read no more go.
-    """
-    context = CodemodContext()
-    for name in sorted(needed):
-        AddImportsVisitor.add_needed_import(context, module_name, name)
-    gone = _loaded_names(old) - _loaded_names(ast.parse(new.code))
-    removals = 0
-    for stmt in old.body:
-        if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
-            for alias in stmt.names:
-                if (alias.asname or alias.name) in gone:
-                    RemoveImportsVisitor.remove_unused_import(context, stmt.module, alias.name, alias.asname)
-                    removals += 1
-        elif isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if (alias.asname or alias.name.partition(".")[0]) in gone:
-                    RemoveImportsVisitor.remove_unused_import(context, alias.name, None, alias.asname)
-                    removals += 1
-    new = AddImportsVisitor(context).transform_module(new)
-    # the removal visitor runs a full scope analysis: only pay for it when there is work
-    return RemoveImportsVisitor(context).transform_module(new) if removals else new
 
 
 def fix_text(
@@ -277,15 +265,25 @@ def fix_text(
     *,
     module_name: str = "runtime",
     exempt: Callable[[Site], bool] = lambda site: False,
+    per_process: bool = False,
 ) -> FixResult:
-    """Rewrite every counted, safely fixable read in `text`; never raises on bad input."""
+    """Rewrite every counted, safely fixable read in `text`; never raises on bad input.
+
+    `per_process`: the project publishes one record per process, so a record held per
+    instance or passed in is that one and its reads may be rewritten too.
+    """
     try:
-        tree = ast.parse(text, filename=path)
+        tree, parsed = parse_any(path, text, settings.target_version)
+    except NewSyntaxError as exc:
+        return FixResult(path, text, text, error=f"cannot parse: {exc}")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return FixResult(path, text, text, error=f"cannot parse: {_one_line(str(exc))}")
-    plan = plan_fixes(path, text, scan_module(tree, text, settings), accessors, exempt)
+    plan = plan_fixes(path, parsed, scan_module(tree, parsed, settings), accessors, exempt, per_process=per_process)
     if not plan.replace:
-        return FixResult(path, text, text, (), plan.skipped)
+        return FixResult(path, text, text, (), plan.skipped, review=plan.review, scan=plan.scan)
+    fast = text_rewrite(text, tree, plan, module_name, settings)
+    if fast is not None:
+        return FixResult(path, text, fast, plan.fixed, plan.skipped, review=plan.review, scan=plan.scan)
     with _deep_recursion():
         try:
             module = cst.parse_module(text)
@@ -297,4 +295,4 @@ def fix_text(
     if missing:  # a site libcst could not find again: refuse rather than half-fix the file
         where = ", ".join(f"line {line}" for _, line, _ in sorted(missing, key=lambda k: k[1]))
         return FixResult(path, text, text, error=f"cannot rewrite: sites not found by position ({where})")
-    return FixResult(path, text, new_text, plan.fixed, plan.skipped)
+    return FixResult(path, text, new_text, plan.fixed, plan.skipped, review=plan.review, scan=plan.scan)

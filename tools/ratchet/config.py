@@ -18,29 +18,38 @@ import attrs
 
 from tools.ratchet import toml as tomllib
 from tools.ratchet.errors import RatchetConfigError
+from tools.ratchet.fieldsource import SourceFacts, facts_of, is_schema
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import KINDS
 
 CONFIG_NAME = "ratchet.toml"
 _TABLES = ("config", "exempt", "unread", "counts")
+_VERSION = re.compile(r"3\.\d{1,2}")
 
-# key -> (type, default); lists are stored as tuples
+# key -> (type, default); lists are stored as tuples. README.md has the reference table.
 _CONFIG_KEYS: dict[str, tuple[type, Any]] = {
-    "record_type": (str, "ServerArgs"),
+    "field_source": (str, ""),
+    "fields": (list, ()),
+    "record_type": (str, ""),
     "getters": (list, ("get_server_args",)),
     "attributes": (list, ("server_args",)),
     "parameters": (list, ("server_args",)),
-    "field_source": (str, "sgconf.serving:field_names"),
-    "hot_field_source": (str, "tools.ratchet.fieldsource:hot_field_names"),
-    "fields": (list, ()),
-    "accessor_source": (str, "tools.ratchet.accessors:registry_accessor"),
-    "accessor_module": (str, "runtime"),
-    "derived": (list, ("attn_tp_size", "attn_dp_size")),
+    "schema_names": (list, ()),
+    "derived": (list, ()),
+    "hot_field_source": (str, ""),
+    "accessor_source": (str, ""),
+    "accessor_module": (str, ""),
+    "one_record_per_process": (bool, False),
+    "target_version": (str, ""),
     "include": (list, ("**/*.py",)),
     "exclude": (list, ()),
     "cache_dir": (str, ".sgconf-ratchet-cache"),
 }
 
+NO_FIELD_SOURCE = (
+    "{name} names no field source, so the ratchet does not know your record's fields -- "
+    'add `field_source = "your_package.config:SCHEMA"` under [config] (or list them in `fields`)'
+)
 
 @attrs.frozen(slots=True)
 class Exempt:
@@ -57,6 +66,16 @@ class Exempt:
         return (self.field == "*" or self.field == field) and glob_match(self.path, path)
 
 
+def exempt_entry(entries: Sequence[Exempt], path: str, kind: str, field: str) -> Exempt | None:
+    """The exemption covering a site; writes are never exempt."""
+    if kind == "write":
+        return None
+    for entry in entries:
+        if entry.covers(path, field):
+            return entry
+    return None
+
+
 @attrs.frozen(slots=True)
 class UnreadAllow:
     """A declared field that may have no reader yet (`[[unread.allow]]`), and why."""
@@ -70,16 +89,19 @@ class RatchetConfig:
     """A loaded `ratchet.toml`: settings, exemptions and the per-file, per-kind baseline."""
 
     file: Path
-    record_type: str = "ServerArgs"
+    field_source: str = ""
+    fields: tuple[str, ...] = ()
+    record_type: str = ""
     getters: tuple[str, ...] = ("get_server_args",)
     attributes: tuple[str, ...] = ("server_args",)
     parameters: tuple[str, ...] = ("server_args",)
-    field_source: str = "sgconf.serving:field_names"
-    hot_field_source: str = "tools.ratchet.fieldsource:hot_field_names"
-    fields: tuple[str, ...] = ()
-    accessor_source: str = "tools.ratchet.accessors:registry_accessor"
-    accessor_module: str = "runtime"
-    derived: tuple[str, ...] = ("attn_tp_size", "attn_dp_size")
+    schema_names: tuple[str, ...] = ()
+    derived: tuple[str, ...] = ()
+    hot_field_source: str = ""
+    accessor_source: str = ""
+    accessor_module: str = ""
+    one_record_per_process: bool = False
+    target_version: str = ""
     include: tuple[str, ...] = ("**/*.py",)
     exclude: tuple[str, ...] = ()
     cache_dir: str = ".sgconf-ratchet-cache"
@@ -87,33 +109,58 @@ class RatchetConfig:
     unread_allow: tuple[UnreadAllow, ...] = ()
     counts: dict[str, dict[str, int]] = attrs.field(factory=dict)
     reasons: dict[str, str] = attrs.field(factory=dict)
+    _facts: list[SourceFacts] = attrs.field(factory=list, eq=False, repr=False)
 
     @property
     def root(self) -> Path:
         return self.file.parent
 
-    def field_names(self) -> list[str]:
-        """The declared fields, minus derived members: inline `fields`, else the field source."""
-        if self.fields:
-            names = list(self.fields)
-        else:
-            source = self._load_callable(self.field_source, "field_source")
+    def facts(self) -> SourceFacts:
+        """What the field source knows, loaded once; refuses when none is configured."""
+        if self._facts:
+            return self._facts[0]
+        if self.field_source:
+            obj = self._load_object(self.field_source, "field_source")
             try:
-                names = [str(n) for n in source()]
+                facts = facts_of(obj, self.field_source)
             except Exception as exc:
                 msg = f"field_source '{self.field_source}' failed: {type(exc).__name__}: {exc}"
                 raise RatchetConfigError(msg + " -- fix it or list the names in [config] fields") from None
+        elif self.fields:
+            facts = SourceFacts(tuple(self.fields))
+        else:
+            raise RatchetConfigError(NO_FIELD_SOURCE.format(name=self.file.name))
+        self._facts.append(facts)
+        return facts
+
+    @property
+    def record_name(self) -> str:
+        """The record class the messages name: `record_type`, else the schema's, else ServerArgs."""
+        if self.record_type:
+            return self.record_type
+        types = self.facts().record_types
+        return types[0] if types else "ServerArgs"
+
+    def field_names(self) -> list[str]:
+        """The declared fields, minus derived members: inline `fields`, else the field source."""
+        names = list(self.fields) if self.fields else list(self.facts().names)
         derived = set(self.derived)
         return [n for n in names if n not in derived]
 
     def hot_field_names(self) -> set[str]:
-        """The declared fields that may change after publish, from `hot_field_source`."""
-        source = self._load_callable(self.hot_field_source, "hot_field_source")
-        try:
-            return {str(n) for n in source()}
-        except Exception as exc:
-            msg = f"hot_field_source '{self.hot_field_source}' failed: {type(exc).__name__}: {exc}"
-            raise RatchetConfigError(msg + " -- point it at a callable returning the hot field names") from None
+        """The declared fields that may change after publish: `hot_field_source`, else the schema's."""
+        if self.hot_field_source:
+            source = self._load_callable(self.hot_field_source, "hot_field_source")
+            try:
+                return {str(n) for n in source()}
+            except Exception as exc:
+                msg = f"hot_field_source '{self.hot_field_source}' failed: {type(exc).__name__}: {exc}"
+                raise RatchetConfigError(msg + " -- point it at a callable returning the hot field names") from None
+        hot = self.facts().hot
+        if hot is None:
+            msg = f"field_source '{self.field_source}' gives names only, so the hot fields are unknown"
+            raise RatchetConfigError(msg + " -- point field_source at your schema, or set hot_field_source")
+        return set(hot)
 
     def accessors(self, names: Sequence[str]) -> dict[str, str | None]:
         """The accessor expression for each field (None where the source has none or fails).
@@ -121,29 +168,52 @@ class RatchetConfig:
         Raises RatchetConfigError when `accessor_source` cannot be loaded: a typo there would
         otherwise quietly turn every suggestion into "use the field's accessor".
         """
-        source = self._load_callable(self.accessor_source, "accessor_source")
+        source: Callable[[str], Any] | None
+        source = self._load_callable(self.accessor_source, "accessor_source") if self.accessor_source else None
+        if source is None:
+            source = self.facts().accessor if (self.field_source or not self.fields) else None
         out: dict[str, str | None] = {}
         for name in names:
             try:
-                value = source(name)
+                value = source(name) if source is not None else None
             except Exception:
                 value = None
             out[name] = str(value) if value else None
         return out
 
+    def module_for_accessors(self) -> str | None:
+        """Where `fix` imports accessors from: `accessor_module`, else the schema's."""
+        if self.accessor_module:
+            return self.accessor_module
+        return self.facts().accessor_module if self.field_source else None
+
     def settings(self) -> ScanSettings:
+        facts = self.facts()
+        record_type = self.record_name
+        schemas = set(self.schema_names)
+        if facts.schema_name:
+            schemas.add(facts.schema_name)
         return ScanSettings(
-            record_type=self.record_type,
+            record_type=record_type,
             getters=frozenset(self.getters),
             attributes=frozenset(self.attributes),
             parameters=frozenset(self.parameters),
             fields=frozenset(self.field_names()),
+            record_types=frozenset({record_type, *facts.record_types}),
+            schemas=frozenset(schemas),
+            target_version=self.target_version,
         )
 
     def _load_callable(self, spec: str, key: str) -> Callable[..., Any]:
+        obj = self._load_object(spec, key)
+        if not callable(obj):
+            raise RatchetConfigError(f"[config] {key} '{spec}' is not callable -- point it at a function")
+        return obj  # type: ignore[no-any-return]
+
+    def _load_object(self, spec: str, key: str) -> Any:
         module_name, sep, attr = spec.partition(":")
         if not sep or not module_name or not attr:
-            raise RatchetConfigError(f"[config] {key} must look like 'module:callable' (got '{spec}' from {self.file.name})")
+            raise RatchetConfigError(f"[config] {key} must look like 'module:name' (got '{spec}' from {self.file.name})")
         root = str(self.root)
         added = root not in sys.path
         if added:
@@ -154,13 +224,13 @@ class RatchetConfig:
                 obj = getattr(obj, part)
         except Exception as exc:
             msg = f"cannot load [config] {key} '{spec}' from {self.file.name}: {type(exc).__name__}: {exc}"
-            raise RatchetConfigError(msg + " -- point it at an importable 'module:callable'") from None
+            raise RatchetConfigError(msg + " -- point it at an importable 'module:name'") from None
         finally:
             if added:
                 sys.path.remove(root)
-        if not callable(obj):
-            raise RatchetConfigError(f"[config] {key} '{spec}' is not callable -- point it at a function")
-        return obj  # type: ignore[no-any-return]
+        if key == "field_source" and not (callable(obj) or is_schema(obj)):
+            raise RatchetConfigError(f"[config] field_source '{spec}' is neither a schema nor callable -- point it at your Schema")
+        return obj
 
 
 def find_config(start: Path) -> Path:
@@ -200,8 +270,13 @@ def load_config(path: Path) -> RatchetConfig:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise RatchetConfigError(f"[config] {key} must be a list of strings (got {value!r})")
             value = tuple(value)
+        elif expected is bool:
+            if not isinstance(value, bool):
+                raise RatchetConfigError(f"[config] {key} must be true or false (got {value!r})")
         elif not isinstance(value, str) or not value:
             raise RatchetConfigError(f"[config] {key} must be a non-empty string (got {value!r})")
+        elif key == "target_version" and not _VERSION.fullmatch(value):
+            raise RatchetConfigError(f"[config] target_version must look like '3.12' (got {value!r}) -- name the oldest Python the project runs on")
         kwargs[key] = value
     exempt = _load_exempt(data.get("exempt", []))
     unread_allow = _load_unread(_table(data, "unread", path.name))

@@ -13,3 +13,7 @@ class RatchetConfigError(RatchetError, ValueError):
 
 class BaselineRefused(RatchetError, ValueError):
     """`update` would raise a count without `--allow-increase --reason`."""
+
+
+class NewSyntaxError(SyntaxError):
+    """A file uses grammar newer than the project's `target_version`."""

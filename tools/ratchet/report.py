@@ -24,12 +24,15 @@ Accessors = Mapping[str, "str | None"]
 
 
 WRITE_ADVICE = "change it through an override, never on the record"
+COMPUTED_ADVICE = "read the field by name through the context (get_context().value(name))"
 
 
 def advice(site: Site, accessors: Accessors) -> str:
     """The sanctioned alternative: the field's accessor for a read, an override for a write."""
     if site.kind == "write":
         return WRITE_ADVICE
+    if site.kind == "computed":
+        return COMPUTED_ADVICE
     accessor = accessors.get(site.field)
     return f"use {accessor}" if accessor else "use the field's accessor"
 

@@ -7,48 +7,15 @@ on a parameter is a `getattr`.
 
 The tables are Fixit-style: a VALID snippet must produce no site at all, an INVALID
 snippet exactly the sites it lists. `tests/tools/test_rules.py` turns every row into a
-test, so a rule and its examples are read (and kept) together. That is also why this
-module runs past 600 lines: most of it is the tables, and moving them away from their
-rules would lose exactly that.
+test, so a rule and its examples are read (and kept) together. The rules for reads
+through a name (`direct`, `alias`) live in `tools.ratchet.name_rules`, the base classes
+in `tools.ratchet.rule_base`.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-import attrs
-
-
-@attrs.frozen(slots=True)
-class Access:
-    """How a field was reached: `base` is direct/alias/attribute/parameter, `via` attribute or getattr."""
-
-    base: str
-    via: str
-    write: bool
-
-
-@attrs.frozen(slots=True)
-class Invalid:
-    """An INVALID example and the `(kind, field)` sites it must produce, in source order."""
-
-    code: str
-    expect: tuple[tuple[str, str], ...]
-
-
-class Rule:
-    """A kind of raw access; subclasses set `kind`, `summary` and the two tables."""
-
-    kind: ClassVar[str]
-    summary: ClassVar[str]
-    VALID: ClassVar[tuple[str, ...]] = ()
-    INVALID: ClassVar[tuple[Invalid, ...]] = ()
-
-    def matches(self, access: Access) -> bool:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} rule>"
+from tools.ratchet.name_rules import AliasRule, DirectRule
+from tools.ratchet.rule_base import Access, Invalid, Rule
 
 
 class WriteRule(Rule):
@@ -90,8 +57,9 @@ class WriteRule(Rule):
             def f(server_args: ServerArgs):
                 server_args.page_size, n = 1, 2
                 setattr(server_args, "tp_size", 2)
+                setattr(server_args, name, 3)
             """,
-            (("write", "page_size"), ("write", "tp_size")),
+            (("write", "page_size"), ("write", "tp_size"), ("write", "*")),
         ),
     )
 
@@ -104,18 +72,11 @@ class GetattrRule(Rule):
     summary = "getattr() of a raw record field named by a string literal"
     VALID = (
         """
-        def f(server_args, name):
-            return getattr(server_args, name)
-        """,
-        """
-        def f(cfg):
-            return getattr(cfg, "page_size", 1)
+        def f(cfg, name):
+            return getattr(cfg, "page_size", 1), getattr(cfg, name)
         """,
         """
         getattr(get_server_args(), "attn_tp_size")
-        """,
-        """
-        getattr(get_server_args(), f"page_size")
         """,
     )
     INVALID = (
@@ -139,394 +100,46 @@ class GetattrRule(Rule):
         return access.via == "getattr"
 
 
-class DirectRule(Rule):
-    kind = "direct"
-    summary = "field read straight off the getter's result"
+class ComputedRule(Rule):
+    kind = "computed"
+    summary = "getattr() of the raw record with a name computed at run time (counted; never rewritten)"
     VALID = (
         """
-        def f():
-            pass_record(get_server_args())
+        def f(cfg, name):
+            return getattr(cfg, name)
         """,
         """
-        get_server_args().attn_tp_size
-        """,
-        """
-        get_schedule().page_size
-        """,
-        """
-        if TYPE_CHECKING:
-            x = get_server_args().page_size
-        """,
-        """
-        x = get_server_args().page_size  # ratchet: allow(diagnostic dump of the raw input)
-        """,
-        """
-        other.get_server_args.page_size
-        """,
-        """
-        text.replace("a", "b").page_size
-        ServerArgsBuilder().page_size
-        dataclasses.replace(plan, page_size=1).page_size
-        """,
-        """
-        def load() -> dict:
-            return {}
-        load().page_size
+        def f(self, name):
+            return getattr(self, name), getattr(get_schedule(), name)
         """,
     )
     INVALID = (
         Invalid(
             """
-            x = get_server_args().page_size
+            def f(server_args, name):
+                return getattr(server_args, name)
             """,
-            (("direct", "page_size"),),
+            (("computed", "*"),),
         ),
         Invalid(
             """
-            import runtime
-            n = runtime.get_server_args().tp_size
+            def f(self, prefix):
+                sa = self.server_args
+                return getattr(sa, f"{prefix}_size"), getattr(get_server_args(), "page" + "_size", 1)
             """,
-            (("direct", "tp_size"),),
+            (("computed", "*"), ("computed", "*")),
         ),
         Invalid(
             """
-            print(f"page={get_server_args().page_size}")
+            def f(self, name):
+                return getattr(getattr(self, "server_args"), name)
             """,
-            (("direct", "page_size"),),
-        ),
-        Invalid(
-            """
-            f = lambda: get_server_args().page_size
-            """,
-            (("direct", "page_size"),),
-        ),
-        Invalid(
-            """
-            @functools.lru_cache(maxsize=get_server_args().max_running_requests)
-            def f():
-                pass
-            """,
-            (("direct", "max_running_requests"),),
-        ),
-        Invalid(
-            """
-            sizes = [get_server_args().page_size * i for i in range(3)]
-            """,
-            (("direct", "page_size"),),
-        ),
-        Invalid(
-            """
-            if TYPE_CHECKING:
-                pass
-            else:
-                x = get_server_args().page_size
-            """,
-            (("direct", "page_size"),),
-        ),
-        Invalid(
-            """
-            x = (sa := get_server_args()).page_size
-            """,
-            (("direct", "page_size"),),
-        ),
-        Invalid(
-            """
-            a = ServerArgs(model_path="m").page_size
-            b = sgconf.ServerArgs.from_cli_args(ns).tp_size
-            c = dataclasses.replace(get_server_args(), page_size=1).page_size
-            d = attrs.evolve(self.server_args, tp_size=2).dp_size
-            """,
-            (("direct", "page_size"), ("direct", "tp_size"), ("direct", "page_size"), ("direct", "dp_size")),
-        ),
-        Invalid(
-            """
-            def load() -> ServerArgs:
-                return read_args()
-            class Runner:
-                def args(self) -> "Optional[ServerArgs]":
-                    return None
-                def f(self):
-                    return load().page_size + self.args().tp_size
-                async def fetch(self) -> ServerArgs:
-                    return await remote()
-                async def g(self):
-                    sa = await self.fetch()
-                    return (await self.fetch()).dp_size, sa.page_size
-            """,
-            (("direct", "page_size"), ("direct", "tp_size"), ("direct", "dp_size"), ("alias", "page_size")),
+            (("computed", "*"),),
         ),
     )
 
     def matches(self, access: Access) -> bool:
-        return access.base == "direct"
-
-
-class AliasRule(Rule):
-    kind = "alias"
-    summary = "field read through a local name bound to the record"
-    VALID = (
-        """
-        sa = get_server_args()
-        sa = load_other()
-        sa.page_size
-        """,
-        """
-        def f(self):
-            sa = self.server_args
-            with open("x") as sa:
-                return sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        def f():
-            sa = {}
-            return sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        def f(sa):
-            return sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        rows = [sa.page_size for sa in others]
-        """,
-        """
-        sa = get_server_args()
-        f = lambda sa: sa.page_size
-        """,
-        """
-        class A:
-            sa = get_server_args()
-            def m(self):
-                return sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        sa, n = make(), 1
-        sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        for sa in items:
-            sa.page_size
-        """,
-        """
-        def f():
-            cfg = get_server_args()
-            plan = make_plan(cfg)
-            return plan.page_size
-        """,
-        """
-        sa = get_server_args()
-        import sa
-        sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        if cond:
-            sa = load()
-        else:
-            sa = other()
-        sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        try:
-            sa = load()
-        except OSError as sa:
-            sa.page_size
-        """,
-        """
-        def f(**kwargs):
-            sa = kwargs["other"]
-            cfg = kwargs.get(name)
-            return sa.page_size, cfg.tp_size
-        """,
-        """
-        with open(path) as sa:
-            sa.page_size
-        """,
-        """
-        sa = get_server_args()
-        match value:
-            case Config() as sa:
-                sa.page_size
-            case [*sa]:
-                sa.page_size
-        """,
-    )
-    INVALID = (
-        Invalid(
-            """
-            sa = get_server_args()
-            x = sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            class Worker:
-                def __init__(self, runner):
-                    sa = runner.model_runner.server_args
-                    self.n = sa.tp_size
-                    sa2 = sa
-                    self.m = sa2.dp_size
-            """,
-            (("alias", "tp_size"), ("alias", "dp_size")),
-        ),
-        Invalid(
-            """
-            sa = get_server_args()
-            def outer():
-                def inner():
-                    return sa.page_size
-                return inner
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            class A:
-                sa = get_server_args()
-                size = sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            n, sa = 1, get_server_args()
-            sa.tp_size
-            """,
-            (("alias", "tp_size"),),
-        ),
-        Invalid(
-            """
-            if (sa := get_server_args()) is not None:
-                print(sa.page_size)
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            rows = [(sa := get_server_args()) for _ in range(2)]
-            sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            sa: ServerArgs = build()
-            sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            sa = get_server_args()
-            rows = [sa.page_size * i for i in range(3)]
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            sa = ServerArgs(page_size=16)
-            sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            if cond:
-                sa = get_server_args()
-            else:
-                sa = other()
-            sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            sa = get_server_args()
-            if cond:
-                sa = None
-            elif other:
-                print(sa.tp_size)
-            else:
-                print(sa.dp_size)
-            """,
-            (("alias", "tp_size"), ("alias", "dp_size")),
-        ),
-        Invalid(
-            """
-            try:
-                sa = get_server_args()
-                sa = None
-            except KeyError:
-                sa.tp_size
-            else:
-                sa = None
-            finally:
-                sa.page_size
-            """,
-            (("alias", "tp_size"), ("alias", "page_size")),
-        ),
-        Invalid(
-            """
-            sa = get_server_args()
-            for sa in items:
-                pass
-            while cond:
-                sa = None
-            sa.dp_size
-            """,
-            (("alias", "dp_size"),),
-        ),
-        Invalid(
-            """
-            match mode:
-                case "a":
-                    sa = get_server_args()
-                case _:
-                    sa = None
-            sa.page_size
-            """,
-            (("alias", "page_size"),),
-        ),
-        Invalid(
-            """
-            def launch(**kwargs):
-                sa = kwargs["server_args"]
-                cfg = kwargs.get("server_args")
-                return sa.page_size, cfg.tp_size
-            """,
-            (("alias", "page_size"), ("alias", "tp_size")),
-        ),
-        Invalid(
-            """
-            def main(ns):
-                server_args = ServerArgs.from_cli_args(ns)
-                copy = dataclasses.replace(server_args, page_size=16)
-                return server_args.tp_size + copy.page_size
-            """,
-            (("alias", "tp_size"), ("alias", "page_size")),
-        ),
-        Invalid(
-            """
-            def f(self):
-                with ServerArgs.from_file(path) as sa:
-                    sa.page_size
-                n, (cfg, m) = 1, (self.model_runner.server_args, 2)
-                cfg.dp_size
-                if (args := load_args()) and (sa2 := self.server_args):
-                    sa2.tp_size
-            """,
-            (("alias", "page_size"), ("alias", "dp_size"), ("alias", "tp_size")),
-        ),
-    )
-
-    def matches(self, access: Access) -> bool:
-        return access.base == "alias"
+        return access.via == "computed"
 
 
 class AttributeRule(Rule):
@@ -572,6 +185,14 @@ class AttributeRule(Rule):
                 return kwargs["server_args"].page_size, ctx.kwargs.get("server_args").tp_size
             """,
             (("attribute", "page_size"), ("attribute", "tp_size")),
+        ),
+        Invalid(
+            """
+            def f(self):
+                sa = getattr(self.worker, "server_args")
+                return getattr(self, "server_args").page_size, getattr(getattr(self, "server_args"), "tp_size"), sa.dp_size
+            """,
+            (("attribute", "page_size"), ("getattr", "tp_size"), ("alias", "dp_size")),
         ),
     )
 
@@ -647,7 +268,15 @@ class ParameterRule(Rule):
 
 
 #: Precedence order: the first rule that matches names the kind.
-RULES: tuple[Rule, ...] = (WriteRule(), GetattrRule(), DirectRule(), AliasRule(), AttributeRule(), ParameterRule())
+RULES: tuple[Rule, ...] = (
+    WriteRule(),
+    ComputedRule(),
+    GetattrRule(),
+    DirectRule(),
+    AliasRule(),
+    AttributeRule(),
+    ParameterRule(),
+)
 
 RULES_BY_KIND: dict[str, Rule] = {rule.kind: rule for rule in RULES}
 

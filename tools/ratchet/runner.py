@@ -14,6 +14,7 @@ import attrs
 from tools.ratchet.cache import ScanCache, content_hash
 from tools.ratchet.config import CONFIG_NAME, RatchetConfig, glob_match, glob_prefix
 from tools.ratchet.errors import RatchetConfigError
+from tools.ratchet.recordtypes import record_types
 from tools.ratchet.scanner import scan_job
 from tools.ratchet.settings import ScanSettings, decode, may_contain_read
 from tools.ratchet.sites import FileScan
@@ -90,6 +91,19 @@ def collect_files(config: RatchetConfig, paths: Sequence[str] = ()) -> list[Sour
     return [found[k] for k in sorted(found)]
 
 
+def project_settings(config: RatchetConfig) -> ScanSettings:
+    """The configured settings plus the record's subclasses and aliases declared in the project's files."""
+    settings = config.settings()
+    texts = []
+    for file in collect_files(config):
+        try:
+            texts.append(file.path.read_bytes().decode("utf-8", "replace"))
+        except OSError:
+            continue  # the scan reports it
+    types = record_types(texts, settings.record_types)
+    return attrs.evolve(settings, record_types=types) if types != settings.record_types else settings
+
+
 @attrs.frozen(slots=True)
 class _Pending:
     """A file that has to be parsed: its text and the content hash it is cached under."""
@@ -152,7 +166,10 @@ def _prepare(file: SourceFile, settings: ScanSettings, cache: ScanCache | None, 
     stats.prefiltered_out += 1
     try:
         compile(text, file.rel, "exec", ast.PyCF_ONLY_AST)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+    except SyntaxError:
+        # newer grammar than this interpreter's: the full scan parses it the other way
+        return _Pending(file.rel, text, digest)
+    except (ValueError, RecursionError, MemoryError) as exc:
         return FileScan(file.rel, error=f"cannot parse: {exc}")
     result = FileScan(file.rel)
     if cache is not None:

@@ -25,6 +25,7 @@ from tools.ratchet.bindings import Binding, Scopes
 from tools.ratchet.reads import Reads
 from tools.ratchet.settings import ALLOW_MARKER, ScanSettings
 from tools.ratchet.sites import AllowComment, FileScan, Site
+from tools.ratchet.syntax import NewSyntaxError, parse_any
 
 ALLOW_RE = re.compile(r"#\s*ratchet:\s*allow\b(?:\(([^)]*)\))?")
 _RETURNS_RECORD = "->"
@@ -47,7 +48,14 @@ class Found:
     col: int
     binding: Binding | None
     walrus: bool
-    built: bool = False
+    origin: str = "published"
+    #: where the whole accessed expression ends, (line, character column): with `line` and
+    #: `col` the span a rewrite replaces
+    end: tuple[int, int] = (0, 0)
+
+    @property
+    def built(self) -> bool:
+        return self.origin == "built"
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -148,9 +156,13 @@ class ModuleScan:
         return None
 
     def _alias(self, name: str, value: ast.expr | None, stmt: tuple[int, int] | None) -> Binding | None:
-        if value is None or self.reads.source(value) is None:
+        if value is None:
             return None
-        return Binding("alias", name, stmt, built=self.reads.built(value))
+        source = self.reads.source(value)
+        if source is None:
+            return None
+        holds = "loaded" if source == "loaded" else "record"
+        return Binding("alias", name, stmt, origin=self.reads.origin(value), holds=holds)
 
     def bind_target(self, target: ast.expr, value: ast.expr | None, stmt: tuple[int, int] | None = None) -> None:
         """Bind the names of an assignment target; a tuple pairs with a tuple value element-wise."""
@@ -198,8 +210,8 @@ class ModuleScan:
         target = node.target
         if isinstance(target, ast.Name):
             if self.reads.mentions_record(node.annotation):
-                built = node.value is not None and self.reads.built(node.value)
-                self.scopes.bind(target.id, Binding("alias", target.id, None, built=built))
+                origin = self.reads.origin(node.value) if node.value is not None else "passed"
+                self.scopes.bind(target.id, Binding("alias", target.id, None, origin=origin))
             elif node.value is not None:
                 self.scopes.bind(target.id, self._alias(target.id, node.value, None))
 
@@ -329,9 +341,10 @@ class ModuleScan:
         s = self.reads.s
         for arg in self._arguments(args):
             if arg.annotation is not None:
-                binding = Binding("parameter", arg.arg, None) if self.reads.mentions_record(arg.annotation) else None
+                record = self.reads.mentions_record(arg.annotation)
             else:
-                binding = Binding("parameter", arg.arg, None) if arg.arg in s.parameters else None
+                record = arg.arg in s.parameters
+            binding = Binding("parameter", arg.arg, None, origin="passed") if record else None
             self.scopes.bind(arg.arg, binding)
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -462,8 +475,10 @@ class ModuleScan:
             literal = node.args[1]  # type: ignore[attr-defined]
             key = ("str", literal.lineno, cols.char(literal.lineno, literal.col_offset))
         col = cols.char(node.lineno, node.col_offset) + 1
-        built = self.reads.built(base)
-        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr, built)
+        origin = self.reads.origin(base)
+        end_line = node.end_lineno or node.lineno
+        end = (end_line, cols.char(end_line, node.end_col_offset or 0))
+        found = Found(key, kind, field, node.lineno, col, binding, type(base) is ast.NamedExpr, origin, end)
         self.found.append(found)
         if binding is not None:
             binding.reads.append(found)
@@ -508,19 +523,22 @@ def collect(path: str, found: list[Found], comments: list[tuple[int, int, str]])
     return FileScan(path, tuple(sites), rows)
 
 
-def parse(path: str, text: str) -> ast.Module:
-    """Parse with the C parser; raises SyntaxError, ValueError (NUL bytes) or RecursionError."""
-    return ast.parse(text, filename=path)
+def parse(path: str, text: str, target_version: str = "") -> tuple[ast.Module, str]:
+    """The tree and the text it was parsed from (see `tools.ratchet.syntax`); raises as `ast.parse` does."""
+    return parse_any(path, text, target_version)
 
 
 def scan_module(tree: ast.Module, text: str, settings: ScanSettings) -> list[Found]:
+    """The findings of one module; `text` is the text `tree` was parsed from (lowered or not)."""
     return ModuleScan(tree, text, settings).found
 
 
 def scan_text(path: str, text: str, settings: ScanSettings) -> FileScan:
     """Parse and scan one file's text; a parse failure comes back as `FileScan.error`."""
     try:
-        tree = parse(path, text)
+        tree, parsed = parse(path, text, settings.target_version)
+    except NewSyntaxError as exc:
+        return FileScan(path, error=f"cannot parse: {exc}")
     except SyntaxError as exc:
         return FileScan(path, error=f"cannot parse: {_one_line(_syntax_message(exc))}")
     except (RecursionError, MemoryError):
@@ -529,7 +547,7 @@ def scan_text(path: str, text: str, settings: ScanSettings) -> FileScan:
     except ValueError as exc:
         return FileScan(path, error=f"cannot parse: {type(exc).__name__}: {_one_line(str(exc))}")
     try:
-        found = scan_module(tree, text, settings)
+        found = scan_module(tree, parsed, settings)
     except Exception as exc:  # a scanner bug must still name the file, not end the run
         return FileScan(path, error=f"cannot scan: internal error {type(exc).__name__}: {_one_line(str(exc))}")
     return collect(path, found, allow_comments(text))

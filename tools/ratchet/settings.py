@@ -22,15 +22,24 @@ class ScanSettings:
     attributes: frozenset[str] = frozenset({"server_args"})
     parameters: frozenset[str] = frozenset({"server_args"})
     fields: frozenset[str] = frozenset()
+    #: every class name whose instances are the record: `record_type`, the schema's own,
+    #: and the subclasses and aliases declared in the scanned tree
+    record_types: frozenset[str] = frozenset({"ServerArgs"})
+    #: names the project's code calls its schema by (`SCHEMA.build(...)`, `SCHEMA.load(...).record`)
+    schemas: frozenset[str] = frozenset()
+    #: the oldest Python the project runs on ("" accepts every grammar the parsers know)
+    target_version: str = ""
 
     @property
     def tokens(self) -> tuple[str, ...]:
         """Texts one of which a file must contain to possibly hold a read or an allow comment."""
-        return tuple(sorted({self.record_type, *self.getters, *self.attributes, *self.parameters, ALLOW_MARKER}))
+        names = {self.record_type, *self.record_types, *self.schemas, *self.getters, *self.attributes, *self.parameters}
+        return tuple(sorted({*names, ALLOW_MARKER}))
 
     def fingerprint(self) -> str:
         parts = [self.record_type, *sorted(self.getters), "|", *sorted(self.attributes), "|"]
-        parts += [*sorted(self.parameters), "|", *sorted(self.fields)]
+        parts += [*sorted(self.parameters), "|", *sorted(self.fields), "|", *sorted(self.record_types), "|"]
+        parts += [*sorted(self.schemas), "|", self.target_version]
         return "\x1f".join(parts)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 #: Every kind of raw access, in the order reports list them.
-KINDS: tuple[str, ...] = ("direct", "alias", "attribute", "parameter", "getattr", "write")
+KINDS: tuple[str, ...] = ("direct", "alias", "attribute", "parameter", "getattr", "computed", "write")
 
 
 @attrs.frozen(slots=True)

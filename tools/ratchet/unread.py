@@ -13,6 +13,8 @@ field's accessor as `accessor_source` gives it:
 - through a snapshot or any object exposing the bags under their namespace names:
   `snap.memory.x`, `snapshot().exec.kernel.x`, and through a name assigned such a bag
   anywhere in the same file (`sched = snap.schedule`, also by tuple unpacking);
+- through a function parameter named like the field's top-level namespace, the way a
+  bag is handed on (`def bind(serving): serving.port`);
 - by name as a string literal: `ctx.value("x")`, `getattr(get_memory(), "x")`.
 
 Raw record reads (`server_args.x`) do not count: they are what `check` forbids.
@@ -92,6 +94,7 @@ class FileReaders:
     def __init__(self, tree: ast.Module, paths: Mapping[str, ReadPath]) -> None:
         self.paths = paths
         self.functions = frozenset(p.function for p in paths.values())
+        tops = {p.snapshot[0] for p in paths.values()}
         self.read: dict[str, int] = {}
         aliases: dict[str, set[tuple[str, ...]]] = {}
         pending: list[tuple[str, ast.expr, int]] = []  # (field, base, line) resolved once aliases are known
@@ -103,6 +106,8 @@ class FileReaders:
                 self._call(node, pending)
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
                 self._alias(node, aliases)
+            elif isinstance(node, ast.arg) and node.arg in tops:
+                aliases.setdefault(node.arg, set()).add(("", node.arg))  # a bag handed on as a parameter
         for field, base, line in pending:
             if self._reaches(field, base, aliases):
                 self.read.setdefault(field, line)

@@ -91,7 +91,7 @@ class Server:
         self.port = port or free_port()
         self.server_id = server_id or f"s{self.port}"
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-c", "import sys; from sgconf.cli import main; sys.exit(main(sys.argv[1:]))", "serve",
+        cmd = [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve",
                "--port", str(self.port), "--fleet", fleet, "--fleet-store", store, "--fleet-server-id", self.server_id,
                "--max-total-tokens", "1024", "--log-format", "json", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -11,9 +11,9 @@ from engine.engine import Engine
 from engine.fleet.apply import FleetApplier
 from engine.fleet.records import DesiredConfig
 from engine.http.engine_backend import EngineBackend
-from runtime.accessors import get_memory, get_schedule, get_serving
+from runtime import override_server_args
 from runtime.context import get_context
-from runtime.testing import override_server_args
+from runtime.serving import get_memory, get_schedule, get_serving
 
 pytestmark = pytest.mark.server_args_shared
 

@@ -15,7 +15,7 @@ from tests.engine.fleet.processes import Etcd
 
 def main(argv: list[str]) -> int:
     """`sgconf fleet ...` as the console script runs it (bad input is printed and exits 2)."""
-    from sgconf.cli import main as sgconf_main
+    from sgconf.serving import main as sgconf_main
 
     return sgconf_main(["fleet", *argv])
 

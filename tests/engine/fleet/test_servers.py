@@ -15,7 +15,7 @@ import pytest
 
 from engine.fleet.records import ServerStatus
 from engine.fleet.store import FleetStore
-from sgconf.cli import main as sgconf_main
+from sgconf.serving import main as sgconf_main
 from tests.engine.fleet.processes import Etcd, Server, wait_until
 
 WAIT = "120"  # seconds `fleet set --wait` may take on a busy machine; never a measure of speed

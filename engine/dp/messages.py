@@ -1,0 +1,170 @@
+"""Every message between the data-parallel controller and a replica, over the replica's pipe.
+
+Each is a frozen attrs class, pickled by the pipe; the controller and the replicas
+build and match these classes only, never tagged tuples or text. A request that fails
+on a replica comes back as `Failed` with its `FailureKind`, which names the engine
+exception the controller raises in its place (`FAILURES`), so a client of the group
+gets the answer one engine would give.
+
+Controller to replica: `Generate` (one request; with `stream` the replica sends a
+`Chunk` as each piece fills, then the `Result`), `FlushCache`, `Stop`.
+Replica to controller: `Ready` once, a `Heartbeat` every heartbeat interval, and per
+request `Chunk`s, then one `Result` or `Failed`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from engine.errors import (
+    DeadlineExceeded,
+    EngineBusy,
+    EngineError,
+    EngineStopped,
+    GenerationError,
+    ReplicaFailed,
+    RequestRejected,
+)
+
+# -- controller to replica ---------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Generate:
+    """Run one request (`Engine.generate` arguments); stream its pieces as `Chunk`s when `stream`."""
+
+    rid: int
+    args: dict[str, Any]
+    stream: bool = False
+
+
+@attrs.frozen(slots=True)
+class FlushCache:
+    """Empty the replica's prefix cache; answered with a `Result` or `Failed(kind=busy)`."""
+
+    rid: int
+
+
+@attrs.frozen(slots=True)
+class Stop:
+    """Leave the serve loop and shut the engine down."""
+
+
+# -- replica to controller ---------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Ready:
+    """The replica built its engine and joined the groups."""
+
+    rank: int
+    pid: int
+
+
+@attrs.frozen(slots=True)
+class Heartbeat:
+    """Progress and load, every `replica_heartbeat_interval_s`: liveness, routing and `/metrics` read it."""
+
+    seq: int
+    progress: int  # finished scheduler steps
+    queued: int
+    running: int
+    storage_degraded: bool = False
+    token_usage: float | None = None
+    cache_hit_rate: float | None = None
+
+    @property
+    def busy(self) -> int:
+        return self.queued + self.running
+
+
+@attrs.frozen(slots=True)
+class Chunk:
+    """The next piece of a streamed request: its text and token ids."""
+
+    rid: int
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@attrs.frozen(slots=True)
+class Result:
+    """The answer of a request: the `/generate` body (or a flush's row)."""
+
+    rid: int
+    body: dict[str, Any]
+
+
+class FailureKind(str, enum.Enum):
+    """Why a request failed on a replica; names the exception the controller raises (`FAILURES`)."""
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
+
+    REJECTED = "rejected"
+    STOPPED = "stopped"
+    GENERATION = "generation"
+    DEADLINE = "deadline"
+    BUSY = "busy"
+    REPLICA_FAILED = "replica_failed"  # not an error a client caused: a bug, logged on the replica
+
+
+# most specific class first: the first one an exception is an instance of gives its kind
+FAILURES: tuple[tuple[FailureKind, type[EngineError]], ...] = (
+    (FailureKind.DEADLINE, DeadlineExceeded),
+    (FailureKind.GENERATION, GenerationError),
+    (FailureKind.REJECTED, RequestRejected),
+    (FailureKind.STOPPED, EngineStopped),
+    (FailureKind.BUSY, EngineBusy),
+    (FailureKind.REPLICA_FAILED, ReplicaFailed),
+)
+
+
+@attrs.frozen(slots=True)
+class Failed:
+    """A request that failed: the kind of failure and its text (what the client reads)."""
+
+    rid: int
+    kind: FailureKind
+    detail: str
+    queued: int = 0  # for `busy`: what the replica ran when it refused
+    running: int = 0
+
+    @classmethod
+    def of(cls, rid: int, exc: BaseException) -> Failed | None:
+        """The message for an engine error; None for an exception that is not one (a bug)."""
+        for kind, error in FAILURES:
+            if isinstance(exc, error):
+                if isinstance(exc, EngineBusy):
+                    return cls(rid, kind, str(exc), exc.queued, exc.running)
+                return cls(rid, kind, str(exc))
+        return None
+
+    def error(self) -> EngineError:
+        """The exception the controller raises for this failure."""
+        error = dict(FAILURES)[self.kind]
+        if error is EngineBusy:
+            return EngineBusy(self.detail, queued=self.queued, running=self.running)
+        return error(self.detail)
+
+
+ToReplica = Generate | FlushCache | Stop
+FromReplica = Ready | Heartbeat | Chunk | Result | Failed
+
+__all__ = [
+    "FAILURES",
+    "Chunk",
+    "Failed",
+    "FailureKind",
+    "FlushCache",
+    "FromReplica",
+    "Generate",
+    "Heartbeat",
+    "Ready",
+    "Result",
+    "Stop",
+    "ToReplica",
+]

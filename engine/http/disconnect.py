@@ -1,0 +1,89 @@
+"""Work that stops when its client goes away: a closed connection cancels the engine requests it asked for.
+
+A route awaits its backend through `unless_disconnected`: once the body is read, the
+only message the server can still deliver is `http.disconnect`, so waiting for it next
+to the work tells us when the client closed its socket. The work is then cancelled,
+and the backend's own cancellation handling takes its requests out of the scheduler at
+the next step, freeing their KV. Streamed answers need nothing of this: the response
+stops its body generator when the client goes, and the backend cancels in its `finally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import structlog
+from fastapi import Request
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """Raised when the client closed its connection before its answer was ready."""
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """The result of `work`, or ClientGone (with `work` cancelled) when the client disconnects first."""
+    task: asyncio.Future[T] = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        pending: set[asyncio.Future[Any]] = {task, watch}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+        watch.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.info("http.client_gone", path=request.url.path)
+    raise ClientGone(request.url.path)
+
+
+async def started(request: Request, streams: list[AsyncIterator[Any]]) -> list[AsyncIterator[Any]]:
+    """The streams, each run to its first piece before the answer begins (all at once).
+
+    A refused request (too long for the context, the engine stopping) is then an error
+    answer with its status, not an event after a 200. Raises ClientGone, closing every
+    stream, when the client leaves while they start.
+    """
+
+    async def first(stream: AsyncIterator[Any]) -> Any:
+        return await stream.__anext__()
+
+    try:
+        heads = await unless_disconnected(request, asyncio.gather(*(first(s) for s in streams)))
+    except BaseException:
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+        raise
+    return [_prepend(head, stream) for head, stream in zip(heads, streams, strict=True)]
+
+
+async def _prepend(head: Any, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield head
+    async for piece in stream:
+        yield piece
+
+
+def gone_response() -> Any:
+    """What a route answers a client that is gone (nobody reads it; 499 as proxies log it)."""
+    from fastapi.responses import Response
+
+    return Response(status_code=499)
+
+
+__all__ = ["ClientGone", "gone_response", "started", "unless_disconnected"]

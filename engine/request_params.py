@@ -1,0 +1,364 @@
+"""The request parameters, declared once: what a client may ask of one generation, and each bound.
+
+`SamplingParams` is what the sampler, the scheduler and `Engine.submit` use, and what
+every HTTP route builds: `/generate` from its own names, `/v1/completions` and
+`/v1/chat/completions` through `OPENAI_NAMES`, the one table of how OpenAI's names map
+onto ours. Each field states its type, default and bound here and nowhere else; values
+go through the project's cattrs converter (`sgconf.convert`, so `NaN`, `Infinity`, a
+float for an int or a string for a number are refused the same way as in a config
+file), then through the bound. `structure_params` collects every bad field of one
+request into one `InvalidRequest`, whose `$.name: reason (got value)` lines are the
+422 body over HTTP and the exception text from Python, so the same bad value gets the
+same refusal at every entry.
+
+The JSON Schema of the request bodies in `/openapi.json` is derived from the same
+declarations (`json_schema`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from engine.errors import InvalidRequest
+from sgconf.convert import ConversionError, converter
+from sgconf.errors import Problem
+from sgconf.fields import FieldValueError, interval
+from sgconf.suggest import did_you_mean
+
+PARAM_KEY = "request_param"
+MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes
+MAX_NEW_TOKENS = 1 << 20
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
+MAX_N = 64
+# below this a temperature would overflow the softmax: it decodes greedily instead
+GREEDY_TEMPERATURE = 1e-5
+
+
+@attrs.frozen(slots=True)
+class ParamSpec:
+    """How one parameter is checked and described: its bound, and the bound of each item of a list."""
+
+    help: str
+    check: Any = None
+    item_check: Any = None
+    max_items: int | None = None
+
+
+@attrs.frozen(slots=True, repr=False)
+class _OffOrAtLeast:
+    """`off` (a sentinel value meaning "no limit") or an integer from `low` up."""
+
+    off: int
+    low: int
+
+    def __call__(self, value: Any) -> None:
+        if value != self.off and value < self.low:
+            raise FieldValueError(f"must be {self.off} (off) or >= {self.low}")
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"const": self.off}, {"minimum": self.low}]}
+
+    def __repr__(self) -> str:
+        return f"<{self.off} or >= {self.low} validator>"
+
+
+def param(default: Any, help: str, check: Any = None, *, item_check: Any = None, max_items: int | None = None) -> Any:
+    """An attrs field of a request model carrying its `ParamSpec`."""
+    spec = ParamSpec(help, check, item_check, max_items)
+    if isinstance(default, tuple | list):
+        return attrs.field(default=tuple(default), metadata={PARAM_KEY: spec})
+    return attrs.field(default=default, metadata={PARAM_KEY: spec})
+
+
+@attrs.frozen(slots=True)
+class SamplingParams:
+    """How one request samples and when it stops; the defaults decode greedily for 16 tokens."""
+
+    max_new_tokens: int = param(16, "most tokens to generate", interval(1, MAX_NEW_TOKENS))
+    temperature: float = param(0.0, f"0 (or below {GREEDY_TEMPERATURE:g}) decodes greedily", interval(0, 100))
+    top_p: float = param(1.0, "nucleus: keep the most likely tokens holding this much mass", interval(0, 1, low_open=True))
+    top_k: int = param(-1, "keep the k most likely tokens; -1 keeps all", _OffOrAtLeast(-1, 1))
+    min_p: float = param(0.0, "drop tokens less likely than this share of the most likely one", interval(0, 1))
+    repetition_penalty: float = param(1.0, "divides the logits of every token seen", interval(0, 100, low_open=True))
+    frequency_penalty: float = param(0.0, "subtracted per occurrence in the output", interval(-2, 2))
+    presence_penalty: float = param(0.0, "subtracted once per distinct output token", interval(-2, 2))
+    stop: tuple[str, ...] = param(
+        (), f"strings that end the output at their first occurrence (not included); up to {MAX_STOPS}",
+        item_check=interval(1, MAX_STOP_CHARS), max_items=MAX_STOPS,
+    )
+    stop_token_ids: tuple[int, ...] = param(
+        (), "token ids that end the output (included)", item_check=interval(0, 2**31 - 1), max_items=MAX_STOP_TOKEN_IDS
+    )
+    ignore_eos: bool = param(False, "keep generating past the end-of-sequence token")
+    seed: int | None = param(None, "seed of the sampler's generator; default the server's random_seed",
+                             interval(0, MAX_SEED))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain keyword arguments of `Engine.submit` (lists for tuples), e.g. to send to a replica."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in attrs.fields(SamplingParams)}
+
+
+SAMPLING_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(SamplingParams))
+
+# OpenAI's name -> ours, for every sampling parameter the /v1 routes take; the engine's own
+# names (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) are accepted as extensions
+OPENAI_NAMES: dict[str, str] = {
+    "max_tokens": "max_new_tokens",
+    "max_completion_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "stop": "stop",
+    "seed": "seed",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "ignore_eos": "ignore_eos",
+    "stop_token_ids": "stop_token_ids",
+}
+# where OpenAI's default differs from ours
+OPENAI_DEFAULTS: dict[str, Any] = {"temperature": 1.0}
+
+
+@attrs.frozen(slots=True)
+class RequestOptions:
+    """What one HTTP request asks beyond sampling: how many choices, streamed or not, its own deadline."""
+
+    n: int = param(1, f"choices per prompt, each its own engine request (up to {MAX_N})", interval(1, MAX_N))
+    stream: bool = param(False, "send the output as server-sent events while it is generated")
+    timeout_s: float | None = param(None, "this request's deadline in seconds, at most 'request_timeout_s'",
+                                    interval(0, 86400, low_open=True))
+
+
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(RequestOptions))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
+    """The structured value of one field, or the reason it is refused."""
+    spec: ParamSpec = field.metadata[PARAM_KEY]
+    tp = field.type
+    optional = isinstance(tp, str) and tp.endswith("| None")
+    if value is None:
+        if optional:
+            return None, None
+        return None, f"expected {_type_word(field)}, got null"
+    if isinstance(tp, str) and tp.startswith("tuple["):
+        return _check_list(value, field, spec)
+    try:
+        out = converter.structure(value, _base_type(tp))
+    except (ConversionError, ValueError, TypeError, OverflowError) as exc:
+        return None, f"{exc} (got {_shown(value)})"
+    if isinstance(value, str) and not isinstance(out, str):  # a JSON string is not a number, even "1"
+        return None, f"expected {_type_word(field)} (got {_shown(value)})"
+    if spec.check is not None:
+        try:
+            spec.check(out)
+        except FieldValueError as exc:
+            return None, f"{exc} (got {_shown(value)})"
+    return out, None
+
+
+def _check_list(value: Any, field: attrs.Attribute, spec: ParamSpec) -> tuple[Any, str | None]:
+    item_type = str if "str" in str(field.type) else int
+    items = [value] if isinstance(value, str) and item_type is str else value
+    if isinstance(items, int) and not isinstance(items, bool) and item_type is int:
+        items = [items]
+    if not isinstance(items, list | tuple):
+        return None, f"expected {_type_word(field)} (got {_shown(value)})"
+    if spec.max_items is not None and len(items) > spec.max_items:
+        return None, f"expected at most {spec.max_items} items (got {len(items)})"
+    out = []
+    for i, item in enumerate(items):
+        ok = isinstance(item, str) if item_type is str else (isinstance(item, int) and not isinstance(item, bool))
+        if not ok:
+            return None, f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {_shown(item)})"
+        if spec.item_check is not None:
+            try:
+                spec.item_check(len(item) if item_type is str else item)
+            except FieldValueError as exc:
+                what = "its length" if item_type is str else "it"
+                return None, f"item {i}: {what} {exc} (got {_shown(item)})"
+        out.append(item)
+    return tuple(out), None
+
+
+def _base_type(tp: Any) -> Any:
+    name = str(tp).replace(" | None", "")
+    return {"int": int, "float": float, "bool": bool, "str": str}[name]
+
+
+def _type_word(field: attrs.Attribute) -> str:
+    tp = str(field.type)
+    if tp.startswith("tuple[str"):
+        return "a string or a list of strings"
+    if tp.startswith("tuple[int"):
+        return "a list of integers"
+    return {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a string"}[_base_type(tp).__name__]
+
+
+def structure_params(
+    values: Iterable[tuple[str, str, Any]],
+    *,
+    base: Mapping[str, Any] | None = None,
+) -> tuple[SamplingParams, RequestOptions]:
+    """The request model from `(path, name, value)` triples (`path` is where the client put it).
+
+    `base` holds route defaults that differ from ours (OpenAI's temperature). Every
+    problem is collected; raises `InvalidRequest` listing them all, nothing built then.
+    """
+    sampling = {f.name: f for f in attrs.fields(SamplingParams)}
+    options = {f.name: f for f in attrs.fields(RequestOptions)}
+    got_s: dict[str, Any] = dict(base or {})
+    got_o: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for path, name, value in values:
+        field = sampling.get(name) or options.get(name)
+        if field is None:
+            problems.append(Problem(path, f"unknown parameter '{name}'{did_you_mean(name, (*sampling, *options))}"))
+            continue
+        out, why = _check_one(name, value, field)
+        if why is not None:
+            problems.append(Problem(path, why))
+        elif out is not None or value is None:
+            (got_s if name in sampling else got_o)[name] = out
+    if problems:
+        raise InvalidRequest(problems, header=problems_header(problems))
+    got_s = {k: v for k, v in got_s.items() if v is not None or k == "seed"}
+    return SamplingParams(**got_s), RequestOptions(**{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"})
+
+
+def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
+    """`SamplingParams` from Python keyword arguments (`Engine.submit`); raises InvalidRequest like HTTP does."""
+    params, _ = structure_params((f"$.{k}", k, v) for k, v in kwargs.items() if k not in OPTION_NAMES)
+    return params
+
+
+def refuse(path: str, message: str) -> InvalidRequest:
+    """One problem as the error every entry raises."""
+    problems = [Problem(path, message)]
+    return InvalidRequest(problems, header=problems_header(problems))
+
+
+def problems_header(problems: list[Problem]) -> str:
+    """The one-line summary of an InvalidRequest: the names of the bad fields."""
+    names = ", ".join(sorted({p.path.rsplit(".", 1)[-1] for p in problems}))
+    return f"invalid request parameters: {names}"
+
+
+def check_timeout(timeout_s: float | None, limit: float, path: str = "$.timeout_s") -> float:
+    """The deadline of a request: its own `timeout_s` within `limit` ('request_timeout_s'), else the limit."""
+    if timeout_s is None:
+        return limit
+    if not timeout_s <= limit:
+        raise refuse(path, f"must be at most 'request_timeout_s' ({limit:g}) (got {timeout_s!r})")
+    return timeout_s
+
+
+def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: int) -> None:
+    """Every prompt against 'max_prompt_chars', and their count against 'max_batch_items', before tokenizing."""
+    if len(prompts) > max_items:
+        raise refuse(path, f"{len(prompts)} prompts, more than 'max_batch_items' ({max_items}) -- split the batch")
+    for i, p in enumerate(prompts):
+        at = path if len(prompts) == 1 else f"{path}[{i}]"
+        if len(p) > max_chars:
+            unit = "characters" if isinstance(p, str) else "token ids"
+            raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
+
+
+def check_fanout(prompts: int, n: int, max_requests: int, path: str = "$.n") -> None:
+    """prompts × n against 'max_batch_requests': the engine requests one HTTP request may become."""
+    if prompts * n > max_requests:
+        raise refuse(
+            path, f"{prompts} prompts x n={n} is {prompts * n} requests, more than 'max_batch_requests' "
+            f"({max_requests}) -- send fewer prompts or a smaller n"
+        )
+
+
+def _bound_schema(check: Any, *, integer: bool) -> dict[str, Any]:
+    if check is None:
+        return {}
+    if hasattr(check, "schema"):
+        return dict(check.schema())
+    out: dict[str, Any] = {}
+    low, high = getattr(check, "low", None), getattr(check, "high", None)
+    if low is not None:
+        out["exclusiveMinimum" if check.low_open else "minimum"] = int(low) if integer else low
+    if high is not None and math.isfinite(high):
+        out["exclusiveMaximum" if check.high_open else "maximum"] = int(high) if integer else high
+    return out
+
+
+def field_schema(field: attrs.Attribute) -> dict[str, Any]:
+    """The JSON Schema of one declared parameter (type, bound, default, help)."""
+    spec: ParamSpec = field.metadata[PARAM_KEY]
+    tp = str(field.type)
+    if tp.startswith("tuple["):
+        strings = "str" in tp
+        item: dict[str, Any] = {"type": "string" if strings else "integer"}
+        bound = _bound_schema(spec.item_check, integer=True)
+        if strings:
+            item.update({"minLength": bound.get("minimum", 0), "maxLength": bound.get("maximum", MAX_STOP_CHARS)})
+        else:
+            item.update(bound)
+        array = {"type": "array", "items": item, "maxItems": spec.max_items}
+        schema: dict[str, Any] = {"anyOf": [item, array]} if strings else array
+    else:
+        base = _base_type(tp)
+        kind = {int: "integer", float: "number", bool: "boolean", str: "string"}[base]
+        schema = {"type": kind, **_bound_schema(spec.check, integer=base is int)}
+        if tp.endswith("| None"):
+            schema = {"anyOf": [schema, {"type": "null"}]}
+    default = field.default
+    schema["default"] = list(default) if isinstance(default, tuple) else default
+    schema["description"] = spec.help
+    return schema
+
+
+def json_schema(names: Mapping[str, str] | None = None, *, options: Iterable[str] = OPTION_NAMES) -> dict[str, Any]:
+    """`properties` of a request body: every sampling parameter (under `names`' keys when given) and `options`."""
+    by_name = {f.name: f for f in (*attrs.fields(SamplingParams), *attrs.fields(RequestOptions))}
+    props: dict[str, Any] = {}
+    pairs = names.items() if names is not None else ((n, n) for n in SAMPLING_NAMES)
+    for client, ours in pairs:
+        props[client] = field_schema(by_name[ours])
+        if names is not None and ours in OPENAI_DEFAULTS:
+            props[client]["default"] = OPENAI_DEFAULTS[ours]
+    for name in options:
+        props[name] = field_schema(by_name[name])
+    return props
+
+
+__all__ = [
+    "GREEDY_TEMPERATURE",
+    "MAX_SEED",
+    "OPENAI_DEFAULTS",
+    "OPENAI_NAMES",
+    "OPTION_NAMES",
+    "SAMPLING_NAMES",
+    "RequestOptions",
+    "SamplingParams",
+    "check_fanout",
+    "check_prompts",
+    "check_timeout",
+    "json_schema",
+    "problems_header",
+    "refuse",
+    "sampling_of",
+    "structure_params",
+]

@@ -1,0 +1,200 @@
+"""One client cannot hurt the others: fair admission of batches, abort on disconnect, connection timeouts."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.engine import Engine
+from engine.http.app import create_app
+from engine.http.engine_backend import EngineBackend
+from engine.request_params import SamplingParams
+from tests.engine.serving import live_server
+
+DEADLINE_S = 60.0
+
+
+def wait_until(check: Callable[[], bool], what: str) -> None:
+    """Poll `check` until it holds; fail after a generous deadline (never a timing assertion)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    eng = Engine.from_args(["--max-total-tokens", "4096", "--max-running-requests", "4", "--header-timeout-s", "0.5"])
+    try:
+        yield eng
+    finally:
+        eng.shutdown()
+
+
+# -- fair admission ---------------------------------------------------------------------------
+
+
+def test_a_fan_out_batch_cannot_hold_back_a_short_request(engine: Engine) -> None:
+    """A 64-item batch fills every row; a later short request runs as soon as one row frees, not after the batch."""
+    engine.pause()
+    fan = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    batch = engine.submit_batch([(f"fan-out item {i}", fan) for i in range(64)])
+    engine.step()
+    assert engine.busy_counts() == (60, 4)
+    short = engine.submit("light client", max_new_tokens=4, ignore_eos=True)
+    steps = 0
+    while not short.done.is_set():
+        assert engine.step()
+        steps += 1
+    # one batch item's remaining 8 decodes free a row, then the short request's prefill and 4 decodes
+    assert steps <= 8 + 1 + 4
+    assert sum(r.done.is_set() for r in batch) <= 8  # the batch is far from done: the short one went ahead
+    engine.resume()
+    for req in batch:
+        engine.wait(req, timeout=DEADLINE_S)
+
+
+def test_units_of_work_share_rows_in_turn(engine: Engine) -> None:
+    """Two batches submitted one after the other alternate for rows instead of running back to back."""
+    engine.pause()
+    p = SamplingParams(max_new_tokens=2, ignore_eos=True)
+    first = engine.submit_batch([(f"a{i}", p) for i in range(6)])
+    second = engine.submit_batch([(f"b{i}", p) for i in range(6)])
+    engine.step()
+    running = {r.rid for r in [*engine.scheduler.prefilling, *engine.scheduler.decoding]}
+    assert running == {first[0].rid, first[1].rid, second[0].rid, second[1].rid}
+    engine.resume()
+    for req in [*first, *second]:
+        engine.wait(req, timeout=DEADLINE_S)
+
+
+def test_an_http_batch_is_one_unit_of_work(engine: Engine) -> None:
+    """/generate with a list of texts queues every item at once, in one group, before any runs."""
+    client = TestClient(create_app(EngineBackend(engine)))
+    engine.pause()
+    answers: list[Any] = []
+    body = {"text": [f"item {i}" for i in range(50)], "max_new_tokens": 1}
+    thread = threading.Thread(target=lambda: answers.append(client.post("/generate", json=body)))
+    thread.start()
+    wait_until(lambda: engine.busy_counts()[0] == 50, "the batch to be queued")
+    with engine.scheduler._inbox_lock:
+        groups = {r.group for r in engine.scheduler._inbox}
+    assert len(groups) == 1
+    engine.resume()
+    thread.join(DEADLINE_S)
+    assert answers[0].status_code == 200 and len(answers[0].json()) == 50
+
+
+def test_fan_out_limits_name_their_setting(engine: Engine) -> None:
+    """Too many prompts, or prompts x n over max_batch_requests, are refused naming the setting; nothing runs."""
+    client = TestClient(create_app(EngineBackend(engine)))
+    engine.override_config("test", max_batch_requests=20, max_batch_items=8)
+    r = client.post("/generate", json={"text": ["x"] * 9, "max_new_tokens": 1})
+    assert r.status_code == 422
+    assert r.json()["errors"] == ["$.text: 9 prompts, more than 'max_batch_items' (8) -- split the batch"]
+    r = client.post("/v1/completions", json={"prompt": ["x"] * 8, "n": 3, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+    assert r.json()["error"]["message"] == (
+        "$.n: 8 prompts x n=3 is 24 requests, more than 'max_batch_requests' (20) -- send fewer prompts or a smaller n")
+    assert engine.scheduler.counters["admitted"] == 0
+
+
+# -- abort on disconnect ----------------------------------------------------------------------
+
+ROUTES = {
+    "/generate": {"text": "{p}", "max_new_tokens": 300, "ignore_eos": True},
+    "/v1/completions": {"prompt": "{p}", "max_tokens": 300, "ignore_eos": True, "temperature": 0},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "{p}"}], "max_tokens": 300, "ignore_eos": True},
+}
+
+
+def _request(path: str, body: dict[str, Any], port: int) -> bytes:
+    raw = json.dumps(body).encode()
+    head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+    return head.encode() + f"content-length: {len(raw)}\r\n\r\n".encode() + raw
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("path", list(ROUTES))
+def test_a_closed_socket_cancels_its_request_and_frees_its_kv(engine: Engine, path: str, stream: bool) -> None:
+    """The client closes its socket mid-request: the request leaves at the next step and KV use is back to idle."""
+    idle = engine.memory.allocator.available_size()
+    body = json.loads(json.dumps(ROUTES[path]).replace("{p}", f"disconnect {path} {stream}"))
+    body["stream"] = stream
+    engine.pause()
+    with live_server(create_app(EngineBackend(engine))) as (host, port):
+        sock = socket.create_connection((host, port), timeout=DEADLINE_S)
+        sock.sendall(_request(path, body, port))
+        wait_until(lambda: engine.busy_counts() == (1, 0), "the request to be queued")
+        for _ in range(3):  # prefill and two decodes: the request now holds KV
+            engine.step()
+        assert engine.memory.allocator.available_size() < idle
+        if stream:  # read the first event, so the answer has really begun
+            received = b""
+            while b"data: " not in received:
+                received += sock.recv(65536)
+        sock.close()
+        wait_until(lambda: engine.scheduler.cancels_pending() == 1, "the server to notice the closed socket")
+        engine.step()
+        assert engine.busy_counts() == (0, 0)
+        assert engine.scheduler.counters["cancelled"] == 1
+        assert engine.memory.allocator.available_size() == idle
+        engine.resume()
+
+
+# -- connection hygiene -----------------------------------------------------------------------
+
+
+def test_a_half_sent_request_is_closed_after_the_header_timeout(engine: Engine) -> None:
+    """A request line without its headers gets 408 and a closed socket once header_timeout_s passed."""
+    with live_server(create_app(EngineBackend(engine))) as (host, port):
+        sock = socket.create_connection((host, port), timeout=DEADLINE_S)
+        sock.sendall(b"POST /generate HTTP/1.1\r\nhost: x\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):  # returns b"" once the server closed the connection
+            answer += chunk
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert httpx.get(f"http://{host}:{port}/health", timeout=DEADLINE_S).status_code == 200
+
+
+def test_a_body_that_never_comes_is_408(engine: Engine) -> None:
+    """Headers promising a body that does not arrive within body_timeout_s get 408 naming the setting."""
+    engine.override_config("test", body_timeout_s=0.2)
+    with live_server(create_app(EngineBackend(engine))) as (host, port):
+        sock = socket.create_connection((host, port), timeout=DEADLINE_S)
+        sock.sendall(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        answer = b""
+        while b"}" not in answer.partition(b"\r\n\r\n")[2]:
+            answer += sock.recv(65536)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert b"'body_timeout_s' (0.2 s; 1 bytes came)" in answer
+
+
+def test_connections_past_the_cap_get_503() -> None:
+    """With max_connections 2 held by idle sockets, a third client's request is answered 503, not queued forever."""
+    eng = Engine.from_args(["--max-total-tokens", "512", "--max-connections", "2"])
+    try:
+        with live_server(create_app(EngineBackend(eng))) as (host, port):
+            idle = [socket.create_connection((host, port), timeout=DEADLINE_S) for _ in range(2)]
+            try:
+                wait_until(lambda: _health(host, port) == 503, "the cap to refuse a third connection")
+            finally:
+                for sock in idle:
+                    sock.close()
+            wait_until(lambda: _health(host, port) == 200, "the cap to admit again")
+    finally:
+        eng.shutdown()
+
+
+def _health(host: str, port: int) -> int:
+    return httpx.get(f"http://{host}:{port}/health", timeout=DEADLINE_S).status_code

@@ -1,0 +1,178 @@
+"""Requests whose replica exits: retried on a healthy one unless a stream already sent pieces.
+
+The replicas here are the controller's real handles on pipes whose other end the test
+plays, so every message arrives exactly when the test sends it; a replica "dies" when
+its end of the pipe closes, as it does when the process is killed. A real SIGKILL of a
+replica process is in test_dp_failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine.dp.handle import Replica
+from engine.dp.messages import Chunk, Failed, FailureKind, Generate, Ready, Result
+from engine.dp.routing import RequestRouter
+from engine.errors import ReplicaLost, RequestRejected
+
+
+class FakeProcess:
+    exitcode: int | None = None
+
+    def __init__(self) -> None:
+        self.dead = False
+
+    def is_alive(self) -> bool:
+        return not self.dead
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+class Played:
+    """One replica handle and the test's end of its pipe."""
+
+    def __init__(self, index: int) -> None:
+        self.ours, self.theirs = multiprocessing.Pipe()
+        self.process = FakeProcess()
+        self.replica = Replica(index, self.process, self.ours)
+        self.theirs.send(Ready(index + 1, 1000 + index))
+        self.replica.wait_ready(5.0)
+
+    def request(self) -> Generate:
+        assert self.theirs.poll(10), "no request reached the replica"
+        message = self.theirs.recv()
+        assert isinstance(message, Generate)
+        return message
+
+    def die(self) -> None:
+        self.process.dead, self.process.exitcode = True, -9
+        self.theirs.close()
+
+
+@pytest.fixture
+def played(server_args) -> Iterator[list[Played]]:
+    replicas = [Played(0), Played(1)]
+    yield replicas
+    for p in replicas:
+        if not p.theirs.closed:
+            p.theirs.close()
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_a_request_on_a_replica_that_dies_is_answered_by_another(played: list[Played]) -> None:
+    """Replica 0 takes the request and dies: replica 1 gets the same arguments and its answer is returned."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> dict[str, Any]:
+        task = asyncio.ensure_future(router.generate({"prompt_or_ids": "x", "max_new_tokens": 2}))
+        first = await asyncio.to_thread(played[0].request)
+        played[0].die()
+        second = await asyncio.to_thread(played[1].request)
+        assert second.args == first.args and second.rid != first.rid and not second.stream
+        played[1].theirs.send(Result(second.rid, {"text": "ok", "meta_info": {"dp_rank": 1}}))
+        return await task
+
+    assert _run(scenario()) == {"text": "ok", "meta_info": {"dp_rank": 1}}
+
+
+def test_a_refused_request_is_not_retried(played: list[Played]) -> None:
+    """A replica's own refusal is the answer: raised as its exception, never sent to another replica."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(router.generate({"prompt_or_ids": "x", "max_new_tokens": 2}))
+        message = await asyncio.to_thread(played[0].request)
+        played[0].theirs.send(Failed(message.rid, FailureKind.REJECTED, "too long for the context"))
+        with pytest.raises(RequestRejected, match="too long for the context"):
+            await task
+
+    _run(scenario())
+    assert not played[1].theirs.poll(0.2)
+
+
+def test_a_stream_is_incremental_and_retried_while_nothing_was_sent(played: list[Played]) -> None:
+    """No piece sent before replica 0 died: replica 1 streams it; each piece reaches the caller as it comes."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> list[dict[str, Any]]:
+        stream = router.stream({"prompt_or_ids": "x", "max_new_tokens": 2})
+        first = asyncio.ensure_future(stream.__anext__())
+        message = await asyncio.to_thread(played[0].request)
+        assert message.stream
+        played[0].die()
+        retry = await asyncio.to_thread(played[1].request)
+        played[1].theirs.send(Chunk(retry.rid, "a", (1,)))
+        got = [await first]  # the first piece arrives before the replica sent anything else
+        played[1].theirs.send(Chunk(retry.rid, "b", (2,)))
+        got.append(await stream.__anext__())
+        played[1].theirs.send(Result(retry.rid, {"text": "ab", "output_ids": [1, 2]}))
+        got += [piece async for piece in stream]
+        return got
+
+    assert _run(scenario()) == [
+        {"text": "a", "token_ids": [1]},
+        {"text": "b", "token_ids": [2]},
+        {"text": "ab", "output_ids": [1, 2]},
+    ]
+
+
+def test_a_stream_that_sent_pieces_ends_with_the_replicas_failure(played: list[Played]) -> None:
+    """Once a piece reached the caller, the replica's death ends the stream with ReplicaLost; nothing is resent."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> None:
+        stream = router.stream({"prompt_or_ids": "x", "max_new_tokens": 4})
+        first = asyncio.ensure_future(stream.__anext__())
+        message = await asyncio.to_thread(played[0].request)
+        played[0].theirs.send(Chunk(message.rid, "a", (1,)))
+        assert await first == {"text": "a", "token_ids": [1]}
+        played[0].die()
+        with pytest.raises(ReplicaLost, match=r"^replica 0 exited after streaming 1 piece\(s\) -- the answer is"):
+            await stream.__anext__()
+
+    _run(scenario())
+    assert not played[1].theirs.poll(0.2)
+
+
+def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list[Played]) -> None:
+    """/generate streaming from a group whose replica dies mid-stream: the pieces, an error event (503), [DONE]."""
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from engine.dp.group_backend import ReplicaGroupBackend
+    from engine.http.app import create_app
+
+    class Controller:
+        dp_size = 2
+
+        def __init__(self) -> None:
+            self.router = RequestRouter([p.replica for p in played])
+
+        def stream(self, args: dict[str, Any]) -> Any:
+            return self.router.stream(args)
+
+    client = TestClient(create_app(ReplicaGroupBackend(Controller())))  # type: ignore[arg-type]
+    with client.stream("POST", "/generate", json={"text": "x", "max_new_tokens": 4, "stream": True}) as r:
+        assert r.status_code == 200
+        message = played[0].request()
+        played[0].theirs.send(Chunk(message.rid, "a", (97,)))
+        lines = (line[len("data: "):] for line in r.iter_lines() if line.startswith("data: "))
+        assert json.loads(next(lines)) == {"text": "a", "delta": "a", "output_ids": [97]}
+        played[0].die()
+        rest = list(lines)
+    assert rest[-1] == "[DONE]"
+    error = json.loads(rest[0])
+    assert error["status"] == 503
+    assert error["error"]["detail"] == (
+        "replica 0 exited after streaming 1 piece(s) -- the answer is incomplete; send the request again")
+    assert len(rest) == 2

@@ -1,0 +1,150 @@
+"""The one request model: every entry (Python, /generate, /v1) refuses the same bad value in the same words."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from engine.engine import Engine
+from engine.errors import InvalidRequest
+from engine.http.app import create_app
+from engine.http.engine_backend import EngineBackend
+from engine.request_params import (
+    OPENAI_NAMES,
+    SamplingParams,
+    json_schema,
+    sampling_of,
+    structure_params,
+)
+
+OURS_TO_OPENAI = {ours: theirs for theirs, ours in reversed(list(OPENAI_NAMES.items()))}
+
+# (field, bad value, the refusal every entry gives)
+BAD = [
+    ("temperature", math.nan, "expected a finite number (got nan)"),
+    ("temperature", math.inf, "expected a finite number (got inf)"),
+    ("top_p", -math.inf, "expected a finite number (got -inf)"),
+    ("temperature", 1000, "must be in [0, 100] (got 1000)"),
+    ("temperature", -0.5, "must be in [0, 100] (got -0.5)"),
+    ("top_p", 0, "must be in (0, 1] (got 0)"),
+    ("min_p", 1.5, "must be in [0, 1] (got 1.5)"),
+    ("top_k", 0, "must be -1 (off) or >= 1 (got 0)"),
+    ("frequency_penalty", 3, "must be in [-2, 2] (got 3)"),
+    ("repetition_penalty", 0, "must be in (0, 100] (got 0)"),
+    ("seed", 2**63, "must be in [0, 9223372036854775807] (got 9223372036854775808)"),
+    ("seed", -1, "must be in [0, 9223372036854775807] (got -1)"),
+    ("max_new_tokens", 0, "must be in [1, 1048576] (got 0)"),
+    ("max_new_tokens", "3", "expected an integer (got '3')"),
+    ("max_new_tokens", True, "expected an integer, not a boolean (got True)"),
+    ("max_new_tokens", 2.5, "expected an integer (got 2.5)"),
+    ("temperature", "hot", "expected a number (got 'hot')"),
+    ("ignore_eos", "yes", "expected a boolean (got 'yes')"),
+    ("stop", [1], "item 0: expected a string (got 1)"),
+    ("stop", [""], "item 0: its length must be in [1, 256] (got '')"),
+    ("stop_token_ids", [-3], "item 0: it must be in [0, 2147483647] (got -3)"),
+    ("top_kk", 1, "unknown parameter 'top_kk' -- did you mean 'top_k'?"),
+]
+IDS = [f"{f}={v!r}" for f, v, _ in BAD]
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[Engine, TestClient]]:
+    engine = Engine.from_args(["--max-total-tokens", "512"])
+    try:
+        yield engine, TestClient(create_app(EngineBackend(engine)))
+    finally:
+        engine.shutdown()
+
+
+def _post(client: TestClient, path: str, body: dict[str, Any]) -> Any:
+    # json.dumps writes NaN and Infinity literals, as a careless client would
+    return client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize(("field", "value", "why"), BAD, ids=IDS)
+def test_python_submit_refuses_naming_the_field(served, field: str, value: Any, why: str) -> None:
+    """Engine.submit raises InvalidRequest (a ConfigError) with one `$.field` line; nothing is queued."""
+    engine, _ = served
+    before = engine.busy_counts()
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit("x", **{field: value})
+    assert info.value.lines() == [f"$.{field}: {why}"]
+    assert engine.busy_counts() == before
+
+
+@pytest.mark.parametrize(("field", "value", "why"), BAD, ids=IDS)
+@pytest.mark.parametrize("where", ["top", "sampling_params"])
+def test_generate_refuses_naming_the_field(served, field: str, value: Any, why: str, where: str) -> None:
+    """/generate answers 422 with the same line, at the path the client used."""
+    engine, client = served
+    finished = engine.scheduler.counters["finished"]
+    body = {"text": "x", field: value} if where == "top" else {"text": "x", "sampling_params": {field: value}}
+    r = _post(client, "/generate", body)
+    path = f"$.{field}" if where == "top" else f"$.sampling_params.{field}"
+    assert (r.status_code, r.json()["errors"]) == (422, [f"{path}: {why}"])
+    assert engine.scheduler.counters["finished"] == finished
+
+
+@pytest.mark.parametrize(("field", "value", "why"), BAD, ids=IDS)
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_openai_routes_refuse_naming_the_parameter(served, field: str, value: Any, why: str, route: str) -> None:
+    """/v1 answers 400 in OpenAI's error body, `param` the name the client sent, the same reason."""
+    _, client = served
+    name = OURS_TO_OPENAI.get(field, field)
+    body: dict[str, Any] = {"prompt": "x"} if route == "/v1/completions" else {
+        "messages": [{"role": "user", "content": "x"}]}
+    r = _post(client, route, {**body, name: value})
+    err = r.json()["error"]
+    assert r.status_code == 400, r.text
+    assert err["param"] == name
+    if field == "top_kk":
+        assert err["message"].startswith(f"$.{name}: unknown parameter '{name}' -- did you mean")
+    else:
+        assert err["message"] == f"$.{name}: {why}"
+
+
+def test_every_problem_of_a_request_is_listed() -> None:
+    """Several bad fields give one error with a line each, in the order given."""
+    with pytest.raises(InvalidRequest) as info:
+        structure_params([("$.a.temperature", "temperature", -1), ("$.seed", "seed", "x")])
+    assert info.value.lines() == ["$.a.temperature: must be in [0, 100] (got -1)", "$.seed: expected an integer (got 'x')"]
+    assert info.value.header == "invalid request parameters: seed, temperature"
+
+
+def test_good_values_are_structured_by_the_converter() -> None:
+    """A stop string becomes a tuple, an integral float an int, a null seed the server's."""
+    params = sampling_of({"stop": "\n", "max_new_tokens": 4.0, "seed": None, "temperature": 1})
+    assert params == SamplingParams(stop=("\n",), max_new_tokens=4, temperature=1.0)
+    assert isinstance(params.max_new_tokens, int) and isinstance(params.temperature, float)
+
+
+def test_a_tiny_temperature_decodes_greedily(served) -> None:
+    """Below the greedy threshold the tokens are the temperature-0 ones, never a sampling failure."""
+    engine, client = served
+    greedy = engine.generate("tiny t", max_new_tokens=8, ignore_eos=True).token_ids
+    assert engine.generate("tiny t", max_new_tokens=8, ignore_eos=True, temperature=1e-300, seed=3).token_ids == greedy
+    r = client.post("/v1/completions", json={"prompt": "tiny t", "max_tokens": 8, "temperature": 1e-300,
+                                             "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == engine.tokenizer.decode(list(greedy))
+
+
+def test_the_largest_seed_runs(served) -> None:
+    """2**63 - 1 is a valid seed (the generator takes it), from Python and over HTTP."""
+    engine, client = served
+    assert len(engine.generate("s", max_new_tokens=2, temperature=1.0, seed=2**63 - 1).token_ids) >= 1
+    r = client.post("/generate", json={"text": "s", "max_new_tokens": 2, "temperature": 1.0, "seed": 2**63 - 1})
+    assert r.status_code == 200, r.text
+
+
+def test_the_schema_states_the_same_bounds() -> None:
+    """The JSON Schema of a parameter carries the bound the checks use, under OpenAI's name on /v1."""
+    ours = json_schema()
+    assert ours["top_p"]["exclusiveMinimum"] == 0 and ours["top_p"]["maximum"] == 1
+    assert ours["seed"]["anyOf"][0]["maximum"] == 2**63 - 1
+    openai = json_schema(OPENAI_NAMES)
+    assert openai["max_tokens"]["minimum"] == 1 and openai["temperature"]["default"] == 1.0

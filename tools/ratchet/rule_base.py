@@ -1,0 +1,42 @@
+"""What a rule of the read ratchet is: the `Access` it judges, its tables of examples, its kind."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Access:
+    """How a field was reached: `base` is direct/alias/attribute/parameter, `via` attribute or getattr."""
+
+    base: str
+    via: str
+    write: bool
+
+
+@attrs.frozen(slots=True)
+class Invalid:
+    """An INVALID example and the `(kind, field)` sites it must produce, in source order."""
+
+    code: str
+    expect: tuple[tuple[str, str], ...]
+
+
+class Rule:
+    """A kind of raw access; subclasses set `kind`, `summary` and the two tables."""
+
+    kind: ClassVar[str]
+    summary: ClassVar[str]
+    VALID: ClassVar[tuple[str, ...]] = ()
+    INVALID: ClassVar[tuple[Invalid, ...]] = ()
+
+    def matches(self, access: Access) -> bool:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} rule>"
+
+
+__all__ = ["Access", "Invalid", "Rule"]
