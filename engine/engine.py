@@ -17,9 +17,7 @@ admission paused and the running requests finished; `restart` fields are refused
 Fields that size planned memory are bounded by the capacity planned at start-up
 (`engine.capacity`). The call returns once the change is live.
 
-The module is long because the engine is the one owner of the step lock: building,
-the loop, step-boundary overrides, drains and shutdown all take it, and keeping them
-together keeps every place that holds it in view.
+How the parts are built (pools, model, caches, scheduler) is `engine.engine_build`'s.
 """
 
 from __future__ import annotations
@@ -33,13 +31,10 @@ from typing import Any
 
 import attrs
 import structlog
-import torch
 
-from attention import create_attention_backend
-from engine.boundary import StepBoundary
-from engine.capacity import PlannedCapacity
 from engine.chat_template import load_chat_template
-from engine.checkpoint import build_model, choose_weights, draft_model, read_checkpoint
+from engine.checkpoint import choose_weights, read_checkpoint
+from engine.engine_build import EngineBuilding
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -49,27 +44,19 @@ from engine.errors import (
     RequestCancelled,
     RequestRejected,
 )
-from engine.hicache_bridge import HiCacheBridge
 from engine.machine import checked_launch
-from engine.memory import build_memory
-from engine.model import TinyTransformer, run_sizes, torch_dtype
-from engine.model_runner import ModelRunner
+from engine.model import run_sizes
 from engine.request_params import SamplingParams, check_timeout, refuse, structure_params
 from engine.results import GenerateResult, GenerateStats, result_of
-from engine.scheduler import Req, Scheduler, SchedulerLimits, swa_window
-from engine.speculative import SpeculativeWorker
+from engine.scheduler import Req
 from engine.streaming import TokenStream
 from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
 from mem_cache.kv_cache_configurator import device_of
-from mem_cache.pools import KVPool
-from mem_cache.prefix_cache import PrefixCache
 from runtime.context import RuntimeContext, get_context, is_published, publish, reset, use_context
-from runtime.serving import (
-    attention_backends,
-    get_serving,
-    max_speculative_num_draft_tokens,
-)
 from runtime.serving import configure_logs as configure_serving_logs
+from runtime.serving import (
+    get_serving,
+)
 from sgconf.serving import load
 
 log = structlog.get_logger(__name__)
@@ -88,8 +75,11 @@ def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class Engine:
+class Engine(EngineBuilding):
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
+
+    # the owner of the overrides it commits: their receipts revert through `revert()`
+    owner_name = "engine"
 
     def __init__(
         self,
@@ -162,128 +152,10 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
 
-    def _startup_summary(self, snap: Any) -> dict[str, Any]:
-        """One line an operator reads at start-up: model, pools, tokens, backends and storage."""
-        prefill, decode = attention_backends(snap)
-        pools = type(self.memory.kv_pool).__name__
-        if self.memory.draft_kv_pool is not None:
-            pools += f"+draft {type(self.memory.draft_kv_pool).__name__}"
-        swa = getattr(self.memory.kv_pool, "size_swa", None)
-        mem = snap.memory
-        host = "off" if self.hicache is None else "host tier"
-        return {
-            "model": snap.model.model_path if snap.model.model_config is None else snap.model.model_config,
-            "layers": self.shape.num_hidden_layers,
-            "weights": self.weights_source.reason,
-            "pools": pools,
-            "kv_tokens": self.memory.max_total_tokens,
-            **({"swa_tokens": int(swa)} if swa is not None else {}),
-            "page_size": self.memory.page_size,
-            "max_running_requests": self.memory.max_running_requests,
-            "attention": prefill if prefill == decode else f"{prefill}/{decode}",
-            "speculative": snap.spec.speculative_algorithm,
-            "hicache": host if mem.hicache_storage_backend is None else f"{host}+{mem.hicache_storage_backend}",
-            "device": self.device,
-        }
-
     @classmethod
     def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
         """Load a record from CLI-style flags (plus env and `--config`) and build an engine on it."""
         return cls(load(list(argv), env=env if env is not None else {}).record)
-
-    # -- building ------------------------------------------------------------------------
-
-    def _build_model(self, snap: Any) -> None:
-        """Plan and build the pools, then the model, its runner and the draft worker on them."""
-        self.memory = build_memory(snap, self.shape)
-        dtype = torch_dtype(snap.model.dtype)
-        self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)
-        self.runner = self._make_runner(self.model, self.memory.kv_pool, is_draft=False)
-        self.speculative = self._make_speculative(snap, dtype)
-
-    def _build_caches(self, snap: Any) -> None:
-        """The prefix cache (unless the radix cache is off) and the HiCache tiers behind it."""
-        self.prefix_cache: PrefixCache | None = None
-        self.hicache: HiCacheBridge | None = None
-        if snap.memory.disable_radix_cache:
-            return
-        window = swa_window(self.runner, self.speculative)
-        allocator = self.memory.allocator
-        self.prefix_cache = PrefixCache(
-            self.memory.page_size, free=allocator.free, window=window, free_swa=getattr(allocator, "free_swa", None)
-        )
-        if snap.memory.enable_hierarchical_cache:
-            self.hicache = HiCacheBridge.create(self, snap)
-
-    def _build_scheduler(self, snap: Any) -> Scheduler:
-        # resolution always decides the chunk size, so a None here is a bug, not user input
-        assert snap.schedule.chunked_prefill_size is not None, "chunked_prefill_size was not resolved"
-        limits = SchedulerLimits(
-            max_running_requests=self.memory.max_running_requests,
-            chunked_prefill_size=snap.schedule.chunked_prefill_size,
-            max_prefill_tokens=int(snap.schedule.max_prefill_tokens),
-            page_size=self.memory.page_size,
-            max_context_len=self.memory.max_context_len,
-            eos_token_id=self.shape.eos_token_id,
-            eos_token_ids=self.eos_token_ids,
-            context_length=snap.model.context_length,
-        )
-        return Scheduler(
-            self.runner,
-            limits,
-            prefix_cache=self.prefix_cache,
-            speculative=self.speculative,
-            hicache=self.hicache,
-            settings=self.context.snapshot,
-            seed=self.seed,
-            clock=self.clock,
-            decode=self.tokenizer.decode,
-        )
-
-    def _build_live_config(self, snap: Any) -> None:
-        """What applies config changes while the engine runs: the planned capacity and the step boundary."""
-        spec = self.speculative is not None
-        self.capacity = PlannedCapacity(
-            max_running_requests=self.scheduler.limits.max_running_requests,
-            chunked_prefill_size=self.scheduler.limits.chunked_prefill_size,
-            speculative_num_steps=self.speculative.max_steps if self.speculative is not None else None,
-            speculative_num_draft_tokens=max_speculative_num_draft_tokens(snap) if spec else None,
-            speculative_eagle_topk=int(snap.spec.speculative_eagle_topk or 1) if spec else None,
-        )
-        self.boundary = StepBoundary(self._wake, self.scheduler)
-        self._apply_lock = threading.Lock()
-        self._stepping = False
-
-    def _make_runner(self, model: TinyTransformer, pool: KVPool | None, *, is_draft: bool) -> ModelRunner:
-        return ModelRunner(
-            model,
-            token_to_kv_pool=pool,
-            token_to_kv_pool_allocator=self.memory.allocator,
-            req_to_token_pool=self.memory.req_to_token_pool,
-            backend_factory=create_attention_backend,
-            is_draft_worker=is_draft,
-            spec_algorithm=self.memory.spec_algorithm,
-            device=self.device,
-            compile_backend=self._compile_backend,
-        )
-
-    def _make_speculative(self, snap: Any, dtype: torch.dtype) -> SpeculativeWorker | None:
-        if snap.spec.speculative_algorithm is None:
-            return None
-        assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
-        draft = draft_model(snap, self.memory.draft_shape, self.checkpoint, dtype=dtype, device=self.device, seed=self.seed)
-        draft_runner = self._make_runner(draft, self.memory.draft_kv_pool, is_draft=True)
-        topk = snap.spec.speculative_eagle_topk
-        if topk is not None and topk > 1:
-            log.warning("speculative.single_chain", speculative_eagle_topk=topk, drafted_topk=1)
-        steps = snap.spec.speculative_num_steps
-        assert steps is not None, "speculative_num_steps was not resolved"  # resolution decides it with the algorithm
-        return SpeculativeWorker(
-            self.runner,
-            draft_runner,
-            num_steps=int(steps),
-            algorithm=snap.spec.speculative_algorithm,
-        )
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -571,8 +443,26 @@ class Engine:
         drain = self.context.schema.apply_mode(proposal.values) == "drain"
         with self._boundary_hold(drain=drain, what="override config"):
             # re-checked at the boundary: another change may have landed while we waited
-            self.capacity.check(self.context.validate_override(source, **fields).values, source)
-            return self.context.override(source, **fields)
+            proposal = self.context.validate_override(source, **fields)
+            self.capacity.check(proposal.values, source)
+            return self.context.commit(proposal, owner=self)
+
+    @_under_own_context
+    def revert(self, receipt: Any) -> Any:
+        """Undo an override made through this engine, as it was made: what `receipt.revert()` calls.
+
+        `step` fields go back at the next step boundary, `drain` fields after a drain;
+        a storage attach or detach is undone too (the backend detached, or the previous
+        one attached again), all or nothing: when that fails, config and cache stay as
+        they were. Raises RevertConflict (a later override covers a field), DrainTimeout,
+        EngineStopped, StorageRefused; nothing changes then.
+        """
+        drain = self.context.schema.apply_mode(receipt.fields) == "drain"
+        effect = None
+        if self.hicache is not None and self.hicache.touches_storage(receipt.fields):
+            effect = self.hicache.restore
+        with self._boundary_hold(drain=drain, what="revert an override"):
+            return self.context.revert(receipt, owner=self, effect=effect)
 
     def hold_boundary(self, *, drain: bool, what: str, timeout_s: float | None = None) -> contextlib.ExitStack:
         """Park the loop at the next step boundary (after a drain, when `drain`) until the returned stack is closed.
@@ -627,7 +517,7 @@ class Engine:
             StorageChange.prepare(None, values)  # raises: the cache is off
         assert hicache is not None
         with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(values)
+            return hicache.attach(values, owner=self)
 
     @_under_own_context
     def detach_storage_backend(self) -> Any:
@@ -639,7 +529,7 @@ class Engine:
         if hicache is None:
             return None
         with self._boundary_hold(drain=True, what="detach the storage backend"):
-            return hicache.detach()
+            return hicache.detach(owner=self)
 
     @_under_own_context
     def storage_status(self) -> dict[str, Any]:

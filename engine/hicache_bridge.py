@@ -18,8 +18,10 @@ import structlog
 
 from engine.storage_change import (
     ATTACH_SOURCE,
+    BACKEND_FIELD,
     DETACH_SOURCE,
     DETACH_VALUES,
+    EXTRA_FIELD,
     StorageChange,
 )
 
@@ -141,10 +143,11 @@ class HiCacheBridge:
 
     # -- attach / detach ---------------------------------------------------------------------
 
-    def attach(self, values: Mapping[str, Any]) -> Any:
+    def attach(self, values: Mapping[str, Any], owner: Any = None) -> Any:
         """Validate, open, then commit config and backend together; raises ConfigError and changes nothing on failure.
 
-        `values` is the override of the attach (`engine.storage_change.attach_values`).
+        `values` is the override of the attach (`engine.storage_change.attach_values`); the
+        receipt belongs to `owner` (the engine), through which it reverts.
         """
         from runtime.context import get_context
 
@@ -153,12 +156,12 @@ class HiCacheBridge:
         change = StorageChange.prepare(self.controller, values)
         try:
             # the backend goes live right after the config swap; if it cannot, the config rolls back
-            return ctx.commit(proposal, effect=lambda _: change.commit())
+            return ctx.commit(proposal, effect=lambda _: change.commit(), owner=owner)
         except BaseException:
             change.abort()
             raise
 
-    def detach(self) -> Any:
+    def detach(self, owner: Any = None) -> Any:
         """Flush and close the backend, then set it back to None; a no-op (returns None) when none is attached."""
         from runtime.context import get_context
         from runtime.serving import get_memory
@@ -170,7 +173,33 @@ class HiCacheBridge:
         proposal = ctx.validate_override(DETACH_SOURCE, **DETACH_VALUES)
         change = StorageChange.prepare(self.controller, DETACH_VALUES)
         # detached right after the config swap; if flushing fails, the config says attached again
-        return ctx.commit(proposal, effect=lambda _: change.commit())
+        return ctx.commit(proposal, effect=lambda _: change.commit(), owner=owner)
+
+    @staticmethod
+    def touches_storage(fields: Any) -> bool:
+        """Whether a change to `fields` moves the attached storage backend (so undoing it must move it back)."""
+        return any(name in (BACKEND_FIELD, EXTRA_FIELD) for name in fields)
+
+    def restore(self, receipt: Any) -> None:
+        """Make the attached backend what the config says after `receipt` (a revert): detach it, or attach the one before.
+
+        Runs as a commit effect, right after the swap: when it raises, the config rolls back.
+        The previous backend is opened before the current one is detached, so a backend that
+        cannot open again leaves the current one attached.
+        """
+        mem = receipt.snapshot.memory
+        values = {
+            BACKEND_FIELD: mem.hicache_storage_backend,
+            EXTRA_FIELD: mem.hicache_storage_backend_extra_config,
+            "hicache_storage_prefetch_policy": mem.hicache_storage_prefetch_policy,
+            "hicache_write_policy": mem.hicache_write_policy,
+        }
+        change = StorageChange.prepare(self.controller, values)
+        try:
+            change.commit()  # an attach detaches (and flushes) the current backend first
+        except BaseException:
+            change.abort()
+            raise
 
     def stats(self) -> dict[str, Any]:
         import attrs

@@ -35,8 +35,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "reset",
         "use_context",
     ),
-    "runtime.errors": ("ContextReplacedError", "NotPublishedError", "RevertConflict", "RoleViolation", "StaleProposalError"),
-    "runtime.overrides": ("ConfigEvent", "FieldChange", "OverrideProposal", "OverrideReceipt", "OverrideRecord", "Subscription"),
+    "runtime.errors": ("ContextReplacedError", "ForeignNamespaceError", "NotPublishedError", "RevertConflict", "RoleViolation", "StaleProposalError"),
+    "runtime.overrides": ("ConfigEvent", "FieldChange", "OverrideProposal", "OverrideReceipt", "OverrideRecord", "Owner", "Subscription"),
     "runtime.record_view": ("RecordView",),
     "runtime.snapshot": ("MissingNamespaceError", "Snapshot", "snapshot_class"),
 }

@@ -57,9 +57,11 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
     `def get_lora(): return _view.lora`. Raises
     TypeError for a class no schema declared and ValueError for a malformed path.
     """
+    cls: type[Any] | None = None
     if isinstance(namespace, str):
         path = namespace
     else:
+        cls = namespace
         found = getattr(namespace, PATH_ATTR, None)
         if not isinstance(found, str):
             msg = (
@@ -78,16 +80,34 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
     # reads cost the same and torch.compile traces through them without a graph break. The
     # handler costs nothing until a schema without this namespace is published (and no
     # `__getattr__` on snapshots slows every read down).
-    source = (
-        f"def {fname}():\n"
-        f"    try:\n"
-        f"        return _view.{path}\n"
-        f"    except AttributeError:\n"
-        f"        raise _missing(_view, {path!r}) from None\n"
-    )
+    if cls is None:
+        source = (
+            f"def {fname}():\n"
+            f"    try:\n"
+            f"        return _view.{path}\n"
+            f"    except AttributeError:\n"
+            f"        raise _missing(_view, {path!r}) from None\n"
+        )
+    else:
+        # typed: the bag must be of this class (or an extension of it), not another schema's of the same path
+        source = (
+            f"def _make(_cls):\n"
+            f"    def {fname}():\n"
+            f"        try:\n"
+            f"            bag = _view.{path}\n"
+            f"        except AttributeError:\n"
+            f"            raise _missing(_view, {path!r}) from None\n"
+            f"        if isinstance(bag, _cls):\n"
+            f"            return bag\n"
+            f"        raise _foreign(_view, _cls, bag)\n"
+            f"    return {fname}\n"
+        )
     code = compile(source, f"<accessor {path}>", "exec")
     fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    fn = types.FunctionType(fn_code, _GLOBALS, fname)
+    if cls is None:
+        fn = types.FunctionType(fn_code, _GLOBALS, fname)
+    else:
+        fn = types.FunctionType(fn_code, _GLOBALS, "_make")(cls)
     fn.__qualname__ = fname
     fn.__module__ = __name__
     fn.__doc__ = f"The live {path!r} bag of the published config (overrides included)."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,10 +20,12 @@ from runtime.dispatch import Announcement, _emit
 from runtime.errors import RevertConflict, StaleProposalError
 from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import (
+    CONTEXT_OWNER,
     FieldChange,
     OverrideProposal,
     OverrideReceipt,
     OverrideRecord,
+    Owner,
     Subscription,
     shown,
 )
@@ -46,7 +49,9 @@ class Committing(Proposing):
             self._subscribers = tuple(s for s in self._subscribers if s is not sub)
 
 
-    def _commit_locked(self, proposal: OverrideProposal, scope: Scope | None = None) -> tuple[OverrideReceipt, Announcement]:
+    def _commit_locked(
+        self, proposal: OverrideProposal, scope: Scope | None = None, owner: Owner | None = None
+    ) -> tuple[OverrideReceipt, Announcement]:
         if proposal.context is not self:
             raise StaleProposalError([Problem("$", "this proposal was validated on another context")])
         self._require_current()
@@ -58,10 +63,13 @@ class Committing(Proposing):
             )
             raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
         # everything that can fail is built here, before the swap
-        rec = OverrideRecord(proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes)
+        rec = OverrideRecord(
+            proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes,
+            owner=CONTEXT_OWNER if owner is None else owner.owner_name,
+        )
         write = Write(rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token)
         new = self._next_state(state, proposal.snapshot, rec, add=write)
-        receipt = OverrideReceipt(self, rec, new.view)
+        receipt = OverrideReceipt(self, rec, new.view, owner=owner)
         news = self._news("config.override", rec, new)
         self._swap(new)
         if scope is not None:
@@ -137,7 +145,7 @@ class Committing(Proposing):
             news = self._remove_locked(write, "scoped.restore", "scoped")
         self._announce(news)
 
-    def _remove_locked(self, write: Write, source: str, layer: str, check: bool = False) -> Announcement:
+    def _remove_locked(self, write: Write, source: str, layer: str, check: bool = False, owner: str = CONTEXT_OWNER) -> Announcement:
         """Take `write` away: its fields show what lies underneath, as a new generation."""
         state = self._state
         names = tuple(write.values)
@@ -151,14 +159,18 @@ class Committing(Proposing):
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
         changes = tuple(FieldChange(n, flat[n], values[n], secret=self._secret(n)) for n in names)
-        rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove")
+        rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove", owner=owner)
         new = self._next_state(state, snapshot, rec, remove=write)
         news = self._news("config.override", rec, new)
         self._swap(new)
         return news
 
-    def _rollback_locked(self, before: State, source: str) -> OverrideRecord:
-        """Show exactly the values of `before` again, as a new generation; logged, subscribers not told."""
+    def _rollback_locked(self, before: State, source: str, error: BaseException | None = None) -> Rollback:
+        """Show exactly the values of `before` again, as a new generation; subscribers not told.
+
+        The log line is returned, not written: `Rollback.finish()` writes it once the writer
+        lock is released, then raises `error` (or an interrupt the log sink raised).
+        """
         state = self._state
         names = [n for n in before.flat if before.flat[n] is not state.flat[n] and before.flat[n] != state.flat[n]]
         changes = tuple(FieldChange(n, state.flat[n], before.flat[n], secret=self._secret(n)) for n in names)
@@ -169,13 +181,49 @@ class Committing(Proposing):
             fingerprint=before.fingerprint,
         )
         self._swap(new)
-        _emit("warning", "config.rollback", source=source, generation=rec.generation,
-              fields={c.name: c.redacted() for c in changes})
-        return rec
+        fields = {"source": source, "generation": rec.generation, "fields": {c.name: c.redacted() for c in changes}}
+        return Rollback(error, fields)
 
-    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt:
+    def _run_effect_locked(
+        self, before: State, source: str, effect: Callable[[OverrideReceipt], Any] | None, receipt: OverrideReceipt
+    ) -> Rollback | None:
+        """Run `effect(receipt)` after a swap; when it raises, roll back to `before` and say so."""
+        if effect is None:
+            return None
+        try:
+            effect(receipt)
+        except BaseException as exc:
+            return self._rollback_locked(before, f"rollback:{source}", exc)
+        return None
+
+    def revert(
+        self,
+        receipt: OverrideReceipt,
+        *,
+        owner: Owner | None = None,
+        effect: Callable[[OverrideReceipt], Any] | None = None,
+    ) -> OverrideReceipt:
+        """Take the override of `receipt` away (what `receipt.revert()` does for the context's own receipts).
+
+        `owner` is who made it (an engine reverting its own receipt, at its step boundary);
+        a revert of an owner's override from anyone else is refused (RevertConflict), so
+        its hold, drain and side effect are never skipped. `effect(new_receipt)` runs right
+        after the swap, under the writer lock, as in `commit()`: when it raises, the config
+        rolls back and the error propagates.
+        """
         rec = receipt.record
         source = f"revert:{rec.source}"
+        mine = CONTEXT_OWNER if owner is None else owner.owner_name
+        if rec.owner != mine:
+            info = self.schema.field_info(rec.fields[0]) if rec.fields else None
+            call = "receipt.revert() on the receipt it returned" if owner is None else "revert it through its owner"
+            msg = (
+                f"the override from {rec.source!r} (generation {rec.generation}) was made through the {rec.owner}, "
+                f"which must undo it (step boundary, drain, side effects); reverting it from the {mine} would skip "
+                f"that -- call {call}"
+            )
+            header = f"revert of override from {rec.source!r} (generation {rec.generation}) refused"
+            raise RevertConflict([Problem(info.path if info else "$", msg, f"from override {rec.source}")], header=header)
         with process.lock:
             self._require_current()
             state = self._state
@@ -204,13 +252,32 @@ class Committing(Proposing):
                 header = f"revert of override from {rec.source!r} (generation {rec.generation}) refused"
                 raise RevertConflict(problems, header=header)
             if write is not None:
-                news = self._remove_locked(write, source, "override", check=True)
-                new = OverrideReceipt(self, news.event.record, news.event.snapshot)
+                news = self._remove_locked(write, source, "override", check=True, owner=mine)
+                new = OverrideReceipt(self, news.event.record, news.event.snapshot, owner=owner)
             else:  # a revert of a revert: put the values back as a new override
                 proposal = self._propose(source, {c.name: c.old for c in rec.changes}, layer="override", check_source=True)
-                new, news = self._commit_locked(proposal)
+                new, news = self._commit_locked(proposal, owner=owner)
+            undo = self._run_effect_locked(state, source, effect, new)
+        if undo is not None:
+            undo.finish()
         self._announce(news)
         return new
 
 
-__all__ = ["Committing"]
+@attrs.frozen(slots=True, eq=False)
+class Rollback:
+    """A rollback that happened under the writer lock: the error that caused it and its log line, written after."""
+
+    error: BaseException | None
+    fields: dict[str, Any]
+
+    def finish(self) -> None:
+        """Write the `config.rollback` line, then raise the error; an interrupt from the log sink wins, never lost."""
+        stop = _emit("warning", "config.rollback", **self.fields)
+        if stop is not None:
+            raise stop from self.error
+        if self.error is not None:
+            raise self.error
+
+
+__all__ = ["Committing", "Rollback"]

@@ -47,7 +47,7 @@ from typing import Any
 import attrs
 
 from runtime import process
-from runtime.commit import Committing
+from runtime.commit import Committing, Rollback
 from runtime.dispatch import Announcement, _emit
 from runtime.errors import NotPublishedError
 from runtime.fingerprint import Fingerprint
@@ -56,6 +56,7 @@ from runtime.overrides import (
     OverrideProposal,
     OverrideReceipt,
     OverrideRecord,
+    Owner,
     Subscriber,
     Subscription,
     detached,
@@ -246,7 +247,9 @@ class RuntimeContext(Committing):
         """
         with process.lock:
             proposal = self._propose(source, values, layer="override", check_source=True)
-            receipt, news = self._commit_effect_locked(proposal, effect)
+            receipt, news, undo = self._commit_effect_locked(proposal, effect, None)
+        if undo is not None:
+            undo.finish()  # the rollback's log line, outside the lock, then the effect's error
         self._announce(news)  # outside the lock, like every other path
         return receipt
 
@@ -277,29 +280,33 @@ class RuntimeContext(Committing):
             proposal = self._propose(source, values, layer="override", check_source=False)
             return attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=generation))
 
-    def commit(self, proposal: OverrideProposal, *, effect: Callable[[OverrideReceipt], Any] | None = None) -> OverrideReceipt:
+    def commit(
+        self,
+        proposal: OverrideProposal,
+        *,
+        effect: Callable[[OverrideReceipt], Any] | None = None,
+        owner: Owner | None = None,
+    ) -> OverrideReceipt:
         """Apply a proposal from `validate_override()`; raises StaleProposalError if anything changed since.
 
         With `effect`, it runs right after the swap, under the writer lock; when it raises,
-        the config rolls back as in `apply_override()` and the error propagates.
+        the config rolls back as in `apply_override()` and the error propagates. With
+        `owner` (an engine), the receipt is the owner's: it reverts through `owner.revert()`,
+        and the context refuses any other revert of it.
         """
         with process.lock:
-            receipt, news = self._commit_effect_locked(proposal, effect)
+            receipt, news, undo = self._commit_effect_locked(proposal, effect, owner)
+        if undo is not None:
+            undo.finish()
         self._announce(news)
         return receipt
 
     def _commit_effect_locked(
-        self, proposal: OverrideProposal, effect: Callable[[OverrideReceipt], Any] | None
-    ) -> tuple[OverrideReceipt, Announcement]:
+        self, proposal: OverrideProposal, effect: Callable[[OverrideReceipt], Any] | None, owner: Owner | None
+    ) -> tuple[OverrideReceipt, Announcement, Rollback | None]:
         before = self._state
-        receipt, news = self._commit_locked(proposal)
-        if effect is not None:
-            try:
-                effect(receipt)
-            except BaseException:
-                self._rollback_locked(before, f"rollback:{proposal.source}")
-                raise
-        return receipt, news
+        receipt, news = self._commit_locked(proposal, owner=owner)
+        return receipt, news, self._run_effect_locked(before, proposal.source, effect, receipt)
 
     def scoped(self, **values: Any) -> Scope:
         """Override any fields (hot or not) for a `with` block; the block's snapshot is what `as` gives.
@@ -379,7 +386,7 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
     with process.lock:
         old = process.install(ctx)
     if old is not None:
-        _emit(
+        stop = _emit(
             "info",
             "config.republish",
             role=role,
@@ -387,6 +394,8 @@ def publish(record: Any, *, role: str, model: Mapping[str, Any] | Any | None = N
             previous_generation=old.generation,
             dropped_overrides=[rec.as_dict() for rec in old._state.log[-old.limit :]],
         )
+        if stop is not None:
+            raise stop  # the new context is live: the process is being stopped, say so
     return ctx
 
 

@@ -27,6 +27,10 @@ class RoleViolation(SgconfError, PermissionError):
     """Raised in `enforce` mode when a role reads a namespace outside its declared set."""
 
 
+class ForeignNamespaceError(SgconfError, TypeError):
+    """Raised by a typed `accessor(SomeConfig)` when the schema in use holds another schema's class at that path."""
+
+
 class MissingNamespaceError(SgconfError, AttributeError):
     """Raised when code reads a namespace the published schema does not declare."""
 
@@ -84,6 +88,7 @@ class ResyncFailed(ConfigError, RuntimeError):
 
 
 __all__ = [
+    "ForeignNamespaceError",
     "MissingNamespaceError",
     "PropagationFailed",
     "RankDiverged",

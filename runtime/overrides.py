@@ -25,9 +25,24 @@ REVERT_PREFIX = "revert:"
 class Reverter(Protocol):
     """What a receipt needs from the context that issued it: a way to undo it."""
 
-    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt: ...
+    def revert(self, receipt: OverrideReceipt, *, owner: Owner | None = None) -> OverrideReceipt: ...
 
     def _unsubscribe(self, sub: Subscription) -> None: ...
+
+
+class Owner(Protocol):
+    """Who made an override through the context and must undo it: an engine holds its step boundary, drains, detaches.
+
+    A receipt committed with an owner reverts through `owner.revert(receipt)`; the
+    context refuses a revert of it that does not come from that owner.
+    """
+
+    owner_name: str
+
+    def revert(self, receipt: OverrideReceipt) -> OverrideReceipt: ...
+
+
+CONTEXT_OWNER = "context"
 
 
 def inner_source(source: str) -> str:
@@ -84,6 +99,8 @@ class OverrideRecord:
     # "set": the override added these values; "remove": it took an earlier override (or a
     # scope) away, so what shows now is whatever lay underneath
     kind: str = attrs.field(default="set", kw_only=True)
+    # who made it and must undo it: "context" for a plain override, else the owner's name
+    owner: str = attrs.field(default=CONTEXT_OWNER, kw_only=True, eq=False)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -166,6 +183,13 @@ class OverrideReceipt(_OfRecord):
     context: Reverter
     record: OverrideRecord
     snapshot: Any
+    # the owner that made it (an engine), through which it reverts; None: the context itself
+    owner: Owner | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def owner_name(self) -> str:
+        """Whose change this is: `"context"`, or the owner's name (`"engine"`) that reverts it."""
+        return self.record.owner
 
     def revert(self) -> OverrideReceipt:
         """Take this override away again, as a new override from `revert:<source>` with a new generation.
@@ -174,13 +198,19 @@ class OverrideReceipt(_OfRecord):
         resolved value, so two overrides of one field may be undone in either order of
         their receipts once the later one is gone. Reverting a revert puts the values
         back. Raises RevertConflict when a later override still covers one of these
-        fields, or when this override is no longer applied.
+        fields, or when this override is no longer applied. A receipt of an owner (an
+        engine) reverts through it: at a step boundary, after a drain, its side effect undone.
         """
-        return self.context._revert(self)
+        if self.owner is not None:
+            return self.owner.revert(self)
+        return self.context.revert(self)
 
     def __repr__(self) -> str:
         names = ", ".join(self.fields)
-        return f"OverrideReceipt(source={self.source!r}, generation={self.generation}, fields=[{names}])"
+        return (
+            f"OverrideReceipt(source={self.source!r}, generation={self.generation}, fields=[{names}], "
+            f"owner={self.owner_name!r})"
+        )
 
 
 @attrs.frozen(slots=True)

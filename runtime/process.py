@@ -98,6 +98,23 @@ def _missing(view: Any, path: str) -> Exception:
     return missing_namespace(schema, path.partition(".")[0])
 
 
+def _foreign(view: Any, cls: type, bag: Any) -> Exception:
+    """The error a typed accessor raises when the schema in use has another class at its namespace's path."""
+    from runtime.errors import ForeignNamespaceError
+    from sgconf.declarations import DECLARED_BY_ATTR, PATH_ATTR
+
+    schema = getattr(view, "schema", None)
+    mine = getattr(cls, DECLARED_BY_ATTR, "?")
+    theirs = getattr(schema, "name", None) or getattr(type(bag), DECLARED_BY_ATTR, "?")
+    path = getattr(cls, PATH_ATTR, "?")
+    msg = (
+        f"accessor({cls.__name__}) reads namespace {path!r} of schema {mine!r}, but the config in use is of schema "
+        f"{theirs!r}, whose {path!r} is {type(bag).__name__} -- publish (or use_context) a record of schema {mine!r}, "
+        f"or read it with accessor({path!r})"
+    )
+    return ForeignNamespaceError(msg)
+
+
 def published_view() -> Any:
     """What the accessors should read now that no block is open: the published view, or UNPUBLISHED."""
     return UNPUBLISHED if current is None else current._state.view

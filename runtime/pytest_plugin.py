@@ -110,14 +110,17 @@ class _Baseline:
     def restore(self) -> None:
         _context, _testing = _modules()
 
+        rollback = None
         with _context.lock:
             _testing._forget_installs(self.depth)
             _context.install(self.context)
             if self.context is not None:
                 if not self.context._state.same_changes(self.state):
                     # the values of the baseline again, as a new generation: generations never go back
-                    self.context._rollback_locked(self.state, "pytest.restore")
+                    rollback = self.context._rollback_locked(self.state, "pytest.restore")
                 self.context._subscribers = self.subscribers
+        if rollback is not None:
+            rollback.finish()  # its log line, outside the lock
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

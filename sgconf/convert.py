@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cattrs
@@ -123,20 +124,99 @@ def _non_json(value: Any, at: str) -> str | None:
     return f"{at!r} is a {type(value).__name__}"
 
 
-def _to_list(value: Any, tp: Any) -> list[Any]:
+def _split(value: Any, what: str) -> Any:
+    """A sequence from a string: JSON (`[1, 2]`) or comma-separated (`1,2`); anything else as it is."""
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
             try:
-                value = json.loads(text)
+                return json.loads(text)
             except json.JSONDecodeError as exc:
                 raise ConversionError(f"expected a JSON list ({exc.msg})") from None
-        else:
-            value = [part.strip() for part in text.split(",") if part.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise ConversionError("expected a list")
-    (item,) = typing.get_args(tp) or (Any,)
-    return [converter.structure(v, item) for v in value]
+        return [part.strip() for part in text.split(",") if part.strip()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return value
+    raise ConversionError(f"expected {what}")
+
+
+def _sequence_hook(tp: Any, conv: cattrs.Converter) -> Any:
+    """The hook for list, tuple (fixed or variadic), set and frozenset fields: items converted by `conv`, strictly."""
+    origin = typing.get_origin(tp) or tp
+    args = typing.get_args(tp)
+    fixed = origin is tuple and args and args[-1] is not Ellipsis
+    item = Any if not args else args[0]
+    what = {list: "a list", tuple: "a list", set: "a set", frozenset: "a set"}[origin]
+
+    def hook(value: Any, _: Any) -> Any:
+        items = list(_split(value, what))
+        if fixed:
+            if len(items) != len(args):
+                raise ConversionError(f"expected {len(args)} items, got {len(items)}")
+            return tuple(_item(conv, v, t, i) for i, (v, t) in enumerate(zip(items, args, strict=True)))
+        out = [_item(conv, v, item, i) for i, v in enumerate(items)]
+        return frozenset(out) if origin in (set, frozenset) else out
+
+    return hook
+
+
+def _item(conv: cattrs.Converter, value: Any, tp: Any, at: Any) -> Any:
+    """One item of a container converted by `conv`, its position named when it fails."""
+    if tp is Any:
+        return value
+    inner = _strip_optional(tp)
+    if value is None and inner is not tp:
+        return None
+    choices = literal_choices(inner)
+    try:
+        return _to_choice(value, choices) if choices is not None else conv.structure(value, inner)
+    except ConversionError as exc:
+        raise ConversionError(f"item {at!r}: {exc}") from None
+    except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:
+        raise ConversionError(f"item {at!r}: expected {describe_type(tp)} ({exc})") from None
+
+
+def _dict_hook(tp: Any, conv: cattrs.Converter) -> Any:
+    """The hook for dict fields: a JSON object, its values converted to the declared value type by `conv`."""
+    args = typing.get_args(tp)
+    value_type = args[1] if len(args) == 2 else Any
+
+    def hook(value: Any, _: Any) -> dict[str, Any]:
+        plain = _to_dict(value, tp)
+        if value_type is Any:
+            return plain
+        return {key: _item(conv, item, value_type, key) for key, item in plain.items()}
+
+    return hook
+
+
+_UNION_SCALARS = (int, float, bool, str)
+_SEQUENCES: tuple[Any, ...] = (list, tuple, set, frozenset)
+
+
+def scalar_union(tp: Any) -> tuple[Any, ...] | None:
+    """The members of a `Union` of scalars (None left out), or None when `tp` is not one."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    members = tuple(a for a in typing.get_args(tp) if a is not type(None))
+    return members if len(members) > 1 and all(m in _UNION_SCALARS for m in members) else None
+
+
+def _union_hook(tp: Any, conv: cattrs.Converter) -> Any:
+    """A `Union` of scalars: an exact type match first, else the first member (in declared order) that converts."""
+    members = scalar_union(tp) or ()
+
+    def hook(value: Any, _: Any) -> Any:
+        for member in members:
+            if type(value) is member:
+                return value
+        for member in members:
+            try:
+                return conv.structure(value, member)
+            except ConversionError:
+                continue
+        raise ConversionError(f"expected {' or '.join(describe_type(m) for m in members)}")
+
+    return hook
 
 
 def _make_converter() -> cattrs.Converter:
@@ -145,10 +225,14 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _to_float)
     conv.register_structure_hook(bool, _to_bool)
     conv.register_structure_hook(str, _to_str)
-    conv.register_structure_hook_func(
-        lambda t: t is dict or typing.get_origin(t) is dict, _to_dict  # dict[str, Any] from JSON strings
-    )
-    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is list, _to_list)
+    # two-argument factories: cattrs hands them the converter that structures, so a copy's hooks apply to items
+    factories: list[tuple[Callable[[Any], bool], Any]] = [
+        (lambda t: t is dict or typing.get_origin(t) is dict, _dict_hook),
+        (lambda t: (typing.get_origin(t) or t) in _SEQUENCES, _sequence_hook),
+        (lambda t: scalar_union(t) is not None, _union_hook),
+    ]
+    for predicate, factory in factories:
+        conv.register_structure_hook_factory(predicate, factory)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     return conv
 
@@ -224,5 +308,8 @@ def describe_type(tp: Any) -> str:
             str: "a string",
             dict: "a JSON object",
             list: "a list",
+            tuple: "a list",
+            set: "a set",
+            frozenset: "a set",
         }.get(origin, str(inner))
     return f"{text} or null" if optional else text

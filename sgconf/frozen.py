@@ -30,9 +30,23 @@ class FrozenDict(dict):  # type: ignore[type-arg]
     __slots__ = ("_hash",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # once built, never again: `d.__init__(...)` would refill a live bag's dict in place
+        try:
+            _HASH_SLOT.__get__(self)
+        except AttributeError:
+            pass
+        else:
+            _refuse(self)
         items = dict(*args, **kwargs)
         dict.__init__(self, {key: deep_freeze(value) for key, value in items.items()})
-        self._hash: int | None = None
+        _set_hash(self, None)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        # the cached hash, and `__class__`, are not the caller's to change
+        _refuse(self)
+
+    def __delattr__(self, name: str) -> NoReturn:
+        _refuse(self)
 
     __setitem__ = _refuse
     __delitem__ = _refuse
@@ -44,9 +58,11 @@ class FrozenDict(dict):  # type: ignore[type-arg]
     update = _refuse
 
     def __hash__(self) -> int:  # type: ignore[override]
-        if self._hash is None:
-            self._hash = hash(frozenset(self.items()))
-        return self._hash
+        cached = getattr(self, "_hash", None)
+        if cached is None:
+            cached = hash(frozenset(self.items()))
+            _set_hash(self, cached)
+        return cached
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickle and copy rebuild through __init__, never through the refused __setitem__
@@ -60,6 +76,10 @@ class FrozenDict(dict):  # type: ignore[type-arg]
 
     def __repr__(self) -> str:
         return f"FrozenDict({dict.__repr__(self)})"
+
+
+_HASH_SLOT: Any = FrozenDict.__dict__["_hash"]  # the slot itself: the one way in, for this module
+_set_hash = _HASH_SLOT.__set__
 
 
 def deep_freeze(value: Any) -> Any:

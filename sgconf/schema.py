@@ -11,12 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sgconf.cli import main
-from sgconf.declarations import PATH_ATTR, SCHEMA_ATTR, TEST_ROLE, Declarations, schema_of
+from sgconf.declarations import PATH_ATTR, TEST_ROLE, Declarations
 from sgconf.errors import DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import attach_provenance, load
 from sgconf.provenance import Origin
+from sgconf.record_class import SCHEMA_ATTR, schema_of
 from sgconf.sources import Source, default_sources
 from sgconf.validation import build_record
 

@@ -114,3 +114,31 @@ def test_the_redaction_mark_is_spelled_in_one_module() -> None:
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and "***" in node.value and id(node) not in docs:
                     spelled.add(path.relative_to(ROOT).as_posix())
     assert sorted(spelled) == ["sgconf/redaction.py"]
+
+
+def test_every_path_of_a_hot_secret_renders_redacted() -> None:
+    """Validated, committed, rolled back, scoped and reverted: `str` and `repr` of each value handed out stay redacted."""
+    events: list[Any] = []
+
+    def refuse(receipt: Any) -> None:
+        raise OSError("the side effect failed")
+
+    with structlog.testing.capture_logs() as logs:
+        ctx = publish(SCHEMA.build(), role="test")
+        ctx.subscribe(events.append)
+        proposal = ctx.validate_override("ops", token=SECRET_NEW)
+        receipt = ctx.commit(proposal)
+        with pytest.raises(OSError):
+            ctx.apply_override("ops", refuse, token=SECRET_ENV)
+        with ctx.scoped(token=SECRET_CLI) as snap:
+            scoped = (repr(snap), str(snap.auth), repr(ctx.overrides_log()[-1]))
+        undone = receipt.revert()
+    rendered = [
+        repr(proposal), repr(proposal.changes), str(receipt), str(receipt.record), str(receipt.changes[0]),
+        str(events), repr(undone.record), repr(ctx.overrides_log()), repr(logs), repr(ctx.explain("token")), *scoped,
+    ]
+    text = "\n".join(rendered)
+    for secret in (SECRET_NEW, SECRET_ENV, SECRET_CLI):
+        assert secret not in text
+    assert text.count("***") >= 8
+    assert proposal.values == {"token": SECRET_NEW}  # what code that applies it needs

@@ -58,7 +58,11 @@ class EngineBackend:
         """
         items = [(a["prompt_or_ids"], sampling_of(_sampling_args(a))) for a in argss]
         timeout_s = argss[0].get("timeout_s") if argss else None
-        reqs = await run_in_threadpool(lambda: self.engine.submit_batch(items, timeout_s=timeout_s))
+        # one route's items share how their text is tokenized (a rendered chat carries its special tokens)
+        special = bool(argss[0].get("add_special_tokens", True)) if argss else True
+        reqs = await run_in_threadpool(
+            lambda: self.engine.submit_batch(items, timeout_s=timeout_s, add_special_tokens=special)
+        )
         try:
             await asyncio.gather(*(self._finished(r) for r in reqs))
         except BaseException:
@@ -147,7 +151,7 @@ class EngineBackend:
 
 
 def _sampling_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s")}
+    return {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
 
 
 def storage_degraded_text(storage: dict[str, Any]) -> str:

@@ -302,6 +302,20 @@ def test_server_info_lists_how_each_field_applies(serve) -> None:
     assert set(modes.values()) == {"step", "drain", "restart"}
 
 
+ODD_BODIES = ["null", "[]", '"text"', "1", "true", "{", '{"a": 1', "\x00", '{"page_size": null}', '{"": 1}']
+
+
+@pytest.mark.parametrize(("method", "path"), [r for r in ADMIN_ROUTES if r[0] in ("PUT", "POST")])
+def test_every_admin_route_answers_4xx_for_any_body(serve, method: str, path: str) -> None:
+    """No body an operator can send ends in a 500; each answer names what is wrong, and nothing changes."""
+    engine, client = serve()
+    for body in ODD_BODIES:
+        r = client.request(method, path, content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
+        assert 400 <= r.status_code < 500, (body, r.status_code, r.text)
+        assert r.json(), body
+    assert engine.context.generation == 0
+
+
 def test_server_info_says_what_resolution_decided_and_the_budget_the_pools_were_sized_for(serve) -> None:
     """Every resolved value carries its step and reason, and the pools name their budget and its source."""
     _, client = serve()

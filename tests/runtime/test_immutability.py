@@ -95,3 +95,38 @@ def test_serving_bag_dict_cannot_be_changed_in_place() -> None:
             get_memory().hicache_storage_backend_extra_config["dir"] = "/x"  # type: ignore[index]
         assert get_memory().hicache_storage_backend_extra_config == {"dir": "/a"}
         assert ctx.record.hicache_storage_backend_extra_config == {"dir": "/a"} and ctx.fingerprint() == fp
+
+
+def _reachable_calls(d: Any) -> dict[str, Any]:
+    """Every way a caller reaches to change a FrozenDict in place, through its own methods and dunders."""
+    return {
+        "__init__": lambda: d.__init__({"dir": "/x"}),
+        "__init__ kwargs": lambda: d.__init__(dir="/x"),
+        "__setitem__": lambda: d.__setitem__("dir", "/x"),
+        "__delitem__": lambda: d.__delitem__("dir"),
+        "__ior__": lambda: d.__ior__({"dir": "/x"}),
+        "clear": d.clear,
+        "pop": lambda: d.pop("dir"),
+        "popitem": d.popitem,
+        "setdefault": lambda: d.setdefault("new", 1),
+        "update": lambda: d.update(dir="/x"),
+        "_hash": lambda: setattr(d, "_hash", 0),
+        "del _hash": lambda: delattr(d, "_hash"),
+        "__class__": lambda: setattr(d, "__class__", dict),
+        "new attribute": lambda: setattr(d, "extra", 1),
+    }
+
+
+@pytest.mark.parametrize("how", sorted(_reachable_calls({})))
+def test_a_frozen_dict_refuses_every_reachable_mutation(how: str) -> None:
+    """Re-initialising, a new hash or a new class would change a live bag with no new generation: all refused."""
+    with override_server_args(enable_hierarchical_cache=True, hicache_storage_backend_extra_config={"dir": "/a"}):
+        ctx = get_context()
+        fp, generation = ctx.fingerprint(), ctx.generation
+        held = get_memory().hicache_storage_backend_extra_config
+        before = hash(held)
+        with pytest.raises(TypeError, match="config values are read-only"):
+            _reachable_calls(held)[how]()
+        assert get_memory().hicache_storage_backend_extra_config == {"dir": "/a"} and type(held).__name__ == "FrozenDict"
+        assert hash(held) == before == hash(type(held)({"dir": "/a"}))
+        assert (ctx.fingerprint(), ctx.generation) == (fp, generation)

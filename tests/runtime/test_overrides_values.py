@@ -82,7 +82,7 @@ class _Context:
         self.reverted: list[Any] = []
         self.unsubscribed: list[Any] = []
 
-    def _revert(self, receipt: OverrideReceipt) -> OverrideReceipt:
+    def revert(self, receipt: OverrideReceipt, *, owner: Any = None) -> OverrideReceipt:
         self.reverted.append(receipt)
         return receipt
 
@@ -97,7 +97,25 @@ def test_receipt_reverts_through_its_context() -> None:
     receipt = OverrideReceipt(ctx, rec, None)
     assert (receipt.source, receipt.generation, receipt.changes, receipt.fields) == ("ops", 2, rec.changes, ("page_size",))
     assert receipt.revert() is receipt and ctx.reverted == [receipt]
-    assert repr(receipt) == "OverrideReceipt(source='ops', generation=2, fields=[page_size])"
+    assert repr(receipt) == "OverrideReceipt(source='ops', generation=2, fields=[page_size], owner='context')"
+
+
+def test_an_owned_receipt_reverts_through_its_owner_not_its_context() -> None:
+    ctx = _Context()
+    asked: list[Any] = []
+
+    class Owner:
+        owner_name = "engine"
+
+        def revert(self, receipt: OverrideReceipt) -> OverrideReceipt:
+            asked.append(receipt)
+            return receipt
+
+    rec = OverrideRecord("ops", "override", 2, 0.0, (FieldChange("page_size", 8, 16),), owner="engine")
+    receipt = OverrideReceipt(ctx, rec, None, owner=Owner())
+    assert receipt.revert() is receipt and asked == [receipt] and ctx.reverted == []
+    assert receipt.owner_name == "engine" and repr(receipt).endswith("owner='engine')")
+    assert rec == OverrideRecord("ops", "override", 2, 0.0, (FieldChange("page_size", 8, 16),))  # the owner is not compared
 
 
 def test_subscription_wants_and_unsubscribes() -> None:

@@ -62,7 +62,7 @@ BAD = [
     (str, 5, "expected a string"),
     (Literal["fcfs", "lpm"], "lifo", "expected one of 'fcfs', 'lpm'"),
     (list[int], "[1, ", "expected a JSON list (Expecting value)"),
-    (list[int], "1, x", "expected an integer"),
+    (list[int], "1, x", "item 1: expected an integer"),
     (list[int], 3, "expected a list"),
     (dict[str, Any], "[1]", "expected an object"),
     (dict[str, Any], '{"a": ', "expected a JSON object (Expecting value at char 6)"),
