@@ -43,7 +43,12 @@ test-fast: install
 run: install
 	$(BIN)/sgconf serve
 
-bench: install etcd
+# the peers bench_peers.py measures against (the `bench` extra), installed once on top of the usual set
+$(VENV)/.bench-installed: $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,server,yaml,serving,bench]'
+	touch $@
+
+bench: install etcd $(VENV)/.bench-installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # mutation testing of the modules in mutation.toml (not part of `make test`); MODULES=path.py limits it

@@ -18,6 +18,7 @@ import attrs
 from runtime import process
 from runtime.dispatch import Announcement, _emit
 from runtime.errors import RevertConflict, StaleProposalError
+from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import (
     CONTEXT_OWNER,
     FieldChange,
@@ -67,7 +68,7 @@ class Committing(Proposing):
             owner=CONTEXT_OWNER if owner is None else owner.owner_name,
         )
         write = Write(rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token)
-        new = self._next_state(state, proposal.snapshot, proposal.flat, rec, add=write)
+        new = self._next_state(state, proposal.snapshot, rec, add=write)
         receipt = OverrideReceipt(self, rec, new.view, owner=owner)
         news = self._news("config.override", rec, new)
         self._swap(new)
@@ -79,7 +80,6 @@ class Committing(Proposing):
         self,
         state: State,
         snapshot: Any,
-        flat: types.MappingProxyType[str, Any],
         rec: OverrideRecord,
         *,
         add: Write | None = None,
@@ -115,14 +115,14 @@ class Committing(Proposing):
         return State(
             snapshot=snapshot,
             view=make_view(snapshot, self.role, self.role_mode),
-            flat=flat,
+            flat=FlatView(snapshot, getters_of(self.schema)),
             base=base,
             writes=writes,
             stacks=stacks,
             log=entries,
             dropped=dropped,
             dropped_last=dropped_last,
-            fingerprint=state.fingerprint.updated(flat, rec.fields),
+            fingerprint=state.fingerprint.changed(rec.changes),
         )
 
     def _swap(self, state: State) -> None:
@@ -150,19 +150,17 @@ class Committing(Proposing):
         state = self._state
         names = tuple(write.values)
         values = state.underneath(write)
+        flat = state.flat
         if check:
-            would = state.flat.copy()
-            would.update(values)
             origin = f"from override {source}"
+            would = Overlay(values, flat)
             broken = check_rules(would, dict.fromkeys(values, origin), only_touching=set(values), schema=self.schema)
             if broken:
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
-        flat = state.flat.copy()
-        flat.update(values)
         snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
-        changes = tuple(FieldChange(n, state.flat[n], values[n], secret=self._secret(n)) for n in names)
+        changes = tuple(FieldChange(n, flat[n], values[n], secret=self._secret(n)) for n in names)
         rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove", owner=owner)
-        new = self._next_state(state, snapshot, types.MappingProxyType(flat), rec, remove=write)
+        new = self._next_state(state, snapshot, rec, remove=write)
         news = self._news("config.override", rec, new)
         self._swap(new)
         return news
@@ -179,7 +177,7 @@ class Committing(Proposing):
         snapshot = attrs.evolve(before.snapshot, generation=state.generation + 1)
         rec = OverrideRecord(source, "override", snapshot.generation, time.time(), changes, kind="remove")
         new = attrs.evolve(
-            self._next_state(state, snapshot, before.flat, rec, restore=before),
+            self._next_state(state, snapshot, rec, restore=before),
             fingerprint=before.fingerprint,
         )
         self._swap(new)

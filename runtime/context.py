@@ -51,6 +51,7 @@ from runtime.commit import Committing, Rollback
 from runtime.dispatch import Announcement, _emit
 from runtime.errors import NotPublishedError
 from runtime.fingerprint import Fingerprint
+from runtime.flatview import FlatView, getters_of
 from runtime.overrides import (
     OverrideProposal,
     OverrideReceipt,
@@ -100,7 +101,9 @@ class RuntimeContext(Committing):
         # namespace path -> (top-level bag, attribute inside a group bag or None), for copy-on-write
         self._routes = schema.routes()
         snapshot = snapshot_class(schema).from_bags(0, resolved.bags())
-        flat = types.MappingProxyType(snapshot.flat())
+        flat = FlatView(snapshot, getters_of(schema))
+        # the fields resolution decided, which no override may set back to None/auto
+        self._decided = frozenset(d.field for d in resolved.decisions)
         limit_field = schema.knob("history_limit")
         self.limit = int(flat[limit_field]) if limit_field is not None else DEFAULT_HISTORY_LIMIT
         self._state = State(

@@ -8,8 +8,7 @@ other way round, so a receipt knows its context only as the `Reverter` it calls 
 from __future__ import annotations
 
 import copy
-import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -138,7 +137,7 @@ class OverrideProposal:
     layer: str
     changes: tuple[FieldChange, ...]
     snapshot: Any
-    flat: types.MappingProxyType[str, Any]
+    flat: Mapping[str, Any]
 
     @property
     def base_generation(self) -> int:

@@ -9,7 +9,7 @@ longer fail for a bad value.
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -17,6 +17,7 @@ import attrs
 from runtime import process
 from runtime.dispatch import Dispatching
 from runtime.errors import ContextReplacedError
+from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
@@ -37,6 +38,7 @@ class Proposing(Dispatching):
 
     __slots__ = (
         "role", "record", "resolved", "role_mode", "limit", "schema", "_routes", "_model", "_state", "_subscribers", "_owned",
+        "_decided",
     )
     role: str
     record: Any
@@ -48,7 +50,7 @@ class Proposing(Dispatching):
     _model: Mapping[str, Any] | None
     _state: State
     _owned: bool
-
+    _decided: frozenset[str]
 
     def _secret(self, name: str) -> bool:
         return self.schema._fields[name].setting.secret
@@ -71,7 +73,7 @@ class Proposing(Dispatching):
         unknown = refused = False
         converted: dict[str, Any] = {}
         acting = inner_source(source)
-        decided = self.resolved.decisions
+        decided = self._decided
         for name, raw in values.items():
             info = infos.get(name)
             if info is None:
@@ -85,7 +87,7 @@ class Proposing(Dispatching):
             good, bad = convert_fields({name: raw}, {name: origin}, schema=self.schema)
             problems.extend(bad)
             for key, value in good.items():
-                if _is_unresolved(value) and any(d.field == key for d in decided):
+                if _is_unresolved(value) and key in decided:
                     refused = True
                     problems.append(Problem(info.path, _unresolving(info, value, state.base[key]), origin))
                     continue
@@ -94,14 +96,15 @@ class Proposing(Dispatching):
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
             raise cls(problems, header=header)
-        would = state.flat.copy()
-        would.update(converted)
-        broken = check_rules(would, dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema)
+        flat = state.flat
+        broken = check_rules(
+            Overlay(converted, flat), dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema
+        )
         if broken:
             raise ConfigError(broken, header=header)
-        changes = tuple(FieldChange(name, state.flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items())
+        changes = tuple(FieldChange(name, flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items())
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
-        return OverrideProposal(self, state, source, layer, changes, snapshot, types.MappingProxyType(would))
+        return OverrideProposal(self, state, source, layer, changes, snapshot, FlatView(snapshot, getters_of(self.schema)))
 
 
 
@@ -160,12 +163,36 @@ def _replaced(obj: Any, changes: Mapping[str, Any]) -> Any:
     """`attrs.evolve` for values validated already (each override value was converted and checked).
 
     Fills the slots of a new frozen instance directly, the way attrs' own `__init__` does,
-    so a commit does not pay for running every validator of the bag again.
+    so a commit does not pay for running every validator of the bag again; the copy is a
+    function generated once per class (`_copier`), one slot store per field and no loop.
     """
     cls = type(obj)
-    new = object.__new__(cls)
-    for a in attrs.fields(cls):
-        object.__setattr__(new, a.name, changes[a.name] if a.name in changes else getattr(obj, a.name))
-    return new
+    copier = cls.__dict__.get(_COPIER)
+    if copier is None:
+        copier = _copier(cls)
+    return copier(obj, changes)
+
+
+_COPIER = "_sgconf_copier"
+
+
+def _copier(cls: type) -> Callable[[Any, Mapping[str, Any]], Any]:
+    """A function copying every attrs field of `cls` into a fresh instance, then setting `changes` on it; kept on the class."""
+    names = [a.name for a in attrs.fields(cls)]
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_set": object.__setattr__}
+    lines = ["def copy(obj, changes):", "    new = _new(_cls)"]
+    for i, name in enumerate(names):
+        slot = cls.__dict__.get(name, getattr(cls, name, None))
+        if isinstance(slot, types.MemberDescriptorType):
+            scope[f"_s{i}"] = slot.__set__  # the slot's own store, as attrs' frozen __init__ fills it
+            lines.append(f"    _s{i}(new, obj.{name})")
+        else:  # a class with a __dict__
+            lines.append(f"    _set(new, {name!r}, obj.{name})")
+    lines += ["    for name, value in changes.items():", "        _set(new, name, value)", "    return new"]
+    exec("\n".join(lines), scope)  # noqa: S102 (generated from attribute names only, as attrs builds its own methods)
+    copier: Callable[[Any, Mapping[str, Any]], Any] = scope["copy"]
+    setattr(cls, _COPIER, copier)
+    return copier
+
 
 __all__ = ["Proposing"]

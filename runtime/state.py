@@ -36,9 +36,10 @@ class State:
 
     snapshot: Any
     view: Any
-    # read-only proxies: `.copy()` of one is a C dict copy (`dict(proxy)` walks it key by key)
-    flat: types.MappingProxyType[str, Any]
-    base: types.MappingProxyType[str, Any]
+    # every leaf by name: a view of `snapshot` that holds no values of its own (`runtime.flatview`)
+    flat: Mapping[str, Any]
+    # what shows with no live write: a view of the published snapshot until overrides fold into it
+    base: Mapping[str, Any]
     writes: tuple[Write, ...]
     # field -> the live writes that set it, oldest first: what shows is the last one
     stacks: types.MappingProxyType[str, tuple[Write, ...]]
@@ -126,8 +127,8 @@ def stacks_of(writes: tuple[Write, ...]) -> types.MappingProxyType[str, tuple[Wr
 
 
 def fold(
-    base: types.MappingProxyType[str, Any], writes: tuple[Write, ...], limit: int
-) -> tuple[types.MappingProxyType[str, Any], tuple[Write, ...]] | None:
+    base: Mapping[str, Any], writes: tuple[Write, ...], limit: int
+) -> tuple[Mapping[str, Any], tuple[Write, ...]] | None:
     """Keep at most `limit` live overrides: the oldest ones with nothing live beneath them become base.
 
     Returns None when nothing needs folding. Folding a write that nothing lies under

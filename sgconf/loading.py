@@ -20,6 +20,7 @@ from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
+from sgconf.record import record_of
 from sgconf.rules import check_rules
 from sgconf.sources import (
     LayerInput,
@@ -138,7 +139,7 @@ def load_layers(
         found.extend(check_rules(merged, layer_sources(layers), schema=schema))
     if found:
         raise ConfigError(found)
-    record = schema.record(**merged)
+    record = record_of(merged, schema)
     origins = [(name, layer.origin(name, value)) for layer, values in converted for name, value in values.items()]
     provenance = attach_provenance(record, schema, origins)
     return Loaded(record, provenance, file_text)
@@ -150,14 +151,25 @@ def attach_provenance(record: Any, schema: Declarations, origins: Sequence[tuple
     The one place a record gets its provenance (loading, and publishing an adopted
     instance); set once, before anyone sees the record.
     """
-    chains: dict[str, list[Origin]] = {
-        name: [Origin("default", "defaults", info.default, secret=info.setting.secret)] for name, info in schema.fields().items()
-    }
+    chains: dict[str, tuple[Origin, ...]] = dict(_default_chains(schema))  # shared by every record: made once
     for name, origin in origins:
-        chains[name].append(origin)
-    provenance = types.MappingProxyType({name: tuple(chain) for name, chain in chains.items()})
+        chains[name] = (*chains[name], origin)
+    provenance = types.MappingProxyType(chains)
     object.__setattr__(record, "_sgconf_provenance", provenance)  # frozen: set once, before anyone sees it
     return provenance
+
+
+def _default_chains(schema: Declarations) -> Mapping[str, tuple[Origin, ...]]:
+    """Field -> `(its default's Origin,)`, built once per frozen schema: the chain of every field no layer set."""
+    found = schema._cache.get("default_chains") if schema.frozen else None
+    if found is None:
+        found = {
+            name: (Origin("default", "defaults", info.default, secret=info.setting.secret),)
+            for name, info in schema.fields().items()
+        }
+        if schema.frozen:
+            schema._cache["default_chains"] = found
+    return found  # type: ignore[no-any-return]
 
 
 def explain(

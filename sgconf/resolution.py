@@ -20,7 +20,7 @@ import attrs
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem, ResolutionError
 from sgconf.loading import provenance_of
-from sgconf.record import record_to_dict, to_bags
+from sgconf.record import record_of, record_to_dict, to_bags
 from sgconf.rules import check_rules
 
 
@@ -133,7 +133,8 @@ def _resolve(record: Any, model: Mapping[str, Any] | None) -> Resolved:
     if problems:
         raise ConfigError(problems)
     try:
-        resolved = type(record)(**values)
+        # nothing decided: the record is its own resolved form (it is frozen), not a second copy
+        resolved = record if not decisions else record_of(values, schema)
     except ValueError as exc:  # a decision broke a field check: a bug in a step, report it as such
         raise ConfigError([Problem("$", f"resolution produced an invalid value: {exc}")]) from None
     return Resolved(record=record, values=resolved, decisions=tuple(decisions), model=model)

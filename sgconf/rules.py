@@ -35,6 +35,8 @@ def check_rules(
     problems = []
     if rules is None:
         rules = schema.rules
+        if only_touching is not None and schema.frozen:
+            rules = _reading(schema, only_touching)  # what a change could break, found in O(touched)
     lookup = schema.field_info
     for rule in rules:
         if only_touching is not None and (rule.launch_only or not only_touching.intersection(rule.fields)):
@@ -45,6 +47,26 @@ def check_rules(
         origin = "; ".join(dict.fromkeys(sources[n] for n in rule.fields if n in sources)) or None
         problems.append(Problem(lookup(rule.fields[0]).path, message, origin))
     return problems
+
+
+def _reading(schema: Declarations, names: set[str]) -> list[Rule]:
+    """The schema's rules that read one of `names`, in declaration order, from an index built once per frozen schema."""
+    cached = schema._cache.get("rules_by_field")
+    if cached is not None and cached[0] == len(schema.rules):
+        index = cached[1]
+    else:
+        built: dict[str, list[tuple[int, Rule]]] = {}
+        for pos, rule in enumerate(schema.rules):
+            if rule.launch_only:
+                continue  # never re-checked after publish
+            for name in dict.fromkeys(rule.fields):
+                built.setdefault(name, []).append((pos, rule))
+        index = {name: tuple(found) for name, found in built.items()}
+        schema._cache["rules_by_field"] = (len(schema.rules), index)
+    picked: dict[int, Rule] = {}
+    for name in names:
+        picked.update(index.get(name, ()))
+    return [picked[pos] for pos in sorted(picked)]
 
 
 __all__ = ["Rule", "Values", "check_rules"]

@@ -14,7 +14,7 @@ from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import REQUIRED
-from sgconf.record import record_to_dict
+from sgconf.record import record_of, record_to_dict
 from sgconf.rules import check_rules
 from sgconf.suggest import did_you_mean
 
@@ -108,4 +108,4 @@ def build_record(
         problems.extend(check_rules(merged, sources, schema=schema))
     if problems:
         raise ConfigError(problems)
-    return schema.record(**merged)
+    return record_of(merged, schema)

@@ -239,6 +239,8 @@ class ContextMachine(RuleBasedStateMachine):
         assert ctx is self.model.context
         assert ctx.snapshot().flat() == values
         assert dict(ctx._state.flat) == values
+        # the fingerprint moved commit by commit is the one computed from the values afresh
+        assert ctx.fingerprint() == ctx.snapshot().fingerprint()
         assert ctx.generation == self.model.generation == ctx.snapshot().generation
         assert len(ctx.overrides_log()) == self.model.log_len
         assert get_schedule().page_size == values["page_size"]
