@@ -88,30 +88,59 @@ def accessor(namespace: type[Any] | str, *, name: str | None = None) -> Callable
             f"    except AttributeError:\n"
             f"        raise _missing(_view, {path!r}) from None\n"
         )
+        code = compile(source, f"<accessor {path}>", "exec")
+        fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+        fn: Any = types.FunctionType(fn_code, _GLOBALS, fname)
     else:
-        # typed: the bag must be of this class (or an extension of it), not another schema's of the same path
-        source = (
-            f"def _make(_cls):\n"
-            f"    def {fname}():\n"
-            f"        try:\n"
-            f"            bag = _view.{path}\n"
-            f"        except AttributeError:\n"
-            f"            raise _missing(_view, {path!r}) from None\n"
-            f"        if isinstance(bag, _cls):\n"
-            f"            return bag\n"
-            f"        raise _foreign(_view, _cls, bag)\n"
-            f"    return {fname}\n"
-        )
-    code = compile(source, f"<accessor {path}>", "exec")
-    fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    if cls is None:
-        fn = types.FunctionType(fn_code, _GLOBALS, fname)
-    else:
-        fn = types.FunctionType(fn_code, _GLOBALS, "_make")(cls)
+        fn = _typed(cls, path, fname)
     fn.__qualname__ = fname
     fn.__module__ = __name__
     fn.__doc__ = f"The live {path!r} bag of the published config (overrides included)."
+    if cls is not None:
+        process.typed_accessors.add(fn)
+        process.retarget(fn)
     return fn
+
+
+def _typed(cls: type[Any], path: str, fname: str) -> Callable[[], Any]:
+    """A typed accessor with two bodies of the same shape, swapped by `runtime.process.retarget`.
+
+    The fast body is the untyped one (the bag class is named only on its error path); the
+    checked body refuses a bag of another schema's class at the same path. The published
+    schema decides which one runs, once per publish, so a read costs what an untyped read
+    costs whenever the bag can only be of this class.
+    """
+    fast = (
+        f"def _make(_cls):\n"
+        f"    def {fname}():\n"
+        f"        try:\n"
+        f"            return _view.{path}\n"
+        f"        except AttributeError:\n"
+        f"            raise _missing(_view, {path!r}, _cls) from None\n"
+        f"    return {fname}\n"
+    )
+    checked = (
+        f"def _make(_cls):\n"
+        f"    def {fname}():\n"
+        f"        try:\n"
+        f"            bag = _view.{path}\n"
+        f"        except AttributeError:\n"
+        f"            raise _missing(_view, {path!r}, _cls) from None\n"
+        f"        if isinstance(bag, _cls):\n"
+        f"            return bag\n"
+        f"        raise _foreign(_view, _cls, bag)\n"
+        f"    return {fname}\n"
+    )
+    codes = []
+    for source in (fast, checked):
+        outer = next(c for c in compile(source, f"<accessor {path}>", "exec").co_consts if isinstance(c, types.CodeType))
+        codes.append(outer)
+    fn = types.FunctionType(codes[1], _GLOBALS, "_make")(cls)
+    inner = [next(c for c in outer.co_consts if isinstance(c, types.CodeType)) for outer in codes]
+    fn._sgconf_codes = (inner[0], inner[1])  # type: ignore[attr-defined]  # (fast, checked)
+    fn._sgconf_class = cls  # type: ignore[attr-defined]
+    fn._sgconf_path = path  # type: ignore[attr-defined]
+    return fn  # type: ignore[no-any-return]
 
 
 __all__ = ["accessor"]

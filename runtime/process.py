@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import weakref
 from typing import Any
 
 from runtime.errors import NotPublishedError
@@ -88,7 +89,7 @@ announcer: list[Any] = []
 logging_configured = False
 
 
-def _missing(view: Any, path: str) -> Exception:
+def _missing(view: Any, path: str, cls: type | None = None) -> Exception:
     """The error an accessor raises when the schema in use declares no namespace `path` (accessors call it)."""
     from runtime.snapshot import missing_namespace
 
@@ -115,6 +116,38 @@ def _foreign(view: Any, cls: type, bag: Any) -> Exception:
     return ForeignNamespaceError(msg)
 
 
+# Typed accessors (`accessor(LoraConfig)`): each runs its fast body while the published schema
+# can only hand it a bag of its own class, its checked body otherwise (`retarget`).
+typed_accessors: weakref.WeakSet[Any] = weakref.WeakSet()
+_targeted: list[Any] = [None]  # the schema the typed accessors were last set for ("routed" while routing)
+
+
+def _accepts(fn: Any, schema: Any) -> bool:
+    """Whether every bag `schema` serves at the accessor's path is of the accessor's class."""
+    if schema is None:
+        return True  # nothing published: the fast body raises NotPublishedError as it should
+    try:
+        found = schema.namespace_class(fn._sgconf_path)
+    except Exception:
+        return True  # the path is not the schema's: the fast body's AttributeError path says so
+    return isinstance(found, type) and issubclass(found, fn._sgconf_class)
+
+
+def retarget(fn: Any, schema: Any = ...) -> None:
+    """Give typed accessor `fn` the body the published schema (or routing) needs."""
+    target = _targeted[0] if schema is ... else schema
+    fast, checked = fn._sgconf_codes
+    fn.__code__ = fast if target != "routed" and _accepts(fn, target) else checked
+
+
+def _retarget_all(target: Any) -> None:
+    if _targeted[0] is target:
+        return
+    _targeted[0] = target
+    for fn in list(typed_accessors):
+        retarget(fn, target)
+
+
 def published_view() -> Any:
     """What the accessors should read now that no block is open: the published view, or UNPUBLISHED."""
     return UNPUBLISHED if current is None else current._state.view
@@ -123,6 +156,7 @@ def published_view() -> Any:
 def refresh_view() -> None:
     """Point the accessors at the published view, or at the router while any `use_context()` block is open."""
     global _view
+    _retarget_all("routed" if routed else (None if current is None else current.schema))
     _view = ROUTER if routed else published_view()
 
 

@@ -83,17 +83,17 @@ def named_backends():
 
 
 @pytest.mark.usefixtures("named_backends")
-@pytest.mark.server_args(attention_backend="a", prefill_attention_backend="p")
 def test_attention_backends_fall_back_per_phase():
     """Prefill takes its own backend; decode falls back to attention_backend."""
-    assert attention_backends() == ("p", "a")
+    with runtime.override_server_args(attention_backend="a", prefill_attention_backend="p"):
+        assert attention_backends() == ("p", "a")
 
 
 @pytest.mark.usefixtures("named_backends")
-@pytest.mark.server_args(attention_backend="a", decode_attention_backend="d")
 def test_attention_backends_decode_override():
     """Decode takes its own backend; prefill falls back."""
-    assert attention_backends() == ("a", "d")
+    with runtime.override_server_args(attention_backend="a", decode_attention_backend="d"):
+        assert attention_backends() == ("a", "d")
 
 
 @pytest.mark.parametrize(

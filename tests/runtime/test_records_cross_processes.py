@@ -13,13 +13,13 @@ from runtime import ForeignNamespaceError, accessor, create_context, publish, re
 from sgconf import Schema, load, setting
 from tests.runtime import pickled_schema
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 ROOT = Path(__file__).resolve().parents[2]
 # unpickles what arrives on stdin, checks it against a record built there, and pickles it back
 CHILD = """
 import pickle, sys
 from sgconf import schema_of
 
-pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 records = pickle.load(sys.stdin.buffer)
 for record, argv in records:
     schema = schema_of(record)

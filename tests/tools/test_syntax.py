@@ -14,13 +14,13 @@ from tools.ratchet.rules import RULES
 from tools.ratchet.scanner import collect, scan_module, scan_text
 from tools.ratchet.settings import ScanSettings
 
+pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
+
 PROJECT = Path(__file__).resolve().parents[2]
 SETTINGS = ScanSettings(fields=frozenset(SERVING.field_names()))
 
 ARGS = '''
 from sgconf import ServerArgs
-
-pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 
 class PortArgs(ServerArgs):
