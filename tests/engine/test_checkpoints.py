@@ -121,7 +121,7 @@ def _rewrite(path: Path, drop: str | None = None, reshape: str | None = None) ->
 
 def test_missing_tensor_and_shape_mismatch_name_the_tensor(tmp_path: Path, monkeypatch) -> None:
     """Each is one error naming the tensor, raised before any pool or model is built."""
-    import engine.engine as engine_module
+    import engine.engine_build as engine_module
 
     monkeypatch.setattr(engine_module, "build_memory", lambda *a, **k: pytest.fail("allocated before checking"))
     write_checkpoint(tmp_path, "llama")
@@ -210,7 +210,7 @@ def test_a_checkpoint_needs_its_tokenizer(tmp_path: Path, checkpoints) -> None:
 
 def test_memory_guard_refuses_an_oversized_model_without_allocating(tmp_path: Path, monkeypatch) -> None:
     """A 3T-parameter config (6 TiB in bfloat16) is refused with both numbers and the flags, before any pool or weight exists."""
-    import engine.engine as engine_module
+    import engine.engine_build as engine_module
     from mem_cache.kv_cache_configurator import KVCacheConfigurator
 
     monkeypatch.setattr(KVCacheConfigurator, "build", lambda self: pytest.fail("pools allocated"))
