@@ -161,11 +161,21 @@ def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list
         def stream(self, args: dict[str, Any]) -> Any:
             return self.router.stream(args)
 
+    import threading
+
+    def first_piece() -> None:
+        # the route starts the stream before it answers (a refusal is then a status), so the
+        # replica's first piece must arrive while the client waits for the response
+        message = played[0].request()
+        played[0].theirs.send(Chunk(message.rid, "a", (97,)))
+
+    feeder = threading.Thread(target=first_piece, daemon=True)
+    feeder.start()
     client = TestClient(create_app(ReplicaGroupBackend(Controller())))  # type: ignore[arg-type]
     with client.stream("POST", "/generate", json={"text": "x", "max_new_tokens": 4, "stream": True}) as r:
         assert r.status_code == 200
-        message = played[0].request()
-        played[0].theirs.send(Chunk(message.rid, "a", (97,)))
+        feeder.join(timeout=60)
+        assert not feeder.is_alive()
         lines = (line[len("data: "):] for line in r.iter_lines() if line.startswith("data: "))
         assert json.loads(next(lines)) == {"text": "a", "delta": "a", "output_ids": [97]}
         played[0].die()
