@@ -52,7 +52,7 @@ from engine.scheduler import Req
 from engine.streaming import TokenStream
 from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
 from mem_cache.kv_cache_configurator import device_of
-from runtime.context import RuntimeContext, get_context, is_published, publish, reset, use_context
+from runtime.context import RuntimeContext, publish, use_context, withdraw
 from runtime.serving import configure_logs as configure_serving_logs
 from runtime.serving import (
     get_serving,
@@ -125,8 +125,8 @@ class Engine(EngineBuilding):
             self._build(snap)
         except BaseException:
             # a refused model leaves no half-built engine behind, nor its config live
-            if not self._owns_context and is_published() and get_context() is self.context:
-                reset()
+            if not self._owns_context:
+                withdraw(self.context)
             raise
         log.info("engine.start", **self._startup_summary(snap))
 
@@ -578,8 +578,7 @@ class Engine(EngineBuilding):
                 self.hicache.close()
         log.info("engine.stop")
         if unpublish and not self._owns_context:
-            if is_published() and get_context() is self.context:
-                reset()
+            withdraw(self.context)
 
     def __enter__(self) -> Engine:
         return self

@@ -34,6 +34,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "publish",
         "reset",
         "use_context",
+        "withdraw",
     ),
     "runtime.errors": ("ContextReplacedError", "ForeignNamespaceError", "NotPublishedError", "RevertConflict", "RoleViolation", "StaleProposalError"),
     "runtime.overrides": ("ConfigEvent", "FieldChange", "OverrideProposal", "OverrideReceipt", "OverrideRecord", "Owner", "Subscription"),

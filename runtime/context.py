@@ -475,6 +475,19 @@ def assert_published(record: Any, *, role: str | None = None) -> RuntimeContext:
     return ctx
 
 
+def withdraw(ctx: RuntimeContext) -> bool:
+    """Stop publishing `ctx` if it is the published context (an engine shutting down); True when it was.
+
+    Unlike `reset()`, nothing else of the process's state changes: logging stays as it is
+    configured, open installs and role records stay.
+    """
+    with process.lock:
+        if process.current is not ctx:
+            return False
+        process.install(None)
+        return True
+
+
 def reset() -> None:
     """Forget the published context and every other piece of process-wide config state (see `runtime.process.reset`)."""
     process.reset()
@@ -492,4 +505,5 @@ __all__ = [
     "publish",
     "reset",
     "use_context",
+    "withdraw",
 ]
