@@ -17,7 +17,17 @@ from typing import Any
 
 import structlog
 
-from engine.dp.messages import Chunk, Failed, FlushCache, Generate, Heartbeat, Ready, Result, Stop
+from engine.dp.messages import (
+    Cancel,
+    Chunk,
+    Failed,
+    FlushCache,
+    Generate,
+    Heartbeat,
+    Ready,
+    Result,
+    Stop,
+)
 from engine.errors import EngineStopped, ReplicaFailed, ReplicaLost, ReplicaUnresponsive
 
 log = structlog.get_logger("engine.dp.controller")
@@ -140,6 +150,18 @@ class Replica:
                 del self.pending[message.rid]
                 raise ReplicaLost(self._exit_text()) from None
         return call.future
+
+    def cancel(self, rid: int) -> None:
+        """Tell the replica that request `rid`'s client went away, and stop waiting for its answer."""
+        with self._lock:
+            call = self.pending.pop(rid, None)
+            if call is None or self.gone:
+                return
+            call.future.cancel()
+            try:
+                self.conn.send(Cancel(rid))
+            except (BrokenPipeError, OSError):
+                pass  # the replica is gone: nothing runs there any more
 
     def _read(self) -> None:
         while True:

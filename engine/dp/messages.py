@@ -49,6 +49,13 @@ class FlushCache:
 
 
 @attrs.frozen(slots=True)
+class Cancel:
+    """The client of request `rid` went away: take it out at the next step and free its KV; no answer is sent."""
+
+    rid: int
+
+
+@attrs.frozen(slots=True)
 class Stop:
     """Leave the serve loop and shut the engine down."""
 
@@ -155,6 +162,7 @@ ToReplica = Generate | FlushCache | Stop
 FromReplica = Ready | Heartbeat | Chunk | Result | Failed
 
 __all__ = [
+    "Cancel",
     "FAILURES",
     "Chunk",
     "Failed",

@@ -36,6 +36,7 @@ from typing import Any
 import structlog
 
 from engine.dp.messages import (
+    Cancel,
     Chunk,
     Failed,
     FailureKind,
@@ -154,6 +155,7 @@ def replica_main(
     beat = threading.Thread(target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True)
     beat.start()
     pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix=f"replica{rank}")
+    running = Running()
     try:
         while True:
             try:
@@ -164,7 +166,9 @@ def replica_main(
             if isinstance(message, Stop):
                 break
             if isinstance(message, Generate):
-                pool.submit(_generate, engine, rank, message, sender)
+                pool.submit(_generate, engine, rank, message, sender, running)
+            elif isinstance(message, Cancel):
+                _cancel(engine, message.rid, running)
             elif isinstance(message, FlushCache):
                 pool.submit(_flush_cache, engine, rank, message.rid, sender)
     finally:
@@ -233,19 +237,66 @@ def _flush_cache(engine: Any, rank: int, rid: int, sender: _Sender) -> None:
     sender.send(Result(rid, {"dp_rank": rank - 1, "flushed_tokens": freed}))
 
 
-def _generate(engine: Any, rank: int, message: Generate, sender: _Sender) -> None:
+class Running:
+    """The engine requests of this replica by the controller's request id, so a `Cancel` can reach one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reqs: dict[int, Any] = {}
+        self._cancelled: set[int] = set()  # cancelled before its request was queued
+
+    def add(self, rid: int, req: Any) -> bool:
+        """Remember `req` for `rid`; False when `rid` was cancelled already (the caller cancels it)."""
+        with self._lock:
+            if rid in self._cancelled:
+                self._cancelled.discard(rid)
+                return False
+            self._reqs[rid] = req
+            return True
+
+    def done(self, rid: int) -> None:
+        with self._lock:
+            self._reqs.pop(rid, None)
+
+    def take(self, rid: int) -> Any:
+        """The request of `rid` to cancel now, or None (then it is cancelled when it is queued)."""
+        with self._lock:
+            req = self._reqs.pop(rid, None)
+            if req is None:
+                self._cancelled.add(rid)
+            return req
+
+
+def _cancel(engine: Any, rid: int, running: Running) -> None:
+    req = running.take(rid)
+    if req is not None:
+        engine.cancel([req])
+
+
+def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, running: Running) -> None:
     """Run one request; a streamed one sends each piece as it fills. Any failure is answered, never a hung caller."""
+    from engine.errors import RequestCancelled
     from engine.http.bodies import generate_body
 
     rid = message.rid
+    args = dict(message.args)
+    timeout = args.pop("timeout", None)
     try:
         if message.stream:
-            tokens = engine.stream(**message.args)
+            tokens = engine.stream(**args)
+            if not running.add(rid, tokens.req):
+                engine.cancel([tokens.req])
             for chunk in tokens:
                 sender.send(Chunk(rid, chunk.text, tuple(chunk.token_ids)))
             result = tokens.result()
         else:
-            result = engine.generate(**message.args)
+            prompt = args.pop("prompt_or_ids")
+            req = engine.submit(prompt, **args)
+            if not running.add(rid, req):
+                engine.cancel([req])
+            result = engine.wait(req, timeout=timeout)
+    except RequestCancelled:
+        return  # the controller dropped this request: nobody waits for an answer
     except Exception as exc:
         failed = Failed.of(rid, exc)
         if failed is None or failed.kind is FailureKind.REPLICA_FAILED:  # a bug: reported, and logged here
@@ -253,4 +304,6 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender) -> Non
             failed = Failed(rid, FailureKind.REPLICA_FAILED, f"replica {rank - 1} failed the request -- see its log")
         sender.send(failed)
         return
+    finally:
+        running.done(rid)
     sender.send(Result(rid, generate_body(result, dp_rank=rank - 1)))

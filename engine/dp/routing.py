@@ -73,10 +73,14 @@ class RequestRouter:
         tried: set[int] = set()
         while True:
             replica = self._route(tried)
+            rid = next(self._rids)
             try:
-                return await asyncio.wrap_future(replica.submit(Generate(next(self._rids), args)))
+                return await asyncio.wrap_future(replica.submit(Generate(rid, args)))
             except (ReplicaUnresponsive, ReplicaLost) as exc:
                 log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
+            except asyncio.CancelledError:  # the client went away: the replica frees the request's KV
+                replica.cancel(rid)
+                raise
 
     async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Route one request as a stream: `{"text", "token_ids"}` pieces as the replica fills them, then the answer.
@@ -96,8 +100,9 @@ class RequestRouter:
                 except RuntimeError:
                     pass
 
+            rid = next(self._rids)
             try:
-                future = replica.submit(Generate(next(self._rids), args, stream=True), on_chunk=put)
+                future = replica.submit(Generate(rid, args, stream=True), on_chunk=put)
             except (ReplicaUnresponsive, ReplicaLost) as exc:  # it went away since it was chosen
                 log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
                 continue
@@ -119,7 +124,9 @@ class RequestRouter:
                 log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
                 continue
             finally:
-                future.cancel()  # a caller that stopped reading: whatever comes later is dropped
+                if not future.done():  # a caller that stopped reading: the replica frees the request
+                    replica.cancel(rid)
+                future.cancel()
             yield body
             return
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Chunk, Failed, FailureKind, Generate, Ready, Result
+from engine.dp.messages import Cancel, Chunk, Failed, FailureKind, Generate, Ready, Result
 from engine.dp.routing import RequestRouter
 from engine.errors import ReplicaLost, RequestRejected
 
@@ -186,3 +186,70 @@ def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list
     assert error["error"]["detail"] == (
         "replica 0 exited after streaming 1 piece(s) -- the answer is incomplete; send the request again")
     assert len(rest) == 2
+
+
+def _next_message(p: Played) -> Any:
+    assert p.theirs.poll(10), "nothing reached the replica"
+    return p.theirs.recv()
+
+
+def test_a_request_whose_client_went_away_is_cancelled_on_its_replica(played: list[Played]) -> None:
+    """The awaiting task is cancelled (the client disconnected): the replica is told to free that request."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(router.generate({"prompt_or_ids": "x", "max_new_tokens": 2}))
+        sent = await asyncio.to_thread(played[0].request)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        cancel = await asyncio.to_thread(_next_message, played[0])
+        assert cancel == Cancel(sent.rid)
+
+    _run(scenario())
+    assert played[0].replica.pending == {}
+
+
+def test_a_stream_the_client_stopped_reading_is_cancelled_on_its_replica(played: list[Played]) -> None:
+    """A consumer that leaves after the first piece: the replica gets `Cancel` for that request."""
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> None:
+        stream = router.stream({"prompt_or_ids": "x", "max_new_tokens": 8})
+        first = asyncio.ensure_future(stream.__anext__())
+        sent = await asyncio.to_thread(played[0].request)
+        played[0].theirs.send(Chunk(sent.rid, "a", (97,)))
+        assert (await first)["text"] == "a"
+        await stream.aclose()
+        cancel = await asyncio.to_thread(_next_message, played[0])
+        assert cancel == Cancel(sent.rid)
+
+    _run(scenario())
+
+
+class FakeEngine:
+    """Records what the replica's request handling asks of an engine."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[Any] = []
+        self.submitted: list[Any] = []
+
+    def submit(self, prompt: Any, **params: Any) -> Any:
+        self.submitted.append((prompt, params))
+        return ("req", len(self.submitted))
+
+    def cancel(self, reqs: list[Any]) -> None:
+        self.cancelled.extend(reqs)
+
+
+def test_a_cancel_reaches_the_engine_whether_it_comes_before_or_after_the_request_is_queued() -> None:
+    from engine.dp.replica import Running, _cancel
+
+    engine, running = FakeEngine(), Running()
+    req = engine.submit("x")
+    assert running.add(7, req)
+    _cancel(engine, 7, running)  # after: cancelled at once
+    assert engine.cancelled == [req]
+    _cancel(engine, 8, running)  # before: nothing to cancel yet ...
+    assert engine.cancelled == [req]
+    assert not running.add(8, engine.submit("y"))  # ... so the request is refused when it is queued
