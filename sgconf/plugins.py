@@ -15,7 +15,6 @@ for a near miss), and `--help` and the JSON Schema list the names.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
@@ -87,17 +86,6 @@ class Registry(Generic[T]):
                 return self._load(name, lazy)
         raise KeyError(self.unknown_message(name))
 
-    def registrant(self, name: str) -> str:
-        """Who registered `name` (a module path, or the entry point's target)."""
-        with self._lock:
-            held = self._entries.get(name)
-            if held is not None:
-                return held[1]
-            lazy = self._entry_points().get(name)
-            if lazy is not None:
-                return lazy.value
-        raise KeyError(self.unknown_message(name))
-
     def unknown_message(self, name: object) -> str:
         known = self.names()
         hint = did_you_mean(str(name), known, normalize=False) if isinstance(name, str) else ""
@@ -109,13 +97,6 @@ class Registry(Generic[T]):
             known = self.names()
             hint = did_you_mean(str(name), known, normalize=False).replace(" -- ", "; ")
             raise ValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
-
-    def require(self, name: str, *, path: str, source: str | None = None) -> T:
-        """`get(name)`, or a ConfigError naming the setting at `path` the name came from."""
-        try:
-            return self.get(name)
-        except KeyError:
-            raise ConfigError([Problem(path, self.unknown_message(name), source)]) from None
 
     def _entry_points(self) -> dict[str, metadata.EntryPoint]:
         if self._lazy is None:
@@ -131,10 +112,6 @@ class Registry(Generic[T]):
             raise ConfigError([Problem(f"${self.kind}", msg)], header=f"{self.kind} not available") from None
         self._entries[name] = (obj, ep.value)
         return obj  # type: ignore[no-any-return]
-
-    def decorator(self, name: str) -> Callable[[T], T]:
-        """`@registry.decorator("name")` registers what it decorates under `name`."""
-        return lambda obj: self.register(name, obj)
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, names={list(self.names())})"
