@@ -33,14 +33,16 @@ def check_rules(
     """
     sources = sources or {}
     problems = []
-    if rules is None:
-        rules = schema.rules
-        if only_touching is not None and schema.frozen:
+    if only_touching is not None:
+        if rules is None and schema.frozen:
             rules = _reading(schema, only_touching)  # what a change could break, found in O(touched)
+        else:
+            candidates = schema.rules if rules is None else rules
+            rules = [r for r in candidates if not r.launch_only and not only_touching.isdisjoint(r.fields)]
+    elif rules is None:
+        rules = schema.rules
     lookup = schema.field_info
     for rule in rules:
-        if only_touching is not None and (rule.launch_only or not only_touching.intersection(rule.fields)):
-            continue
         message = rule(values)
         if message is None:
             continue

@@ -135,3 +135,13 @@ def test_record_kind_is_keyword_only_and_subscription_repr_hides_its_context() -
         OverrideRecord("ops", "override", 1, 0.0, (), "remove")  # type: ignore[misc]
     assert OverrideRecord("ops", "override", 1, 0.0, (), kind="remove").kind == "remove"
     assert repr(Subscription(_Context(), print, None)) == "Subscription(callback=<built-in function print>, fields=None)"
+
+
+def test_a_change_of_a_secret_is_redacted_in_its_repr_and_equal_whatever_its_flag() -> None:
+    """`repr` shows `***` for a set secret; the secret flag is metadata, not part of equality."""
+    change = FieldChange("api_key", None, "k3y", secret=True)
+    assert repr(change) == "FieldChange(name='api_key', old=None, new='***')"
+    assert repr(FieldChange("page_size", 8, 16)) == "FieldChange(name='page_size', old=8, new=16)"
+    assert change == FieldChange("api_key", None, "k3y")
+    with pytest.raises(TypeError):
+        FieldChange("api_key", None, "k3y", True)  # type: ignore[misc]  # the flag is keyword-only

@@ -159,3 +159,39 @@ def test_check_rules_takes_a_rule_list() -> None:
     assert mine.launch_only is False
     assert check_rules(values(page_size=3, nnodes=2), {"tp_size": "from t"}, rules=[mine]) == [Problem("$.schedule.page_size", "odd", "from t")]
     assert check_rules(values(page_size=3), rules=[]) == []
+
+
+def test_only_the_rules_a_change_touches_run_and_a_rule_added_later_is_found() -> None:
+    """`only_touching` runs the rules reading a touched field (never launch-only ones), from an index kept current."""
+    from sgconf import Schema, setting
+    from sgconf.rules import check_rules as check
+
+    ran: list[str] = []
+
+    def rule(name: str, *fields: str, launch_only: bool = False) -> Rule:
+        return Rule(name, fields, lambda v: ran.append(name) or f"{name} broke", launch_only=launch_only)
+
+    schema = Schema("touchrt", env_prefix="TOUCHRT_")
+
+    @schema.namespace("core")
+    class Core:
+        a: int = setting(1, help="a")
+        b: int = setting(2, help="b")
+        c: int = setting(3, help="c")
+
+    schema.rules.extend([rule("ab", "a", "b"), rule("c", "c"), rule("launch", "a", launch_only=True)])
+    schema.freeze()
+    values = {"a": 1, "b": 2, "c": 3}
+    assert [p.path for p in check(values, schema=schema, only_touching={"b"})] == ["$.core.a"]
+    assert ran == ["ab"]
+    assert [p.message for p in check(values, schema=schema, only_touching={"c", "a"})] == ["ab broke", "c broke"]
+    schema.rules.append(rule("late", "c"))
+    ran.clear()
+    check(values, schema=schema, only_touching={"c"})
+    assert ran == ["c", "late"]
+    ran.clear()
+    check(values, schema=schema, rules=[rule("given", "b"), rule("other", "a")], only_touching={"b"})
+    assert ran == ["given"]
+    ran.clear()
+    check(values, schema=schema)
+    assert ran == ["ab", "c", "launch", "late"]

@@ -76,3 +76,39 @@ def test_build_record_reports_field_problems_without_judging_rules_on_them() -> 
         "$.parallel.tp_size: expected an integer, got 'x'",
     ]
     assert info.value.header == "invalid configuration: 2 problems"
+
+
+def _small_schema(name: str) -> object:
+    from sgconf import REQUIRED, Schema, setting
+
+    schema = Schema(name, env_prefix=name.upper() + "_")
+
+    @schema.namespace("core")
+    class Core:
+        token: str = setting(REQUIRED, help="a required setting")
+        level: int = setting(1, help="a plain setting")
+
+    return schema.freeze()
+
+
+def test_build_record_names_the_schema_it_builds_and_refuses_a_foreign_base() -> None:
+    """No schema and no base is refused; a base gives its schema; a base of another schema is refused by name."""
+    one, other = _small_schema("onert"), _small_schema("otherrt")
+    with pytest.raises(TypeError, match=r"needs schema= or a base record"):
+        _build_record({"level": 2})
+    base = _build_record({"token": "t"}, schema=one)
+    again = _build_record({"level": 3}, base=base)
+    assert (type(again), again.token, again.level) == (one.record, "t", 3)
+    with pytest.raises(TypeError, match="base is a record of schema 'onert', not 'otherrt'"):
+        _build_record({"level": 3}, base=base, schema=other)
+    with pytest.raises(TypeError, match="base must be a record of an sgconf schema, got dict"):
+        _build_record({}, base={"level": 1}, schema=one)
+
+
+def test_a_required_setting_left_unset_is_one_problem_naming_how_to_set_it() -> None:
+    schema = _small_schema("needrt")
+    with pytest.raises(ConfigError) as info:
+        _build_record({"level": 2}, schema=schema)
+    assert info.value.lines() == [
+        "$.core.token: 'token' is required and nothing set it -- pass --token, set NEEDRT_TOKEN, or put it in a config file"
+    ]
