@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -56,35 +58,46 @@ class EngineBackend:
 
         Cancelled (the client went away), the requests leave the scheduler at its next step.
         """
-        items = [(a["prompt_or_ids"], sampling_of(_sampling_args(a))) for a in argss]
         timeout_s = argss[0].get("timeout_s") if argss else None
         # one route's items share how their text is tokenized (a rendered chat carries its special tokens)
         special = bool(argss[0].get("add_special_tokens", True)) if argss else True
+        # checked and tokenized off the event loop, so a large batch does not hold up other clients' requests
         reqs = await run_in_threadpool(
-            lambda: self.engine.submit_batch(items, timeout_s=timeout_s, add_special_tokens=special)
+            lambda: self.engine.submit_batch(_items(argss), timeout_s=timeout_s, add_special_tokens=special)
         )
         try:
-            await asyncio.gather(*(self._finished(r) for r in reqs))
+            await self._finished(reqs)
         except BaseException:
             self.engine.cancel(reqs)
             raise
         return [generate_body(self.engine.wait(r)) for r in reqs]
 
-    async def _finished(self, req: Any) -> None:
+    async def _finished(self, reqs: list[Any]) -> None:
+        """Wait until every request of one unit is finished: one wake-up of the loop for the unit, not one a request."""
         loop = asyncio.get_running_loop()
         done = loop.create_future()
+        finished: set[int] = set()
+        lock = threading.Lock()
 
         def settle() -> None:
             if not done.done():
                 done.set_result(None)
 
-        def wake() -> None:  # from the scheduler's thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
-                loop.call_soon_threadsafe(settle)
+        def wake(rid: int) -> None:  # from the scheduler's thread; may come twice for one request
+            with lock:
+                finished.add(rid)
+                last = len(finished) == len(reqs)
+            if last:
+                with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
+                    loop.call_soon_threadsafe(settle)
 
-        req.add_done_callback(wake)
+        if not reqs:
+            return
+        for req in reqs:
+            req.add_done_callback(functools.partial(wake, req.rid))
+        deadlines = [r.deadline for r in reqs]
         while not done.done():
-            left = None if req.deadline is None else max(req.deadline - self.engine.clock(), 0.0) + 0.01
+            left = None if None in deadlines else max(max(deadlines) - self.engine.clock(), 0.0) + 0.01
             try:
                 await asyncio.wait_for(asyncio.shield(done), left)
             except TimeoutError:  # no step ran past the deadline (a paused engine): fail it now
@@ -150,8 +163,17 @@ class EngineBackend:
         raise NoSuchReplica(_no_replicas(index))
 
 
-def _sampling_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
+def _items(argss: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """(prompt, sampling) per item; the items of a batch mostly ask the same, so equal asks are checked once."""
+    checked: dict[str, Any] = {}
+    out = []
+    for args in argss:
+        asked = {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
+        key = repr(sorted(asked.items()))
+        if key not in checked:
+            checked[key] = sampling_of(asked)
+        out.append((args["prompt_or_ids"], checked[key]))
+    return out
 
 
 def storage_degraded_text(storage: dict[str, Any]) -> str:
