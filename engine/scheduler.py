@@ -533,8 +533,8 @@ class Scheduler(SchedulerMemory):
         if not finished:
             return
         self.decoding = [r for r in self.decoding if r.finish_reason is None]
+        self.release_all(finished, cache=lambda r: r.error is None)  # freed before any caller wakes
         for req in finished:
-            self._release(req, cache=req.error is None)
             req.finished_at = time.perf_counter()
             self.counters["failed" if req.error is not None else "finished"] += 1
             req.complete()

@@ -97,20 +97,30 @@ class SchedulerMemory:
             req.swa_gap = (min(a, todo[0][0]), max(b, todo[-1][1]))
         return bool(todo)
 
-    def _release(self, req: Req, *, cache: bool) -> None:
-        """Give the request's KV to the prefix cache (or free it), unlock its prefix, free its row."""
+    def _release(self, req: Req, *, cache: bool, frees: list[torch.Tensor] | None = None) -> None:
+        """Give the request's KV to the prefix cache (or free it), unlock its prefix, free its row.
+
+        With `frees`, the slots to free are appended to it for one allocator call over many
+        requests (`release_all`) instead of being freed here.
+        """
         assert req.row is not None
         keep = self._seen_len(req)
+        gone: torch.Tensor | None = None
         if self.cache is not None and cache:
             slots = self.slots_of(req, 0, req.kv_len)
             spare = self.cache.insert(req.all_ids[:keep], slots[:keep].tolist(), swa_gap=req.swa_gap)
             tail = slots[keep:].tolist()
             if spare or tail:
-                self.allocator.free(sorted(set(spare) | set(tail)))
+                gone = torch.tensor(sorted(set(spare) | set(tail)), dtype=torch.int64)
             if self.hicache is not None:
                 self.hicache.backup_prefix(req.all_ids[:keep], self)
         elif req.kv_len > req.matched_len:
-            self.allocator.free(self.slots_of(req, req.matched_len, req.kv_len))
+            gone = self.slots_of(req, req.matched_len, req.kv_len)
+        if gone is not None:
+            if frees is None:
+                self.allocator.free(gone)
+            else:
+                frees.append(gone)
         if self.cache is not None and req.node is not None:
             self.cache.unlock(req.node)
         req.node = None
@@ -118,6 +128,14 @@ class SchedulerMemory:
         req.row = None
         req.kv_len = req.draft_kv_len = req.matched_len = 0
         req.swa_gap = (0, 0)
+
+    def release_all(self, reqs: list[Req], cache: Callable[[Req], bool]) -> None:
+        """`_release` each of `reqs`, freeing all their slots in one allocator call (requests own disjoint pages)."""
+        frees: list[torch.Tensor] = []
+        for req in reqs:
+            self._release(req, cache=cache(req), frees=frees)
+        if frees:
+            self.allocator.free(torch.cat(frees))
 
     def _retract_newest(self) -> bool:
         """Free the newest decoding request's KV and requeue it first; False when none can go."""
