@@ -357,7 +357,7 @@ def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
     reasons = {a.field: a.reason for a in config.unread_allow}
     report = build_report(declared, hot, readers, reasons)
     render = render_json if args.format == "json" else render_text
-    print(render(report, hot=hot, accessors=accessors, reasons=reasons, config_name=config.file.name))
+    print(render(report, accessors=accessors, config_name=config.file.name))
     return report.exit_code
 
 

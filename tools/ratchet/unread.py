@@ -178,6 +178,8 @@ class UnreadReport:
     unread_cold: tuple[str, ...]
     allowed: tuple[str, ...]  # unread hot fields listed in [[unread.allow]]
     stale_allows: tuple[str, ...]  # allow entries for fields that have a reader, or are not declared
+    hot: frozenset[str]
+    reasons: Mapping[str, str]  # field -> why [[unread.allow]] lets it go unread
 
     @property
     def exit_code(self) -> int:
@@ -200,8 +202,9 @@ def build_report(
     declared: Sequence[str],
     hot: set[str],
     readers: Mapping[str, tuple[str, int]],
-    allow: Iterable[str],
+    allow: Mapping[str, str],
 ) -> UnreadReport:
+    """`allow` maps each [[unread.allow]] field to its reason."""
     allow_set = set(allow)
     unread = [f for f in declared if f not in readers]
     unread_hot = tuple(f for f in unread if f in hot and f not in allow_set)
@@ -209,7 +212,7 @@ def build_report(
     cold = tuple(f for f in unread if f not in hot and f not in allow_set)
     unread_set = set(unread)
     stale = tuple(sorted(f for f in allow_set if f not in unread_set))
-    return UnreadReport(tuple(declared), dict(readers), unread_hot, cold, allowed, stale)
+    return UnreadReport(tuple(declared), dict(readers), unread_hot, cold, allowed, stale, frozenset(hot), dict(allow))
 
 
 def _stale_why(report: UnreadReport, field: str) -> str:
@@ -219,14 +222,7 @@ def _stale_why(report: UnreadReport, field: str) -> str:
     return f"is read in {path}:{line}"
 
 
-def render_text(
-    report: UnreadReport,
-    *,
-    hot: set[str],
-    accessors: Mapping[str, str | None],
-    reasons: Mapping[str, str],
-    config_name: str,
-) -> str:
+def render_text(report: UnreadReport, *, accessors: Mapping[str, str | None], config_name: str) -> str:
     """Failures first (hot fields without a reader, stale allow entries), then allowed, then warnings, then totals."""
     lines = []
     for field in report.unread_hot:
@@ -237,8 +233,8 @@ def render_text(
     for field in report.stale_allows:
         lines.append(f"{config_name}: [[unread.allow]] field '{field}' {_stale_why(report, field)} -- remove the entry")
     for field in report.allowed:
-        label = "hot field" if field in hot else "field"
-        lines.append(f"allowed: {label} '{field}' has no reader ({reasons[field]})")
+        label = "hot field" if field in report.hot else "field"
+        lines.append(f"allowed: {label} '{field}' has no reader ({report.reasons[field]})")
     for field in report.unread_cold:
         lines.append(f"warning: field '{field}' has no reader -- read it through {accessors.get(field) or 'its accessor'} or remove it")
     failed = len(report.unread_hot) + len(report.stale_allows)
@@ -251,14 +247,7 @@ def render_text(
     return "\n".join(lines)
 
 
-def render_json(
-    report: UnreadReport,
-    *,
-    hot: set[str],
-    accessors: Mapping[str, str | None],
-    reasons: Mapping[str, str],
-    config_name: str,
-) -> str:
+def render_json(report: UnreadReport, *, accessors: Mapping[str, str | None], config_name: str) -> str:
     """The same facts as the text, as one JSON object (`readers` maps each read field to one place)."""
     data = {
         "exit_code": report.exit_code,
@@ -266,7 +255,7 @@ def render_json(
         "readers": {f: {"path": p, "line": line} for f, (p, line) in sorted(report.readers.items())},
         "unread_hot": [{"field": f, "accessor": accessors.get(f)} for f in report.unread_hot],
         "stale_allows": [{"field": f, "why": _stale_why(report, f)} for f in report.stale_allows],
-        "allowed": [{"field": f, "hot": f in hot, "reason": reasons[f]} for f in report.allowed],
+        "allowed": [{"field": f, "hot": f in report.hot, "reason": report.reasons[f]} for f in report.allowed],
         "warnings": [{"field": f, "accessor": accessors.get(f)} for f in report.unread_cold],
         "config": config_name,
     }
