@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import json
 import pickle
+import typing
+from typing import Any
 
+import attrs
 import pytest
 
 from sgconf import (
@@ -17,7 +21,12 @@ from sgconf import (
     record_to_dict,
     to_bags,
 )
-from sgconf.frozen import thaw
+from sgconf.frozen import may_hold_container, thaw
+
+
+@attrs.define
+class _Attrs:
+    a: int = 1
 
 
 def test_deep_freeze_turns_containers_into_frozen_ones() -> None:
@@ -75,3 +84,46 @@ def test_dumps_show_plain_lists_and_objects() -> None:
     record = ServerArgs(enable_hierarchical_cache=True, hicache_storage_backend_extra_config={"dir": "/a", "l": [1]})
     out = nested(record_to_dict(record))["memory"]["hicache_storage_backend_extra_config"]
     assert out == {"dir": "/a", "l": [1]} and type(out) is dict and type(out["l"]) is list
+
+
+def test_a_built_frozen_dict_refuses_reinit_and_attribute_changes() -> None:
+    bag = FrozenDict(a=1)
+    for mutate in (lambda: bag.__init__(b=2), lambda: setattr(bag, "_hash", 1), lambda: delattr(bag, "_hash")):
+        with pytest.raises(TypeError):
+            mutate()
+    assert dict(bag) == {"a": 1}
+    assert repr(bag) == "FrozenDict({'a': 1})"
+    assert hash(bag) == hash(bag) == hash(FrozenDict(a=1))
+
+
+def test_freezing_a_tuple_keeps_it_when_already_frozen_and_copies_it_otherwise() -> None:
+    plain = (1, "a")
+    assert deep_freeze(plain) is plain
+    holding = (1, [2])
+    frozen = deep_freeze(holding)
+    assert frozen == (1, (2,)) and frozen is not holding
+    assert thaw(frozenset({2, 1})) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("tp", "holds"),
+    [
+        (Any, True),
+        ("list[int]", True),
+        (typing.TypeVar("T"), True),
+        (typing.Literal["a"], False),
+        (int, False),
+        (str, False),
+        (list[int], True),
+        (dict[str, int], True),
+        (typing.Optional[int], False),  # noqa: UP045
+        (typing.Optional[list[int]], True),  # noqa: UP045
+        (collections.abc.Sequence[int], True),
+        (collections.abc.Mapping[str, int], True),
+        (typing.Annotated[int, "x"], True),  # its metadata is looked at too: freezing is the safe side
+        (object, True),
+        (_Attrs, False),
+    ],
+)
+def test_which_field_types_need_freezing(tp: Any, holds: bool) -> None:
+    assert may_hold_container(tp) is holds
