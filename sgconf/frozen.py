@@ -13,6 +13,8 @@ layer and other ranks see the same JSON as before; only mutation is refused.
 
 from __future__ import annotations
 
+import enum
+import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -104,7 +106,15 @@ def deep_freeze(value: Any) -> Any:
 
 
 def thaw(value: Any) -> Any:
-    """A plain, mutable copy: FrozenDicts become dicts and tuples lists, recursively (for dumps and JSON)."""
+    """A plain, mutable copy: FrozenDicts become dicts and tuples lists, recursively (for dumps and JSON).
+
+    An enum member becomes its value and a path its text: what a config file or a flag
+    spells them as, so a dump loads back equal.
+    """
+    if isinstance(value, enum.Enum):
+        return thaw(value.value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, Mapping):
         return {str(k): thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -146,3 +146,18 @@ def test_a_custom_type_with_a_hook_on_the_schema_converter_is_carried_in_lists_t
     schema.namespace("n")(type("N", (), {"__annotations__": {"f": list[Size]}, "f": setting(factory=list, help="x")}))
     schema.converter.register_structure_hook(Size, lambda v, _: Size(int(str(v).rstrip("k")) * 1000))
     assert schema.load(["--f", "1k,2k"], env={}).record.f == (1000, 2000)
+
+
+@pytest.mark.parametrize("form", ["toml", "json"])
+@pytest.mark.parametrize("kind", sorted(TYPES))
+def test_a_dump_of_each_type_loads_back_equal(kind: str, form: str, tmp_path: Path) -> None:
+    """`show --format toml|json` output, given back as a config file, gives the same value."""
+    from sgconf.dump import nested, to_toml
+
+    tp, default, text, _typed, expected = TYPES[kind]
+    schema = schema_for(tp, default)
+    record = schema.load(["--f", text], env={}).record
+    values = nested({"f": record.f}, schema=schema)
+    file = tmp_path / f"dump.{form}"
+    file.write_text(to_toml(values, schema=schema) if form == "toml" else json.dumps(values), encoding="utf-8")
+    assert schema.load(["--config", str(file)], env={}).record.f == expected
