@@ -56,8 +56,8 @@ def nested(
 def to_toml(data: Mapping[str, Any], *, schema: Declarations, header: str = "") -> str:
     """Render `nested()` output as TOML that `tomllib` reads back (and `--config` accepts).
 
-    TOML has no null: None values are left out and listed in a comment instead, and an
-    object holding a null is written as its JSON string, so loading the dump gives back
+    TOML has no null: None values are left out and listed in a comment instead, and a
+    list or object holding a null is written as its JSON string, so loading the dump gives back
     an equal record.
     """
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
@@ -79,8 +79,8 @@ def _table(data: Mapping[str, Any], prefix: tuple[str, ...], out: list[str], uns
         if value is None:
             unset.append(".".join((*prefix, key)))
             continue
-        if isinstance(value, Mapping) and _holds_none(value):
-            # TOML has no null: an object with nulls inside travels as the JSON string the loader accepts
+        if isinstance(value, (Mapping, list, tuple)) and _holds_none(value):
+            # TOML has no null: a list or object with nulls inside travels as the JSON string the loader accepts
             out.append(f"{_key(key)} = {_string(json.dumps(plain(value), ensure_ascii=False))}")
             continue
         out.append(f"{_key(key)} = {_value(value)}")

@@ -161,3 +161,19 @@ def test_a_dump_of_each_type_loads_back_equal(kind: str, form: str, tmp_path: Pa
     file = tmp_path / f"dump.{form}"
     file.write_text(to_toml(values, schema=schema) if form == "toml" else json.dumps(values), encoding="utf-8")
     assert schema.load(["--config", str(file)], env={}).record.f == expected
+
+
+def test_nones_inside_lists_and_nested_tables_survive_a_toml_dump(tmp_path: Path) -> None:
+    from sgconf.dump import nested, to_toml
+
+    schema = Schema("nones", env_prefix="NONES_")
+    fields = {"f": setting(factory=list, help="x"), "g": setting(factory=dict, help="x")}
+    schema.namespace("n")(type("N", (), {"__annotations__": {"f": list[Optional[int]], "g": dict[str, Optional[dict[str, Optional[int]]]]}, **fields}))  # noqa: UP045
+    schema.freeze()
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps({"n": {"f": [1, None, 2], "g": {"a": {"x": None, "y": 1}, "b": None}}}), encoding="utf-8")
+    record = schema.load(["--config", str(source)], env={}).record
+    dump = tmp_path / "dump.toml"
+    dump.write_text(to_toml(nested({"f": record.f, "g": record.g}, schema=schema), schema=schema), encoding="utf-8")
+    again = schema.load(["--config", str(dump)], env={}).record
+    assert again.f == (1, None, 2) and again.g == {"a": {"x": None, "y": 1}, "b": None}
