@@ -86,3 +86,27 @@ def test_the_check_sees_a_test_that_asserts_nothing(tmp_path: Path) -> None:
     )
     found = unchecked_tests([probe])
     assert [line.split(" ")[-1] for line in found] == ["test_nothing"]
+
+
+def _getattr_is_not_none(node: ast.AST) -> bool:
+    """`assert getattr(...) is not None`: true of any name that imports at all, so it checks nothing."""
+    test = node.test if isinstance(node, ast.Assert) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Call)
+        and _callee(test.left) == "getattr"
+        and [type(op) for op in test.ops] == [ast.IsNot]
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
+
+
+def test_no_test_asserts_only_that_a_name_is_not_none() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in suite_files()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _getattr_is_not_none(node)
+    ]
+    assert found == []
+    assert _getattr_is_not_none(ast.parse("assert getattr(m, n) is not None").body[0])

@@ -129,10 +129,8 @@ def test_registering_a_taken_name_fails():
 
 
 def test_front_door_exports():
-    """Every name in attention.__all__ imports, and the list is sorted."""
+    """`attention.__all__` is sorted (tests/test_facades.py checks each name is its module's object)."""
     assert attention.__all__ == sorted(attention.__all__)
-    for name in attention.__all__:
-        assert getattr(attention, name) is not None
 
 
 def test_hybrid_routes_by_batch_mode(runner, extra_backends):

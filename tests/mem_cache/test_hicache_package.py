@@ -17,10 +17,8 @@ PACKAGE_DIR = pathlib.Path(hicache.__file__).parent
 
 
 def test_every_public_name_imports_and_all_is_sorted():
-    """Each name in __all__ resolves, and the list is sorted."""
+    """`__all__` is sorted (tests/test_facades.py checks each name is its module's object)."""
     module = importlib.import_module("mem_cache.hicache")
-    for name in module.__all__:
-        assert getattr(module, name) is not None, name
     assert module.__all__ == sorted(module.__all__, key=lambda n: (not n.isupper(), n))
 
 

@@ -53,9 +53,7 @@ def state_of(context):
 
 
 def test_all_names_import():
-    """Every name in runtime.__all__ imports, and __all__ is sorted."""
-    for name in runtime.__all__:
-        assert getattr(runtime, name) is not None
+    """`runtime.__all__` is sorted (tests/test_facades.py checks each name is its module's object)."""
     assert list(runtime.__all__) == sorted(runtime.__all__)
 
 

@@ -65,10 +65,8 @@ def test_config_errors_name_the_key(tmp_path, text, message):
 
 
 def test_front_door_exports():
-    """Every name in tools.ratchet.__all__ imports, and the list is sorted."""
+    """`tools.ratchet.__all__` is sorted (tests/test_facades.py checks each name is its module's object)."""
     assert tools.ratchet.__all__ == sorted(tools.ratchet.__all__)
-    for name in tools.ratchet.__all__:
-        assert getattr(tools.ratchet, name) is not None
 
 
 def test_the_readme_table_lists_every_config_key():
