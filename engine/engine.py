@@ -23,7 +23,6 @@ How the parts are built (pools, model, caches, scheduler) is `engine.engine_buil
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ import structlog
 from engine.chat_template import load_chat_template
 from engine.checkpoint import choose_weights, read_checkpoint
 from engine.engine_build import EngineBuilding
+from engine.engine_storage import EngineStorage, _under_own_context
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -62,20 +62,7 @@ from sgconf.serving import load
 log = structlog.get_logger(__name__)
 
 
-def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run an engine method under the engine's own context (see `Engine.__init__`)."""
-
-    @functools.wraps(method)
-    def wrapper(self: Engine, *args: Any, **kwargs: Any) -> Any:
-        if not self._owns_context:
-            return method(self, *args, **kwargs)
-        with use_context(self.context):
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-class Engine(EngineBuilding):
+class Engine(EngineBuilding, EngineStorage):
     """A running model with its pools, caches and scheduler thread; see the module docstring."""
 
     # the owner of the overrides it commits: their receipts revert through `revert()`
@@ -488,73 +475,6 @@ class Engine(EngineBuilding):
 
     # -- HiCache storage -----------------------------------------------------------------
 
-
-    @_under_own_context
-    def attach_storage_backend(
-        self,
-        backend: str,
-        *,
-        extra_config: dict[str, Any] | None = None,
-        prefetch_policy: str | None = None,
-        write_policy: str | None = None,
-    ) -> Any:
-        """Attach a storage backend: one override with source `hicache.attach`; all or nothing.
-
-        The fields declare `drain`: admission pauses and running requests finish first.
-        Raises DrainTimeout when they do not within `drain_timeout_s`, ConfigError for bad
-        values or a backend that cannot start (bad directory): then config and cache are
-        exactly as before.
-        """
-        from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
-        from runtime.context import get_context
-
-        values = attach_values(backend, extra_config=extra_config, prefetch_policy=prefetch_policy,
-                               write_policy=write_policy)
-        hicache = self.hicache
-        if hicache is None:
-            # refused as a replica group's coordinator refuses it: by the config rule naming the flag
-            get_context().validate_override(ATTACH_SOURCE, **values)
-            StorageChange.prepare(None, values)  # raises: the cache is off
-        assert hicache is not None
-        with self._boundary_hold(drain=True, what="attach a storage backend"):
-            return hicache.attach(values, owner=self)
-
-    @_under_own_context
-    def detach_storage_backend(self) -> Any:
-        """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.
-
-        Returns None when nothing is attached, also on an engine without the hierarchical cache.
-        """
-        hicache = self.hicache
-        if hicache is None:
-            return None
-        with self._boundary_hold(drain=True, what="detach the storage backend"):
-            return hicache.detach(owner=self)
-
-    @_under_own_context
-    def storage_status(self) -> dict[str, Any]:
-        from runtime.serving import get_memory
-
-        mem = get_memory()
-        out: dict[str, Any] = {
-            "enabled": self.hicache is not None,
-            "hicache_storage_backend": mem.hicache_storage_backend,
-            "hicache_storage_prefetch_policy": mem.hicache_storage_prefetch_policy,
-            "hicache_write_policy": mem.hicache_write_policy,
-            "hicache_storage_backend_extra_config": mem.hicache_storage_backend_extra_config,
-        }
-        storage = self.storage_health()
-        if storage is not None:
-            out["storage"] = storage
-        if self.hicache is not None:
-            out["storage_dir"] = self.hicache.storage_dir()
-            out["stats"] = self.hicache.stats()
-        return out
-
-    @_under_own_context
-    def storage_health(self) -> dict[str, Any] | None:
-        """The attached storage tier's description (resolved location, authentication, degraded), or None."""
-        return None if self.hicache is None else self.hicache.controller.storage_health()
 
     def progress(self) -> int:
         """Scheduler steps that did work so far: a replica's controller watches it grow while requests run."""

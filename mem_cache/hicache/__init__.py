@@ -7,10 +7,9 @@ values, never reads configuration itself. Storage backends register by name
 
 from __future__ import annotations
 
+from mem_cache.hicache.attach_inputs import PREFETCH_POLICIES, WRITE_POLICIES
 from mem_cache.hicache.backends import create_storage_backend, register_storage_backend
 from mem_cache.hicache.controller import (
-    PREFETCH_POLICIES,
-    WRITE_POLICIES,
     HiCacheController,
     HiCacheStats,
     PrefetchResult,

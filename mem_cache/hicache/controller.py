@@ -35,7 +35,6 @@ handle of a prepared attach live in `mem_cache.hicache.reports`.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,14 @@ from typing import Any
 import structlog
 import torch
 
+from mem_cache.hicache.attach_inputs import (
+    PREFETCH_POLICIES,
+    PREFETCH_POLICY_FIELD,
+    WRITE_POLICIES,
+    WRITE_POLICY_FIELD,
+    check_choice,
+    parse_extra_config,
+)
 from mem_cache.hicache.backends import create_storage_backend
 from mem_cache.hicache.device_copy import as_index, read_device, write_device
 from mem_cache.hicache.errors import AttachStateError, LayoutMismatchError, StorageAttachError
@@ -51,14 +58,10 @@ from mem_cache.hicache.host_pool import EvictedPage, HostKVPool
 from mem_cache.hicache.layout import KVLayout, host_pool_pages, layout_of
 from mem_cache.hicache.prefix_keys import page_keys
 from mem_cache.hicache.reports import HiCacheStats, PrefetchResult, PreparedAttach, StorageStatus
-from mem_cache.hicache.storage import EXTRA_CONFIG_FIELD, StorageBase
+from mem_cache.hicache.storage import StorageBase
 
 log = structlog.get_logger("mem_cache.hicache")
 
-WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-WRITE_POLICY_FIELD = "hicache_write_policy"
-PREFETCH_POLICY_FIELD = "hicache_storage_prefetch_policy"
 
 
 class HiCacheController:
@@ -87,8 +90,8 @@ class HiCacheController:
         pin_memory: bool | None = None,
         io_threads: int = 2,
     ) -> None:
-        _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, ValueError)
-        _check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, ValueError)
+        check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, ValueError)
+        check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, ValueError)
         self.kv_pool = kv_pool
         self.layout: KVLayout = layout_of(kv_pool, page_size=page_size, layer_ids=layer_ids)
         self.page_size = self.layout.page_size
@@ -192,7 +195,7 @@ class HiCacheController:
         `ready_tokens` is an end offset like lookup's.
         """
         policy = policy or self.prefetch_policy
-        _check_choice(PREFETCH_POLICY_FIELD, policy, PREFETCH_POLICIES, ValueError)
+        check_choice(PREFETCH_POLICY_FIELD, policy, PREFETCH_POLICIES, ValueError)
         self._check_start(start)
         keys = self.keys(token_ids)[start // self.page_size :]
         with self._lock:
@@ -296,9 +299,9 @@ class HiCacheController:
         """
         prefetch_policy = prefetch_policy or self.prefetch_policy
         write_policy = write_policy or self.write_policy
-        _check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, StorageAttachError)
-        _check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
-        options = _parse_extra_config(extra_config)
+        check_choice(PREFETCH_POLICY_FIELD, prefetch_policy, PREFETCH_POLICIES, StorageAttachError)
+        check_choice(WRITE_POLICY_FIELD, write_policy, WRITE_POLICIES, StorageAttachError)
+        options = parse_extra_config(extra_config)
         opened = create_storage_backend(backend, options, mac_secret=self._mac_secret)
         opened.bound_pages(self.layout.page_bytes)  # a stored page larger than our layout's is never read whole
         return PreparedAttach(backend, dict(options), opened, prefetch_policy, write_policy, id(self))
@@ -569,30 +572,3 @@ class HiCacheController:
         if start < 0 or start % self.page_size:
             msg = f"start must be a non-negative multiple of the page size {self.page_size} (got {start})"
             raise ValueError(msg)
-
-
-def _check_choice(field: str, value: object, choices: tuple[str, ...], error: type[Exception]) -> None:
-    if value in choices:
-        return
-    msg = f"'{field}' must be one of {', '.join(choices)} (got {value!r}) -- pick one of those"
-    if error is StorageAttachError:
-        raise StorageAttachError(msg, field=field, value=value)
-    raise error(msg)
-
-
-def _parse_extra_config(extra_config: Mapping[str, Any] | str | None) -> Mapping[str, Any]:
-    if extra_config is None:
-        return {}
-    if isinstance(extra_config, str):
-        try:
-            parsed = json.loads(extra_config) if extra_config.strip() else {}
-        except json.JSONDecodeError as exc:
-            msg = f"'{EXTRA_CONFIG_FIELD}' is not valid JSON ({exc.msg} at position {exc.pos}) -- pass an object like {{\"dir\": \"/path\"}}"
-            raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config) from exc
-        extra_config = parsed
-    if not isinstance(extra_config, Mapping):
-        msg = f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {extra_config!r}) -- pass an object like {{\"dir\": \"/path\"}}"
-        raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
-    return extra_config
-
-
