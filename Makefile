@@ -25,6 +25,7 @@ etcd:
 
 lint: install
 	$(BIN)/ruff check sgconf runtime mem_cache attention engine tools tests benchmarks examples
+	$(BIN)/ruff format --check sgconf runtime mem_cache attention engine tools tests benchmarks examples
 	$(BIN)/mypy sgconf runtime mem_cache attention engine tools
 	cd examples/minirt && ../../$(BIN)/mypy minirt
 

@@ -149,7 +149,9 @@ class AttentionBackend(abc.ABC):
         try:
             k, v = pool.get_key_buffer(layer_id), pool.get_value_buffer(layer_id)
         except KeyError as exc:
-            raise AttentionInputError(f"layer {layer_id} has no KV buffer in the runner's pool: {exc.args[0]}") from None
+            raise AttentionInputError(
+                f"layer {layer_id} has no KV buffer in the runner's pool: {exc.args[0]}"
+            ) from None
         try:
             window = layer_window(self.runner.model_shape, layer_id)
         except (IndexError, KeyError):

@@ -24,6 +24,7 @@ from sgconf.serving.plugins import ATTENTION_BACKENDS
 
 B = TypeVar("B", bound=type[AttentionBackend])
 
+
 def register_backend(cls: B) -> B:
     """Register a backend class under its `name` (usable as a class decorator).
 
@@ -41,7 +42,9 @@ def registered_backends() -> tuple[str, ...]:
 
 def available_backends() -> tuple[str, ...]:
     """The registered names whose backend can run on this machine, sorted."""
-    return tuple(name for name in ATTENTION_BACKENDS.names() if ATTENTION_BACKENDS.get(name).unavailable_reason() is None)
+    return tuple(
+        name for name in ATTENTION_BACKENDS.names() if ATTENTION_BACKENDS.get(name).unavailable_reason() is None
+    )
 
 
 def backend_class(name: str, *, role: str = "attention", field: str | None = None) -> type[AttentionBackend]:
@@ -80,16 +83,40 @@ class HybridAttnBackend:
     def init_forward_metadata(self, batch: ForwardBatch) -> Any:
         return self._target(batch).init_forward_metadata(batch)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
-                batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer | int,
+        batch: ForwardBatch,
+        *,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         return self._target(batch).forward(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
 
-    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
-                       batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward_extend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer | int,
+        batch: ForwardBatch,
+        *,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         return self.prefill_backend.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
 
-    def forward_decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer | int,
-                       batch: ForwardBatch, *, save_kv_cache: bool = True) -> torch.Tensor:
+    def forward_decode(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer | int,
+        batch: ForwardBatch,
+        *,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
         return self.decode_backend.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
 
 

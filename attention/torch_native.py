@@ -55,8 +55,12 @@ def attend(
     if window is not None:
         allowed &= rel < window
     out = F.scaled_dot_product_attention(
-        q.to(ct).transpose(0, 1), k.to(ct).transpose(0, 1), v.to(ct).transpose(0, 1),
-        attn_mask=allowed, scale=scaling, enable_gqa=True,
+        q.to(ct).transpose(0, 1),
+        k.to(ct).transpose(0, 1),
+        v.to(ct).transpose(0, 1),
+        attn_mask=allowed,
+        scale=scaling,
+        enable_gqa=True,
     )  # [hq, tq, dv]
     return out.transpose(0, 1)
 
@@ -97,8 +101,13 @@ class TorchNativeBackend(AttentionBackend):
             q_pos = torch.arange(prefix, seq, device=device)
             k_pos = torch.arange(start, seq, device=device)
             out = attend(
-                q[offset : offset + n], kv.k_buffer[slots], kv.v_buffer[slots], q_pos, k_pos,
-                window=window, scaling=scaling,
+                q[offset : offset + n],
+                kv.k_buffer[slots],
+                kv.v_buffer[slots],
+                q_pos,
+                k_pos,
+                window=window,
+                scaling=scaling,
             )
             outs.append(out)
             offset += n
@@ -119,8 +128,12 @@ class TorchNativeBackend(AttentionBackend):
             k = self._gather(0, kv.k_buffer, slots[lo:hi])
             v = self._gather(1, kv.v_buffer, slots[lo:hi])
             out[lo:hi] = F.scaled_dot_product_attention(
-                q4[lo:hi], k.to(ct).transpose(1, 2), v.to(ct).transpose(1, 2),
-                attn_mask=valid[lo:hi, None, None, :], scale=scaling, enable_gqa=True,
+                q4[lo:hi],
+                k.to(ct).transpose(1, 2),
+                v.to(ct).transpose(1, 2),
+                attn_mask=valid[lo:hi, None, None, :],
+                scale=scaling,
+                enable_gqa=True,
             )[:, :, 0]  # [n, hq, dv]
         return out
 

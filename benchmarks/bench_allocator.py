@@ -77,7 +77,9 @@ def main() -> None:
     ):
         dec = _rate(lambda m=make(): allocator_decode(m), ROUNDS * BATCH)
         ext = _rate(lambda m=make(): allocator_extend(m), EXT_ROUNDS * EXT_BATCH * EXT_LEN)
-        print(f"{name:5} decode {dec:,.0f} tok/s (x{dec / base_dec:.2f} vs list), extend {ext:,.0f} tok/s (x{ext / base_ext:.2f} vs list)")
+        print(
+            f"{name:5} decode {dec:,.0f} tok/s (x{dec / base_dec:.2f} vs list), extend {ext:,.0f} tok/s (x{ext / base_ext:.2f} vs list)"
+        )
 
 
 if __name__ == "__main__":

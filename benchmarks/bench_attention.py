@@ -44,8 +44,12 @@ def build() -> tuple[TorchNativeBackend, ForwardBatch, torch.Tensor, torch.Tenso
     for r, s in zip(rows, slots, strict=True):
         table.write(r, 0, s)
     prefix = slots[:, :-1].reshape(-1)
-    pool.set_kv_buffer(0, prefix, torch.randn(prefix.numel(), KV_HEADS, HEAD_DIM, generator=gen),
-                       torch.randn(prefix.numel(), KV_HEADS, HEAD_DIM, generator=gen))
+    pool.set_kv_buffer(
+        0,
+        prefix,
+        torch.randn(prefix.numel(), KV_HEADS, HEAD_DIM, generator=gen),
+        torch.randn(prefix.numel(), KV_HEADS, HEAD_DIM, generator=gen),
+    )
     runner = SimpleRunner(pool, allocator, table, None)
     batch = ForwardBatch.decode(req_pool_indices=rows, seq_lens=[CONTEXT] * BATCH, out_cache_loc=slots[:, -1])
     q = torch.randn(BATCH, Q_HEADS, HEAD_DIM, generator=gen)
@@ -88,8 +92,10 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - start)
     med = {name: statistics.median(t) for name, t in times.items()}
-    print(f"decode attention, batch {BATCH}, context {CONTEXT}, heads {Q_HEADS}/{KV_HEADS}x{HEAD_DIM}, "
-          f"float32, {torch.get_num_threads()} threads, max |diff| {err:.1e}")
+    print(
+        f"decode attention, batch {BATCH}, context {CONTEXT}, heads {Q_HEADS}/{KV_HEADS}x{HEAD_DIM}, "
+        f"float32, {torch.get_num_threads()} threads, max |diff| {err:.1e}"
+    )
     print(f"paged torch_native / sdpa on pre-gathered K/V : {med['paged'] / med['sdpa']:.2f}x")
     print(f"paged torch_native / gather + sdpa            : {med['paged'] / med['gather+sdpa']:.2f}x")
 

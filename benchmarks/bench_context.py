@@ -71,14 +71,20 @@ def main() -> None:
     print(f"plain attribute read           {plain * 1e9:8.1f} ns")
     print(f"accessor get_schedule().x      {accessor * 1e9:8.1f} ns   ratio {accessor / plain:5.2f}x  (target <= 3x)")
     print(f"bare function call f().x       {floor * 1e9:8.1f} ns   ratio {floor / plain:5.2f}x  (the floor of a call)")
-    print(f"snapshot snap.schedule.x       {snapshot_read * 1e9:8.1f} ns   ratio {snapshot_read / plain:5.2f}x  (target <= 1.5x)")
+    print(
+        f"snapshot snap.schedule.x       {snapshot_read * 1e9:8.1f} ns   ratio {snapshot_read / plain:5.2f}x  (target <= 1.5x)"
+    )
     # inside a use_context() block reads are routed to the caller's context; outside every block
     # they must cost what they cost before use_context existed (the call floor)
     own = create_context(ServerArgs(device="cpu", page_size=16), role="scheduler")
     with use_context(own):
         routed, floor_in_block = side_by_side(["get_schedule().page_size", "bare_call().page_size"], env, 500_000)
-    print(f"accessor, no use_context open  {accessor * 1e9:8.1f} ns   ratio {accessor / floor:5.2f}x call floor  (goal <= 1.2x)")
-    print(f"accessor inside use_context()  {routed * 1e9:8.1f} ns   ratio {routed / floor_in_block:5.2f}x call floor  (routed)")
+    print(
+        f"accessor, no use_context open  {accessor * 1e9:8.1f} ns   ratio {accessor / floor:5.2f}x call floor  (goal <= 1.2x)"
+    )
+    print(
+        f"accessor inside use_context()  {routed * 1e9:8.1f} ns   ratio {routed / floor_in_block:5.2f}x call floor  (routed)"
+    )
 
     evolve = best("attrs.evolve(bag, schedule_conservativeness=0.5)", env, 20_000)
     flip = {"i": 0}
@@ -112,10 +118,16 @@ def main() -> None:
     baseline, override_again, scoped = side_by_side(["bare_commit()", "one_override()", "scope_enter_exit()"], env, 500)
     print(f"attrs.evolve of one bag        {evolve * 1e6:8.2f} us")
     print(f"bare copy-on-write commit      {baseline * 1e6:8.2f} us   (the baseline: evolve bag + snapshot, swap)")
-    print(f"override(), 0 subscribers      {override0 * 1e6:8.2f} us   ratio {override0 / baseline:5.1f}x baseline  (goal <= 30 us)")
-    print(f"override(), interleaved        {override_again * 1e6:8.2f} us   ratio {override_again / baseline:5.1f}x baseline")
+    print(
+        f"override(), 0 subscribers      {override0 * 1e6:8.2f} us   ratio {override0 / baseline:5.1f}x baseline  (goal <= 30 us)"
+    )
+    print(
+        f"override(), interleaved        {override_again * 1e6:8.2f} us   ratio {override_again / baseline:5.1f}x baseline"
+    )
     print(f"override(), 10 subscribers     {override10 * 1e6:8.2f} us   ratio {override10 / baseline:5.1f}x baseline")
-    print(f"scoped() enter + exit          {scoped * 1e6:8.2f} us   ratio {scoped / baseline:5.1f}x baseline  (goal <= 60 us)")
+    print(
+        f"scoped() enter + exit          {scoped * 1e6:8.2f} us   ratio {scoped / baseline:5.1f}x baseline  (goal <= 60 us)"
+    )
     after = side_by_side(["bag.page_size", "get_schedule().page_size"], env, 500_000)
     print(
         f"accessor after {ctx.generation} commits    {after[1] * 1e9:8.1f} ns   ratio {after[1] / after[0]:5.2f}x plain  "
@@ -127,7 +139,9 @@ def main() -> None:
     env["publish_next"] = lambda: publish(next(it), role="scheduler")
     pub = best("publish_next()", env, 200)
     build = best("ServerArgs(device='cpu')", env, 2_000)
-    print(f"publish() of the full config   {pub * 1e6:8.2f} us   (fresh record each time; building one: {build * 1e6:.2f} us)")
+    print(
+        f"publish() of the full config   {pub * 1e6:8.2f} us   (fresh record each time; building one: {build * 1e6:.2f} us)"
+    )
     get_context()
     reset()
     user_schema_vs_builtin()
@@ -142,7 +156,9 @@ def _user_schema() -> Schema:
     schema.namespace("lora")(type("LoraConfig", (), {"__annotations__": dict.fromkeys(body, "int"), **body}))
     for name in ("cache", "api"):
         more = {f"{name}_{i}": setting(i, help="x") for i in range(8)}
-        schema.namespace(name)(type(f"{name.title()}Config", (), {"__annotations__": dict.fromkeys(more, "int"), **more}))
+        schema.namespace(name)(
+            type(f"{name.title()}Config", (), {"__annotations__": dict.fromkeys(more, "int"), **more})
+        )
     return schema.freeze()
 
 
@@ -151,10 +167,20 @@ def user_schema_vs_builtin() -> None:
     schema = _user_schema()
     get_lora = accessor(schema.namespace_class("lora"))
     cases = {
-        "builtin": (lambda: publish(ServerArgs(device="cpu"), role="scheduler"), "get_schedule().page_size",
-                    "snap.schedule.page_size", "schedule_conservativeness", (0.5, 1.0)),
-        "user": (lambda: publish(schema.record(), role="test"), "get_lora().max_loras", "snap.lora.max_loras",
-                 "max_loras", (2, 4)),
+        "builtin": (
+            lambda: publish(ServerArgs(device="cpu"), role="scheduler"),
+            "get_schedule().page_size",
+            "snap.schedule.page_size",
+            "schedule_conservativeness",
+            (0.5, 1.0),
+        ),
+        "user": (
+            lambda: publish(schema.record(), role="test"),
+            "get_lora().max_loras",
+            "snap.lora.max_loras",
+            "max_loras",
+            (2, 4),
+        ),
     }
     found = {key: [float("inf")] * 3 for key in cases}
     env: dict = {"get_schedule": get_schedule, "get_lora": get_lora}
@@ -204,8 +230,12 @@ def deep_freeze_on_publish() -> None:
     pub = best("publish_next()", env, 100)
     reset()
     ratio = (frozen_build + pub) / (plain_build + pub)
-    print(f"record build, deep-frozen      {frozen_build * 1e6:8.2f} us   ratio {frozen_build / plain_build:5.2f}x unfrozen")
-    print(f"build + publish, deep-frozen   {(frozen_build + pub) * 1e6:8.2f} us   ratio {ratio:5.2f}x unfrozen  (goal <= 1.2x)")
+    print(
+        f"record build, deep-frozen      {frozen_build * 1e6:8.2f} us   ratio {frozen_build / plain_build:5.2f}x unfrozen"
+    )
+    print(
+        f"build + publish, deep-frozen   {(frozen_build + pub) * 1e6:8.2f} us   ratio {ratio:5.2f}x unfrozen  (goal <= 1.2x)"
+    )
 
 
 if __name__ == "__main__":

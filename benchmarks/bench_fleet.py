@@ -66,20 +66,56 @@ def start_etcd(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         raise SystemExit("bench_fleet: the etcd binary is not installed -- run 'make etcd'")
     cport, pport = free_port(), free_port()
     client, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-    proc = subprocess.Popen([binary, "--name", "b", "--data-dir", str(workdir / "etcd"), "--listen-client-urls", client,
-                             "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                             "--initial-advertise-peer-urls", peer, "--initial-cluster", f"b={peer}", "--log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--name",
+            "b",
+            "--data-dir",
+            str(workdir / "etcd"),
+            "--listen-client-urls",
+            client,
+            "--advertise-client-urls",
+            client,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"b={peer}",
+            "--log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait("etcd", lambda: healthy(f"{client}/health"))
     return proc, f"etcd://127.0.0.1:{cport}"
 
 
 def start_server(store: str, index: int, fleet: str = FLEET) -> subprocess.Popen[bytes]:
     port = free_port()
-    cmd = [sys.executable, "-m", "sgconf", "serve", "--port", str(port), "--fleet", fleet, "--fleet-store", store,
-           "--fleet-server-id", f"s{index}", "--max-total-tokens", "1024", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "sgconf",
+        "serve",
+        "--port",
+        str(port),
+        "--fleet",
+        fleet,
+        "--fleet-store",
+        store,
+        "--fleet-server-id",
+        f"s{index}",
+        "--max-total-tokens",
+        "1024",
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
     proc.base = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc
 
@@ -141,14 +177,20 @@ def main() -> int:
                 proc.wait(timeout=120)
             etcd.terminate()
             etcd.wait(timeout=30)
-    print(f"fleet set -> every server ACKs ({ROUNDS} versions per size, each beside one to a single-server fleet;"
-          f" one etcd on loopback, data in {shm or 'a temp dir'}, {os.cpu_count()} cores)")
-    print(f"{'servers':>7}  {'p50 ms':>8}  {'p99 ms':>8}  {'max ms':>8}  {'1-server p50':>12}  {'1-server p99':>12}"
-          f"  {'p50 ratio':>9}  {'p99 ratio':>9}")
+    print(
+        f"fleet set -> every server ACKs ({ROUNDS} versions per size, each beside one to a single-server fleet;"
+        f" one etcd on loopback, data in {shm or 'a temp dir'}, {os.cpu_count()} cores)"
+    )
+    print(
+        f"{'servers':>7}  {'p50 ms':>8}  {'p99 ms':>8}  {'max ms':>8}  {'1-server p50':>12}  {'1-server p99':>12}"
+        f"  {'p50 ratio':>9}  {'p99 ratio':>9}"
+    )
     for size, (times, solo) in results.items():
-        print(f"{size:>7}  {statistics.median(times) * 1e3:8.1f}  {p(times, 0.99) * 1e3:8.1f}  {max(times) * 1e3:8.1f}"
-              f"  {statistics.median(solo) * 1e3:12.1f}  {p(solo, 0.99) * 1e3:12.1f}"
-              f"  {statistics.median(times) / statistics.median(solo):9.2f}  {p(times, 0.99) / p(solo, 0.99):9.2f}")
+        print(
+            f"{size:>7}  {statistics.median(times) * 1e3:8.1f}  {p(times, 0.99) * 1e3:8.1f}  {max(times) * 1e3:8.1f}"
+            f"  {statistics.median(solo) * 1e3:12.1f}  {p(solo, 0.99) * 1e3:12.1f}"
+            f"  {statistics.median(times) / statistics.median(solo):9.2f}  {p(times, 0.99) / p(solo, 0.99):9.2f}"
+        )
     times, solo = results[SIZES[-1]]
     ratio = p(times, 0.99) / p(solo, 0.99)
     print(f"goal p99 at {SIZES[-1]} servers <= 2.00x one server: {ratio:.2f}x ({'met' if ratio <= 2 else 'missed'})")

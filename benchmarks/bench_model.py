@@ -5,7 +5,8 @@ with the engine (`--load-format safetensors`, paged KV, continuous batching) and
 the reference `generate` (its own KV cache) on the same prompts, greedy, in the same
 run: batch 1 (one request at a time) and batch 8 (eight at once; equal-length prompts,
 so `generate` needs no padding). Each side is warmed up first; rounds alternate between
-the two sides, so drift on a shared machine hits both, and each side's median counts. Prints tokens/s, time to first token and the engine/reference
+the two sides, so drift on a shared machine hits both, and each side's median counts. Prints tokens/s, time to
+first token and the engine/reference
 ratios; never asserts absolute times.
 """
 
@@ -22,8 +23,15 @@ import torch
 NEW_TOKENS = 48
 PROMPT_LEN = 32
 ROUNDS = 5
-SIZES = dict(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
-             num_key_value_heads=2, max_position_embeddings=1024)
+SIZES = dict(
+    vocab_size=512,
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+)
 
 
 def write_checkpoint(directory: Path) -> object:
@@ -96,24 +104,37 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp)
         ref = write_checkpoint(path)
-        flags = ["--model-path", str(path), "--load-format", "safetensors", "--dtype", "float32",
-                 "--max-total-tokens", "4096", "--disable-radix-cache"]
+        flags = [
+            "--model-path",
+            str(path),
+            "--load-format",
+            "safetensors",
+            "--dtype",
+            "float32",
+            "--max-total-tokens",
+            "4096",
+            "--disable-radix-cache",
+        ]
         with Engine.from_args(flags) as engine:
             # the same weights on both sides: a parity check before timing anything
             batch = prompts(1)
             theirs = ref.generate(torch.tensor(batch), max_new_tokens=8, do_sample=False)[0, PROMPT_LEN:].tolist()  # type: ignore[attr-defined]
             mine = list(engine.generate(batch[0], max_new_tokens=8, ignore_eos=True).token_ids)
             print(f"greedy tokens equal: {mine == theirs}")
-            print(f"model: {SIZES['num_hidden_layers']} layers, hidden {SIZES['hidden_size']}, prompt {PROMPT_LEN}, "
-                  f"{NEW_TOKENS} new tokens, float32, {torch.get_num_threads()} threads")
+            print(
+                f"model: {SIZES['num_hidden_layers']} layers, hidden {SIZES['hidden_size']}, prompt {PROMPT_LEN}, "
+                f"{NEW_TOKENS} new tokens, float32, {torch.get_num_threads()} threads"
+            )
             print(f"{'batch':>5} {'side':>12} {'ttft ms':>9} {'decode tok/s':>13}")
             for size in (1, 8):
                 batch = prompts(size)
                 (r_first, r_rate), (o_first, o_rate) = alternate(ref, engine, batch)
                 print(f"{size:>5} {'transformers':>12} {r_first * 1e3:>9.1f} {r_rate:>13.1f}")
                 print(f"{size:>5} {'engine':>12} {o_first * 1e3:>9.1f} {o_rate:>13.1f}")
-                print(f"{size:>5} {'ratio':>12} {r_first / o_first:>8.2f}x {o_rate / r_rate:>12.2f}x"
-                      "   (ttft: reference/engine, decode: engine/reference; > 1 means the engine is faster)")
+                print(
+                    f"{size:>5} {'ratio':>12} {r_first / o_first:>8.2f}x {o_rate / r_rate:>12.2f}x"
+                    "   (ttft: reference/engine, decode: engine/reference; > 1 means the engine is faster)"
+                )
     return 0
 
 

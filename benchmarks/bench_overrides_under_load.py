@@ -64,8 +64,12 @@ class Tuner:
         return int(self.engine.scheduler.counters["steps"])  # type: ignore[attr-defined]
 
     def _run(self) -> None:
-        bodies = [{"schedule_conservativeness": 0.9}, {"stream_interval": 2}, {"schedule_conservativeness": 1.0},
-                  {"stream_interval": 1}]
+        bodies = [
+            {"schedule_conservativeness": 0.9},
+            {"stream_interval": 2},
+            {"schedule_conservativeness": 1.0},
+            {"stream_interval": 1},
+        ]
         with httpx.Client(timeout=300, headers={"Authorization": f"Bearer {KEY}"}) as client:
             i = 0
             while not self.stop.wait(OVERRIDE_EVERY_S):
@@ -93,8 +97,16 @@ def main() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     engine = Engine.from_args(["--port", str(port), "--admin-api-key", KEY, "--max-total-tokens", "8192"])
-    server = uvicorn.Server(uvicorn.Config(create_app(EngineBackend(engine)), host="127.0.0.1", port=port, log_config=None,
-                                           access_log=False, lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(EngineBackend(engine)),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+    )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     threading.Thread(target=server.run, daemon=True).start()
     base = f"http://127.0.0.1:{port}"
@@ -121,8 +133,10 @@ def main() -> int:
     steps = [float(r[2]) for r in ok] or [0.0]
     print(f"clients {CLIENTS}, {REQUESTS} requests x {NEW_TOKENS} tokens per run, best of {ROUNDS} runs each")
     print(f"overrides sent          {len(results)} (one every {OVERRIDE_EVERY_S * 1000:.0f} ms while generating)")
-    print(f"overrides succeeded     {len(ok)} = {100.0 * len(ok) / max(1, len(results)):.1f}%"
-          f"  (other statuses: {sorted({r[0] for r in results if r[0] != 200}) or 'none'})")
+    print(
+        f"overrides succeeded     {len(ok)} = {100.0 * len(ok) / max(1, len(results)):.1f}%"
+        f"  (other statuses: {sorted({r[0] for r in results if r[0] != 200}) or 'none'})"
+    )
     print(f"override latency ms     p50 {statistics.median(ms):.2f}  p99 {pct(ms, 0.99):.2f}")
     print(f"override latency steps  p50 {statistics.median(steps):.0f}  p99 {pct(steps, 0.99):.0f}")
     print(f"throughput tokens/s     without {max(plain):.1f}  with overrides {max(tuned):.1f}")

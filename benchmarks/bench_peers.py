@@ -149,8 +149,11 @@ def sgconf_schema(fields: list[Field]) -> Any:
         schema.namespace(group)(cls)
         low, high = rule_pair(items)
         schema.rules.append(
-            Rule(f"{group}_order", (low.name, high.name),
-                 lambda v, a=low.name, b=high.name: None if v[a] <= v[b] + HIGH else f"{a} must be <= {b} + {HIGH}")
+            Rule(
+                f"{group}_order",
+                (low.name, high.name),
+                lambda v, a=low.name, b=high.name: None if v[a] <= v[b] + HIGH else f"{a} must be <= {b} + {HIGH}",
+            )
         )
     return schema.freeze()
 
@@ -184,18 +187,31 @@ def pydantic_settings_class(fields: list[Field], toml_path: str) -> Any:
 
     class Settings(BaseSettings):
         model_config = SettingsConfigDict(
-            env_prefix=PYD_PREFIX, env_nested_delimiter="__", toml_file=toml_path, frozen=True,
-            cli_exit_on_error=False, cli_prog_name="peers", case_sensitive=False,
+            env_prefix=PYD_PREFIX,
+            env_nested_delimiter="__",
+            toml_file=toml_path,
+            frozen=True,
+            cli_exit_on_error=False,
+            cli_prog_name="peers",
+            case_sensitive=False,
         )
 
         @classmethod
-        def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, env_settings: Any,
-                                       dotenv_settings: Any, file_secret_settings: Any) -> Any:
+        def settings_customise_sources(
+            cls,
+            settings_cls: Any,
+            init_settings: Any,
+            env_settings: Any,
+            dotenv_settings: Any,
+            file_secret_settings: Any,
+        ) -> Any:
             return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
 
     annotations = {group: model for group, model in groups.items()}
     defaults = {group: pydantic.Field(default_factory=model) for group, model in groups.items()}
-    return pydantic.create_model("PeersSettings", __base__=Settings, **{g: (annotations[g], defaults[g]) for g in groups})
+    return pydantic.create_model(
+        "PeersSettings", __base__=Settings, **{g: (annotations[g], defaults[g]) for g in groups}
+    )
 
 
 def pydantic_flat(model: Any) -> dict[str, Any]:
@@ -211,8 +227,14 @@ def pydantic_flat(model: Any) -> dict[str, Any]:
 def dataclass_root(fields: list[Field]) -> Any:
     groups = {}
     for group, items in group_fields(fields).items():
-        spec = [(f.name, f.annotation, dataclasses.field(default_factory=lambda f=f: f.value()
-                 if f.kind in (LIST, DICT) else f.default())) for f in items]
+        spec = [
+            (
+                f.name,
+                f.annotation,
+                dataclasses.field(default_factory=lambda f=f: f.value() if f.kind in (LIST, DICT) else f.default()),
+            )
+            for f in items
+        ]
         groups[group] = dataclasses.make_dataclass(f"{group.title()}Data", spec, frozen=True, slots=True)
     spec = [(g, cls, dataclasses.field(default_factory=cls)) for g, cls in groups.items()]
     return dataclasses.make_dataclass("PeersData", spec, frozen=True, slots=True), groups
@@ -285,12 +307,16 @@ def measure(n: int) -> dict[str, float]:
     got_sg = {name: thaw(value) for name, value in ctx.resolved_dict(redact=False).items()}
     got_sg = {k: thaw(v) for bag in got_sg.values() for k, v in bag.items()}
     got_pyd = pydantic_flat(pyd_load())
-    data = root_cls(**{g: cls(**{f.name: expected[f.name] for f in group_fields(fields)[g]}) for g, cls in data_groups.items()})
+    data = root_cls(
+        **{g: cls(**{f.name: expected[f.name] for f in group_fields(fields)[g]}) for g, cls in data_groups.items()}
+    )
     got_data = {k: v for g in data_groups for k, v in dataclasses.asdict(getattr(data, g)).items()}
     for label, got in (("sgconf", got_sg), ("pydantic-settings", got_pyd), ("dataclasses", got_data)):
         wrong = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
         if wrong:
-            raise SystemExit(f"{label} reached other values than the workload set at N={n}: {dict(list(wrong.items())[:5])}")
+            raise SystemExit(
+                f"{label} reached other values than the workload set at N={n}: {dict(list(wrong.items())[:5])}"
+            )
 
     # the overridden field: an int in a middle group, alternating between two values
     target = next(f for f in fields if f.group == f"g{GROUPS // 2}" and f.kind == INT and f.index % 2 == 0)
@@ -313,14 +339,23 @@ def measure(n: int) -> dict[str, float]:
     def data_override() -> None:
         flip["i"] ^= 1
         current = holder["data"]
-        holder["data"] = dataclasses.replace(current, **{group: dataclasses.replace(getattr(current, group), **{name: 10 + flip["i"]})})
+        holder["data"] = dataclasses.replace(
+            current, **{group: dataclasses.replace(getattr(current, group), **{name: 10 + flip["i"]})}
+        )
 
     def sg_scope() -> None:
         with ctx.scoped(**{name: 12}):
             pass
 
-    env = {"sg_override": sg_override, "pyd_override": pyd_override, "data_override": data_override, "sg_scope": sg_scope}
-    sg_ov, pyd_ov, data_ov, scope = side_by_side(["sg_override()", "pyd_override()", "data_override()", "sg_scope()"], env, 400)
+    env = {
+        "sg_override": sg_override,
+        "pyd_override": pyd_override,
+        "data_override": data_override,
+        "sg_scope": sg_scope,
+    }
+    sg_ov, pyd_ov, data_ov, scope = side_by_side(
+        ["sg_override()", "pyd_override()", "data_override()", "sg_scope()"], env, 400
+    )
     assert ctx.value(name) in (10, 11) and getattr(holder["pyd"], group).model_dump()[name] in (10, 11), by_name[name]
 
     runtime.reset()
@@ -335,8 +370,15 @@ def measure(n: int) -> dict[str, float]:
     pyd_mem, kept = retained(pyd_load)
     del kept
     return {
-        "override_sg": sg_ov, "override_pyd": pyd_ov, "override_data": data_ov, "scope": scope,
-        "load_sg": sg_ld, "load_pyd": pyd_ld, "publish_sg": sg_pub, "mem_sg": sg_mem, "mem_pyd": pyd_mem,
+        "override_sg": sg_ov,
+        "override_pyd": pyd_ov,
+        "override_data": data_ov,
+        "scope": scope,
+        "load_sg": sg_ld,
+        "load_pyd": pyd_ld,
+        "publish_sg": sg_pub,
+        "mem_sg": sg_mem,
+        "mem_pyd": pyd_mem,
     }
 
 
@@ -360,13 +402,17 @@ def report(results: dict[int, dict[str, float]]) -> None:
     row("memory, published context / pydantic model", lambda r: r["mem_sg"] / r["mem_pyd"], ".2f")
     row("scope enter + exit / one override", lambda r: r["scope"] / r["override_sg"], ".2f")
     first, last = results[min(results)], results[max(results)]
-    print(f"growth N={min(results)} -> N={max(results)}: "
-          f"override sgconf {last['override_sg'] / first['override_sg']:.2f}x (goal <= 1.5), "
-          f"pydantic {last['override_pyd'] / first['override_pyd']:.2f}x; "
-          f"load sgconf {last['load_sg'] / first['load_sg']:.1f}x, pydantic {last['load_pyd'] / first['load_pyd']:.1f}x; "
-          f"load + publish sgconf {last['publish_sg'] / first['publish_sg']:.1f}x")
-    print("goals: override <= 1x pydantic at N=70, <= 0.5x at N=2000; load <= 0.5x; load + publish <= 1x at N=2000; "
-          "memory <= 1.5x at N >= 400; scope <= 2 overrides")
+    print(
+        f"growth N={min(results)} -> N={max(results)}: "
+        f"override sgconf {last['override_sg'] / first['override_sg']:.2f}x (goal <= 1.5), "
+        f"pydantic {last['override_pyd'] / first['override_pyd']:.2f}x; "
+        f"load sgconf {last['load_sg'] / first['load_sg']:.1f}x, pydantic {last['load_pyd'] / first['load_pyd']:.1f}x; "
+        f"load + publish sgconf {last['publish_sg'] / first['publish_sg']:.1f}x"
+    )
+    print(
+        "goals: override <= 1x pydantic at N=70, <= 0.5x at N=2000; load <= 0.5x; load + publish <= 1x at N=2000; "
+        "memory <= 1.5x at N >= 400; scope <= 2 overrides"
+    )
 
 
 def main() -> None:

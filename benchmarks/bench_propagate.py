@@ -28,7 +28,11 @@ def _init(rank: int, size: int, port: int) -> None:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=size,
+        timeout=datetime.timedelta(seconds=60),
     )
 
 

@@ -60,11 +60,28 @@ class Corpus:
     def _filler(self, indent: str) -> list[str]:
         r = self.rng.randint(0, 5)
         pick = [
-            [f"{indent}total = sum(len(req) for req in batch)", f"{indent}if total > limit:", f"{indent}    total = limit"],
-            [f"{indent}for i, req in enumerate(batch):", f"{indent}    if req is None:", f"{indent}        continue", f"{indent}    seen[i] = req"],
+            [
+                f"{indent}total = sum(len(req) for req in batch)",
+                f"{indent}if total > limit:",
+                f"{indent}    total = limit",
+            ],
+            [
+                f"{indent}for i, req in enumerate(batch):",
+                f"{indent}    if req is None:",
+                f"{indent}        continue",
+                f"{indent}    seen[i] = req",
+            ],
             [f'{indent}log.debug("step", size=len(batch), limit=limit)'],
-            [f"{indent}try:", f"{indent}    out = self.pool.alloc(len(batch))", f"{indent}except MemoryError:", f"{indent}    out = None"],
-            [f"{indent}ratio = (limit - len(batch)) / max(limit, 1)", f"{indent}tokens = [t for t in range(limit) if t % 2]"],
+            [
+                f"{indent}try:",
+                f"{indent}    out = self.pool.alloc(len(batch))",
+                f"{indent}except MemoryError:",
+                f"{indent}    out = None",
+            ],
+            [
+                f"{indent}ratio = (limit - len(batch)) / max(limit, 1)",
+                f"{indent}tokens = [t for t in range(limit) if t % 2]",
+            ],
             [f"{indent}with self.lock:", f"{indent}    self.pending.extend(batch)"],
         ][r]
         return pick
@@ -80,7 +97,11 @@ class Corpus:
 
     def method(self, k: int) -> list[str]:
         style = self.rng.randrange(4)
-        lines = [f"    def step_{k}(self, batch, limit=16):", '        """Run one scheduling step over `batch`."""', "        seen = {}"]
+        lines = [
+            f"    def step_{k}(self, batch, limit=16):",
+            '        """Run one scheduling step over `batch`."""',
+            "        seen = {}",
+        ]
         if style == 0:
             lines += self._reads("self.server_args", "        ")
         elif style == 1:
@@ -99,7 +120,9 @@ class Corpus:
         elif style == 1:
             lines = [f"def plan_{k}(model):", "    cfg = get_server_args()"] + self._reads("cfg", "    ")
         elif style == 2:
-            lines = [f"def plan_{k}(model, **kwargs):", '    args = kwargs["server_args"]'] + self._reads("args", "    ")
+            lines = [f"def plan_{k}(model, **kwargs):", '    args = kwargs["server_args"]'] + self._reads(
+                "args", "    "
+            )
         else:
             lines = [f"def plan_{k}(server_args, model):"] + self._reads("server_args", "    ")
         lines += ["    batch, limit, seen = [], 16, {}"] + self._filler("    ") + ["    return model", "", ""]
@@ -301,7 +324,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=50_000, help="corpus size in lines")
     parser.add_argument("-j", "--jobs", type=int, default=0, help="pool size for the cold run (0: auto)")
     parser.add_argument("--repeat", type=int, default=3, help="take the best of this many runs")
-    parser.add_argument("--fixit-python", default=shutil.which("python3") or sys.executable, help="a Python with fixit installed")
+    parser.add_argument(
+        "--fixit-python", default=shutil.which("python3") or sys.executable, help="a Python with fixit installed"
+    )
     args = parser.parse_args()
 
     config = load_config(ROOT / "ratchet.toml")
@@ -325,7 +350,9 @@ def main() -> None:
         first = scan_files(files, settings, cache=ScanCache(warm_dir, settings), jobs=args.jobs)
         found = sum(len(s.sites) for s in first)
         stats = ScanStats()
-        t_warm = best(lambda: scan_files(files, settings, cache=ScanCache(warm_dir, settings), stats=stats), args.repeat)
+        t_warm = best(
+            lambda: scan_files(files, settings, cache=ScanCache(warm_dir, settings), stats=stats), args.repeat
+        )
         fixit = run_fixit(args.fixit_python, folder, fields)
         fix = fix_timings(folder, Path(tmp), max(1, args.repeat - 1), args.jobs)
 
@@ -338,7 +365,9 @@ def main() -> None:
         print("fixit: not installed for --fixit-python; skipped (pip install fixit in a throwaway venv)")
     else:
         t_fixit, hits = fixit
-        print(f"fixit (one rule)   : {t_fixit:7.3f} s   {hits} violations; fixit / check cold = {t_fixit / t_cold:6.1f}x  (goal >= 10)")
+        print(
+            f"fixit (one rule)   : {t_fixit:7.3f} s   {hits} violations; fixit / check cold = {t_fixit / t_cold:6.1f}x  (goal >= 10)"
+        )
     print("through the CLI:")
     for name, seconds in fix.items():
         print(f"  {name:<24}: {seconds:7.3f} s")

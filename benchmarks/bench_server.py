@@ -90,8 +90,11 @@ def run_under_attack(base: str) -> tuple[tuple[float, float, float], int]:
         with httpx.Client(timeout=120) as client:
             i = 0
             while not stop.is_set():
-                r = client.post(f"{base}/generate", content=BAD_BODIES[i % len(BAD_BODIES)],
-                                headers={"content-type": "application/json"})
+                r = client.post(
+                    f"{base}/generate",
+                    content=BAD_BODIES[i % len(BAD_BODIES)],
+                    headers={"content-type": "application/json"},
+                )
                 assert r.status_code < 500, r.text
                 answered.append(r.status_code)
                 i += 1
@@ -161,8 +164,11 @@ def dropped_streams(base: str, engine: object) -> tuple[float, int]:
     for i in range(DROPPED_STREAMS):
         raw = json.dumps({"text": f"dropped {i}", "max_new_tokens": 300, "ignore_eos": True, "stream": True}).encode()
         sock = socketlib.create_connection((host, int(port)), timeout=120)
-        sock.sendall(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                     + f"content-length: {len(raw)}\r\n\r\n".encode() + raw)
+        sock.sendall(
+            b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(raw)}\r\n\r\n".encode()
+            + raw
+        )
         socks.append(sock)
     for sock in socks:  # every stream has begun: its first event arrived
         got = b""
@@ -189,8 +195,17 @@ def main() -> int:
     sock = bind("bench", "127.0.0.1", 0, flag="--port")
     port = sock.getsockname()[1]
     engine = Engine.from_args(
-        ["--port", str(port), "--admin-api-key", KEY, "--enable-hierarchical-cache", "--page-size", "4",
-         "--max-total-tokens", "4096"]
+        [
+            "--port",
+            str(port),
+            "--admin-api-key",
+            KEY,
+            "--enable-hierarchical-cache",
+            "--page-size",
+            "4",
+            "--max-total-tokens",
+            "4096",
+        ]
     )
     server = uvicorn_server(create_app(EngineBackend(engine)), grace_s=0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -202,11 +217,19 @@ def main() -> int:
         run_load(base)  # warm-up
         plain = run_load(base)
         with tempfile.TemporaryDirectory() as d:
-            r = httpx.put(f"{base}/hicache/storage-backend", headers={"Authorization": f"Bearer {KEY}"},
-                          json={"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": f'{{"dir": "{d}"}}'})
+            r = httpx.put(
+                f"{base}/hicache/storage-backend",
+                headers={"Authorization": f"Bearer {KEY}"},
+                json={
+                    "hicache_storage_backend": "file",
+                    "hicache_storage_backend_extra_config_json": f'{{"dir": "{d}"}}',
+                },
+            )
             r.raise_for_status()
             attached = run_load(base)
-            httpx.delete(f"{base}/hicache/storage-backend", headers={"Authorization": f"Bearer {KEY}"}).raise_for_status()
+            httpx.delete(
+                f"{base}/hicache/storage-backend", headers={"Authorization": f"Bearer {KEY}"}
+            ).raise_for_status()
         rounds_on, rounds_off = [], []
         for _ in range(2):  # alternate, so drift of a busy machine lands on both sides
             rounds_on.append(run_load(base))
@@ -227,20 +250,30 @@ def main() -> int:
     print(f"clients={CLIENTS} requests={REQUESTS} max_new_tokens=16")
     for name, (rps, p50, p99) in (("no storage", plain), ("file backend", attached)):
         print(f"{name:>13}: {rps:7.2f} req/s  p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
-    print(f"ratio file/no-storage: throughput x{attached[0] / plain[0]:.3f}  p50 x{attached[1] / plain[1]:.3f}"
-          f"  p99 x{attached[2] / plain[2]:.3f}")
+    print(
+        f"ratio file/no-storage: throughput x{attached[0] / plain[0]:.3f}  p50 x{attached[1] / plain[1]:.3f}"
+        f"  p99 x{attached[2] / plain[2]:.3f}"
+    )
     on = statistics.mean(r[0] for r in rounds_on)
     off = statistics.mean(r[0] for r in rounds_off)
     print(f"   limits on: {on:7.2f} req/s   limits off: {off:7.2f} req/s   ratio on/off x{on / off:.3f} (goal >= 0.95)")
     quiet_p99 = statistics.mean(r[2] for r in rounds_on)
-    print(f"under attack ({bad_sent} bad bodies answered 4xx): good p99 {attacked[2] * 1000:7.1f} ms"
-          f"  vs quiet p99 {quiet_p99 * 1000:7.1f} ms  ratio x{attacked[2] / quiet_p99:.3f}")
-    print(f"fairness: light client p99 {crowded * 1000:7.1f} ms beside {batches} fan-out batches of {FAN_OUT_ITEMS}"
-          f"  vs {alone * 1000:7.1f} ms alone  ratio x{crowded / alone:.3f} (goal <= 2)")
-    print(f"          engine steps per light request: {steps_crowded:.1f} beside the fan-out vs {steps_alone:.1f} alone"
-          " (the rest of the ratio is the cost of a step that carries the batch)")
-    print(f"dropped streams: KV back to idle {recovery:.3f} s after {DROPPED_STREAMS} streams of 300 tokens were dropped"
-          f" after their first event, {cancelled} cancelled (goal <= 1 s)")
+    print(
+        f"under attack ({bad_sent} bad bodies answered 4xx): good p99 {attacked[2] * 1000:7.1f} ms"
+        f"  vs quiet p99 {quiet_p99 * 1000:7.1f} ms  ratio x{attacked[2] / quiet_p99:.3f}"
+    )
+    print(
+        f"fairness: light client p99 {crowded * 1000:7.1f} ms beside {batches} fan-out batches of {FAN_OUT_ITEMS}"
+        f"  vs {alone * 1000:7.1f} ms alone  ratio x{crowded / alone:.3f} (goal <= 2)"
+    )
+    print(
+        f"          engine steps per light request: {steps_crowded:.1f} beside the fan-out vs {steps_alone:.1f} alone"
+        " (the rest of the ratio is the cost of a step that carries the batch)"
+    )
+    print(
+        f"dropped streams: KV back to idle {recovery:.3f} s after {DROPPED_STREAMS} streams of 300 tokens were dropped"
+        f" after their first event, {cancelled} cancelled (goal <= 1 s)"
+    )
     return 0
 
 

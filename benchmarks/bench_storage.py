@@ -107,11 +107,15 @@ def main() -> int:
     configure_logging(level="warning")
     for size, n in ((16 << 10, 5000), (256 << 10, 1000)):
         safe, plain = raw_read_ratio(size, n)
-        print(f"raw read {size >> 10:>4} KiB page: safe {safe:9.0f} pages/s, plain {plain:9.0f} pages/s,"
-              f" safe/plain x{safe / plain:.3f}")
+        print(
+            f"raw read {size >> 10:>4} KiB page: safe {safe:9.0f} pages/s, plain {plain:9.0f} pages/s,"
+            f" safe/plain x{safe / plain:.3f}"
+        )
     for size, n in ((16 << 10, 3000), (256 << 10, 300)):
         on, off = codec_ratio(size, n)
-        print(f"codec {size >> 10:>4} KiB page: MAC on {on:9.0f} pages/s, off {off:9.0f} pages/s, on/off x{on / off:.3f}")
+        print(
+            f"codec {size >> 10:>4} KiB page: MAC on {on:9.0f} pages/s, off {off:9.0f} pages/s, on/off x{on / off:.3f}"
+        )
     results: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as d:
         engine_round(True, Path(d) / "warmup")
@@ -119,11 +123,15 @@ def main() -> int:
             for mac in (True, False) if i % 2 == 0 else (False, True):
                 results[mac].append(engine_round(mac, Path(d) / f"r{i}-{mac}"))
     print(f"engine: {len(PROMPTS)} requests per phase, {ROUNDS} rounds each, medians")
-    med = {mac: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for mac, rs in results.items()}
+    med = {
+        mac: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for mac, rs in results.items()
+    }
     hits = {mac: min(r[2] for r in rs) for mac, rs in results.items()}
     for mac in (True, False):
         w, r = med[mac]
-        print(f"  MAC {'on ' if mac else 'off'}: store {w:6.2f} req/s, read back {r:6.2f} req/s (pages from storage >= {hits[mac]})")
+        print(
+            f"  MAC {'on ' if mac else 'off'}: store {w:6.2f} req/s, read back {r:6.2f} req/s (pages from storage >= {hits[mac]})"
+        )
     print(f"ratio MAC on/off: store x{med[True][0] / med[False][0]:.3f}, read back x{med[True][1] / med[False][1]:.3f}")
     return 0
 

@@ -59,7 +59,9 @@ class ChatTemplate:
     _compiled: Any = attrs.field(default=None, eq=False, repr=False)
 
     @classmethod
-    def of(cls, source: str, origin: str, *, bos_token: str = "", eos_token: str = "", field: str = FIELD) -> ChatTemplate:
+    def of(
+        cls, source: str, origin: str, *, bos_token: str = "", eos_token: str = "", field: str = FIELD
+    ) -> ChatTemplate:
         """Compile `source`; a syntax error is a ConfigError naming the field and the origin."""
         import jinja2
         import jinja2.ext
@@ -80,8 +82,14 @@ class ChatTemplate:
         import jinja2
 
         try:
-            return str(self._compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                             bos_token=self.bos_token, eos_token=self.eos_token))
+            return str(
+                self._compiled.render(
+                    messages=messages,
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                )
+            )
         except TemplateError:
             raise
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:

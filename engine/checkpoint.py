@@ -70,8 +70,10 @@ def choose_weights(snap: Any) -> WeightsSource:
     if fmt == "auto" and _is_shipped(model):
         return WeightsSource("dummy", None, "a shipped layout, which has no weights")
     where = f"'{directory}'" if directory is not None else f"'{model.model_path}' (not a directory)"
-    msg = (f"no *.safetensors weights in {where} and load_format is {fmt!r} -- pass a checkpoint directory "
-           "with --model-path, or --load-format dummy for random weights")
+    msg = (
+        f"no *.safetensors weights in {where} and load_format is {fmt!r} -- pass a checkpoint directory "
+        "with --model-path, or --load-format dummy for random weights"
+    )
     raise WeightsError([Problem("$.model.load_format", msg)], header="the model has no weights")
 
 
@@ -85,15 +87,18 @@ def read_checkpoint(source: WeightsSource, shape: ModelShape, config: Mapping[st
     return checkpoint
 
 
-def build_model(checkpoint: Checkpoint | None, shape: ModelShape, *, dtype: torch.dtype, device: str, seed: int) -> TinyTransformer:
+def build_model(
+    checkpoint: Checkpoint | None, shape: ModelShape, *, dtype: torch.dtype, device: str, seed: int
+) -> TinyTransformer:
     """The checkpoint's weights when there is one, else random ones from `seed`."""
     if checkpoint is not None:
         return load_weights(checkpoint, shape, dtype=dtype, device=device)
     return TinyTransformer(shape, seed=seed, dtype=dtype).to(device)
 
 
-def draft_model(snap: Any, shape: ModelShape, target: Checkpoint | None, *, dtype: torch.dtype, device: str,
-                seed: int) -> TinyTransformer:
+def draft_model(
+    snap: Any, shape: ModelShape, target: Checkpoint | None, *, dtype: torch.dtype, device: str, seed: int
+) -> TinyTransformer:
     """The draft's weights: its own checkpoint, else the target checkpoint's embedding, first
     layers and head (an early exit of the target, tensors shared by name), else random ones."""
     spec = snap.spec
@@ -107,4 +112,12 @@ def draft_model(snap: Any, shape: ModelShape, target: Checkpoint | None, *, dtyp
     return TinyTransformer(shape, seed=seed, dtype=dtype).to(device)
 
 
-__all__ = ["LOAD_FORMATS", "WeightsSource", "build_model", "choose_weights", "draft_model", "model_directory", "read_checkpoint"]
+__all__ = [
+    "LOAD_FORMATS",
+    "WeightsSource",
+    "build_model",
+    "choose_weights",
+    "draft_model",
+    "model_directory",
+    "read_checkpoint",
+]

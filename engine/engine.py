@@ -206,7 +206,9 @@ class Engine(EngineBuilding, EngineStorage):
     # -- public API ----------------------------------------------------------------------
 
     @_under_own_context
-    def generate(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> GenerateResult:
+    def generate(
+        self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any
+    ) -> GenerateResult:
         """Generate tokens for one prompt; thread-safe, batched with concurrent calls.
 
         `params` are `submit`'s (the fields of `SamplingParams`, and timeout_s). Greedy at
@@ -236,7 +238,12 @@ class Engine(EngineBuilding, EngineStorage):
 
     @_under_own_context
     def submit(
-        self, prompt_or_ids: str | Sequence[int], *, stream: bool = False, add_special_tokens: bool = True, **params: Any
+        self,
+        prompt_or_ids: str | Sequence[int],
+        *,
+        stream: bool = False,
+        add_special_tokens: bool = True,
+        **params: Any,
     ) -> Req:
         """Queue one request and return at once with its handle (for `wait`); raises like `generate`.
 
@@ -253,13 +260,20 @@ class Engine(EngineBuilding, EngineStorage):
         if options.n != 1:
             raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
         return self.submit_batch(
-            [(prompt_or_ids, sampling)], stream=stream, timeout_s=options.timeout_s, add_special_tokens=add_special_tokens
+            [(prompt_or_ids, sampling)],
+            stream=stream,
+            timeout_s=options.timeout_s,
+            add_special_tokens=add_special_tokens,
         )[0]
 
     @_under_own_context
     def submit_batch(
-        self, items: Sequence[tuple[str | Sequence[int], SamplingParams]], *, stream: bool = False,
-        timeout_s: float | None = None, add_special_tokens: bool = True,
+        self,
+        items: Sequence[tuple[str | Sequence[int], SamplingParams]],
+        *,
+        stream: bool = False,
+        timeout_s: float | None = None,
+        add_special_tokens: bool = True,
     ) -> list[Req]:
         """Queue several requests as one unit of work (a batch, or the n choices of a prompt); all or none.
 
@@ -275,8 +289,14 @@ class Engine(EngineBuilding, EngineStorage):
             self._wake.notify()
         return reqs
 
-    def _new_request(self, prompt_or_ids: str | Sequence[int], sampling: SamplingParams, timeout_s: float,
-                     stream: bool, add_special_tokens: bool = True) -> Req:
+    def _new_request(
+        self,
+        prompt_or_ids: str | Sequence[int],
+        sampling: SamplingParams,
+        timeout_s: float,
+        stream: bool,
+        add_special_tokens: bool = True,
+    ) -> Req:
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
         else:
@@ -397,7 +417,9 @@ class Engine(EngineBuilding, EngineStorage):
         with self._lock:
             queued, running = self.busy_counts()
             if queued or running:
-                msg = f"cannot flush the cache while requests run ({queued} queued, {running} running) -- retry when idle"
+                msg = (
+                    f"cannot flush the cache while requests run ({queued} queued, {running} running) -- retry when idle"
+                )
                 raise EngineBusy(msg, queued=queued, running=running)
             if self.prefix_cache is None:
                 return 0
@@ -474,7 +496,6 @@ class Engine(EngineBuilding, EngineStorage):
                 yield
 
     # -- HiCache storage -----------------------------------------------------------------
-
 
     def progress(self) -> int:
         """Scheduler steps that did work so far: a replica's controller watches it grow while requests run."""

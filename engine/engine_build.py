@@ -147,7 +147,9 @@ class EngineBuilding:
         if snap.spec.speculative_algorithm is None:
             return None
         assert self.memory.draft_shape is not None, "a speculative algorithm was resolved without a draft shape"
-        draft = draft_model(snap, self.memory.draft_shape, self.checkpoint, dtype=dtype, device=self.device, seed=self.seed)
+        draft = draft_model(
+            snap, self.memory.draft_shape, self.checkpoint, dtype=dtype, device=self.device, seed=self.seed
+        )
         draft_runner = self._make_runner(draft, self.memory.draft_kv_pool, is_draft=True)
         topk = snap.spec.speculative_eagle_topk
         if topk is not None and topk > 1:

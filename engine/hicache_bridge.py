@@ -205,7 +205,11 @@ class HiCacheBridge:
         import attrs
 
         out = attrs.asdict(self.controller.stats)
-        out.update(prefix_loads=self.prefix_hits, loaded_tokens=self.loaded_tokens, prefetch_fetched_pages=self.prefetched_pages)
+        out.update(
+            prefix_loads=self.prefix_hits,
+            loaded_tokens=self.loaded_tokens,
+            prefetch_fetched_pages=self.prefetched_pages,
+        )
         out["storage_dir"] = self.storage_dir()
         return out
 

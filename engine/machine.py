@@ -36,9 +36,14 @@ def unhonoured(snap: Any, sources: Mapping[str, str] | None = None) -> list[Prob
     parallel, device = snap.parallel, snap.device
     problems = []
     if int(parallel.tp_size) > 1:
-        problems.append(_one_rank(
-            "tp_size", int(parallel.tp_size), "split attention heads", f" (a plan for it is `sgconf plan --tp-size {parallel.tp_size}`)"
-        ))
+        problems.append(
+            _one_rank(
+                "tp_size",
+                int(parallel.tp_size),
+                "split attention heads",
+                f" (a plan for it is `sgconf plan --tp-size {parallel.tp_size}`)",
+            )
+        )
     if int(parallel.pp_size) > 1:
         problems.append(_one_rank("pp_size", int(parallel.pp_size), "pipeline layers", ""))
     if int(parallel.ep_size) > 1:

@@ -84,14 +84,18 @@ def build_memory(snap: Any, shape: ModelShape) -> EngineMemory:
     refuse_unhonoured(snap)
     algorithm = snap.spec.speculative_algorithm
     draft_shape = runnable(draft_shape_from_snapshot(snap, shape), name="draft") if algorithm else None
-    weights = {d: weights_bytes(shape, d) + (weights_bytes(draft_shape, d) if draft_shape else 0) for d in WEIGHT_DTYPES}
+    weights = {
+        d: weights_bytes(shape, d) + (weights_bytes(draft_shape, d) if draft_shape else 0) for d in WEIGHT_DTYPES
+    }
     device, dtype = device_of(snap), str(snap.model.dtype)
     usable = usable_bytes(device, float(snap.schedule.mem_fraction_static or 0.8))
     context = int(snap.model.context_length or shape.max_position_embeddings or 1)
     check_fits(MemoryNeed(dtype, weights, 0, 0, context, device), usable)  # the weights alone, before planning
     configurator = KVCacheConfigurator(shape, draft_shape=draft_shape, snapshot=snap)
     plan = configurator.plan()
-    check_fits(MemoryNeed(dtype, weights, int(plan.total_bytes), int(plan.max_total_num_tokens), context, device), usable)
+    check_fits(
+        MemoryNeed(dtype, weights, int(plan.total_bytes), int(plan.max_total_num_tokens), context, device), usable
+    )
     target = configurator.build()
     memory = EngineMemory(
         page_size=plan.page_size,

@@ -116,8 +116,10 @@ def check_fits(need: MemoryNeed, usable: int) -> None:
     """Refuse `need` when it exceeds `usable`, naming both numbers and the flags that would fit."""
     if need.total <= usable:
         return
-    msg = (f"the model needs {_gib(need.weights_bytes)} of {need.dtype} weights plus {_gib(need.kv_bytes)} of KV pools "
-           f"({need.kv_tokens} tokens), {_gib(need.total)} in all, but this process may use {_gib(usable)} on {need.device}")
+    msg = (
+        f"the model needs {_gib(need.weights_bytes)} of {need.dtype} weights plus {_gib(need.kv_bytes)} of KV pools "
+        f"({need.kv_tokens} tokens), {_gib(need.total)} in all, but this process may use {_gib(usable)} on {need.device}"
+    )
     found = fixes(need, usable)
     if found:
         msg += " -- try " + " or ".join(found)

@@ -48,8 +48,13 @@ def runnable(shape: ModelShape, *, name: str | None = None) -> ModelShape:
     if shape.swa_head_dim or shape.swa_num_key_value_heads or shape.swa_v_head_dim:
         problems.append(Problem("$.swa_head_dim", "the embedded model runs one head geometry for every layer"))
     if shape.rope_scaling is not None and shape.rope_scaling.rope_type not in ROPE_TYPES:
-        problems.append(Problem("$.rope_scaling.rope_type", f"{shape.rope_scaling.rope_type!r} is not implemented -- "
-                                f"the model runs {', '.join(ROPE_TYPES)} scaling or none"))
+        problems.append(
+            Problem(
+                "$.rope_scaling.rope_type",
+                f"{shape.rope_scaling.rope_type!r} is not implemented -- "
+                f"the model runs {', '.join(ROPE_TYPES)} scaling or none",
+            )
+        )
     if problems:
         raise ModelShapeError(problems, header=f"model config{f' {name!r}' if name else ''} cannot be run")
     return shape
@@ -126,7 +131,9 @@ def rope_inv_freq(shape: ModelShape) -> torch.Tensor:
     return torch.where(medium, blended, scaled)
 
 
-def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`(cos, sin)`, each `[tokens, 1, head_dim]`: computed once per forward, shared by every layer."""
     angles = positions.to(torch.float32)[:, None] * inv_freq.to(positions.device)[None, :]
     emb = torch.cat([angles, angles], dim=-1)

@@ -46,7 +46,9 @@ class DraftWorker(Protocol):
 
     def step(self, sched: Scheduler) -> None: ...
 
-    def draft_extend(self, batch: ForwardBatch, ids: torch.Tensor, positions: torch.Tensor, reqs: list[Req]) -> None: ...
+    def draft_extend(
+        self, batch: ForwardBatch, ids: torch.Tensor, positions: torch.Tensor, reqs: list[Req]
+    ) -> None: ...
 
 
 class HostCache(Protocol):

@@ -82,22 +82,27 @@ class SamplingParams:
 
     max_new_tokens: int = param(16, "most tokens to generate", interval(1, MAX_NEW_TOKENS))
     temperature: float = param(0.0, f"0 (or below {GREEDY_TEMPERATURE:g}) decodes greedily", interval(0, 100))
-    top_p: float = param(1.0, "nucleus: keep the most likely tokens holding this much mass", interval(0, 1, low_open=True))
+    top_p: float = param(
+        1.0, "nucleus: keep the most likely tokens holding this much mass", interval(0, 1, low_open=True)
+    )
     top_k: int = param(-1, "keep the k most likely tokens; -1 keeps all", _OffOrAtLeast(-1, 1))
     min_p: float = param(0.0, "drop tokens less likely than this share of the most likely one", interval(0, 1))
     repetition_penalty: float = param(1.0, "divides the logits of every token seen", interval(0, 100, low_open=True))
     frequency_penalty: float = param(0.0, "subtracted per occurrence in the output", interval(-2, 2))
     presence_penalty: float = param(0.0, "subtracted once per distinct output token", interval(-2, 2))
     stop: tuple[str, ...] = param(
-        (), f"strings that end the output at their first occurrence (not included); up to {MAX_STOPS}",
-        item_check=interval(1, MAX_STOP_CHARS), max_items=MAX_STOPS,
+        (),
+        f"strings that end the output at their first occurrence (not included); up to {MAX_STOPS}",
+        item_check=interval(1, MAX_STOP_CHARS),
+        max_items=MAX_STOPS,
     )
     stop_token_ids: tuple[int, ...] = param(
         (), "token ids that end the output (included)", item_check=interval(0, 2**31 - 1), max_items=MAX_STOP_TOKEN_IDS
     )
     ignore_eos: bool = param(False, "keep generating past the end-of-sequence token")
-    seed: int | None = param(None, "seed of the sampler's generator; default the server's random_seed",
-                             interval(0, MAX_SEED))
+    seed: int | None = param(
+        None, "seed of the sampler's generator; default the server's random_seed", interval(0, MAX_SEED)
+    )
 
     @property
     def greedy(self) -> bool:
@@ -105,7 +110,10 @@ class SamplingParams:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain keyword arguments of `Engine.submit` (lists for tuples), e.g. to send to a replica."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in attrs.fields(SamplingParams)}
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in attrs.fields(SamplingParams)
+        }
 
 
 SAMPLING_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(SamplingParams))
@@ -137,8 +145,9 @@ class RequestOptions:
 
     n: int = param(1, f"choices per prompt, each its own engine request (up to {MAX_N})", interval(1, MAX_N))
     stream: bool = param(False, "send the output as server-sent events while it is generated")
-    timeout_s: float | None = param(None, "this request's deadline in seconds, at most 'request_timeout_s'",
-                                    interval(0, 86400, low_open=True))
+    timeout_s: float | None = param(
+        None, "this request's deadline in seconds, at most 'request_timeout_s'", interval(0, 86400, low_open=True)
+    )
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(RequestOptions))
@@ -240,7 +249,9 @@ def structure_params(
     if problems:
         raise InvalidRequest(problems, header=problems_header(problems))
     got_s = {k: v for k, v in got_s.items() if v is not None or k == "seed"}
-    return SamplingParams(**got_s), RequestOptions(**{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"})
+    return SamplingParams(**got_s), RequestOptions(
+        **{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"}
+    )
 
 
 def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
@@ -285,8 +296,9 @@ def check_fanout(prompts: int, n: int, max_requests: int, path: str = "$.n") -> 
     """prompts × n against 'max_batch_requests': the engine requests one HTTP request may become."""
     if prompts * n > max_requests:
         raise refuse(
-            path, f"{prompts} prompts x n={n} is {prompts * n} requests, more than 'max_batch_requests' "
-            f"({max_requests}) -- send fewer prompts or a smaller n"
+            path,
+            f"{prompts} prompts x n={n} is {prompts * n} requests, more than 'max_batch_requests' "
+            f"({max_requests}) -- send fewer prompts or a smaller n",
         )
 
 

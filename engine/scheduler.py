@@ -178,8 +178,16 @@ class Scheduler(SchedulerMemory):
         deadline = None if timeout_s is None else self.clock() + timeout_s
         rid = next(self._ids)
         return Req(
-            rid, list(prompt), max_new_tokens, float(params.temperature), gen, params.ignore_eos,
-            deadline=deadline, timeout_s=timeout_s, params=params, group=rid,
+            rid,
+            list(prompt),
+            max_new_tokens,
+            float(params.temperature),
+            gen,
+            params.ignore_eos,
+            deadline=deadline,
+            timeout_s=timeout_s,
+            params=params,
+            group=rid,
         )
 
     def submit(self, req: Req) -> None:

@@ -44,7 +44,9 @@ class SchedulerMemory:
             out = alloc()
         if out is None and self.window is not None:
             # last resort before retracting: cached pages and prompts give up SWA K/V nobody reads
-            released = [self._release_swa_behind_window(r, keep_prompt=False) for r in [*self.prefilling, *self.decoding]]
+            released = [
+                self._release_swa_behind_window(r, keep_prompt=False) for r in [*self.prefilling, *self.decoding]
+            ]
             if self.cache is not None and self.cache.release_swa(max(need, self.limits.page_size)):
                 released.append(True)
             if any(released):

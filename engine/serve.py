@@ -57,7 +57,9 @@ def serve_parser() -> Any:
     """The `serve` parser: every setting's flag and aliases, with serve's own defaults in its help."""
     from engine.fleet.flags import add_fleet_flags
 
-    parser = config_parser(PROG, "run the embedded runtime and its HTTP control plane", schema=SERVING, shown_defaults=SHOWN_DEFAULTS)
+    parser = config_parser(
+        PROG, "run the embedded runtime and its HTTP control plane", schema=SERVING, shown_defaults=SHOWN_DEFAULTS
+    )
     add_fleet_flags(parser)  # --fleet NAME --fleet-store etcd://host:port: follow a fleet's desired config
     return parser
 
@@ -144,10 +146,14 @@ def refuse_hub_flags(argv: Sequence[str]) -> None:
     """A ConfigError for flags that fetch from a model hub: nothing is downloaded here."""
     given = [a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in HUB_FLAGS]
     if given:
-        problems = [Problem(f"$.{g[2:].replace('-', '_')}",
-                            f"{g} selects what to download from a model hub, and this server downloads nothing "
-                            "-- download the checkpoint first and pass its directory with --model-path")
-                    for g in dict.fromkeys(given)]
+        problems = [
+            Problem(
+                f"$.{g[2:].replace('-', '_')}",
+                f"{g} selects what to download from a model hub, and this server downloads nothing "
+                "-- download the checkpoint first and pass its directory with --model-path",
+            )
+            for g in dict.fromkeys(given)
+        ]
         raise ConfigError(problems, header="invalid command line")
 
 
@@ -170,7 +176,9 @@ def serve(engine: Any, listeners: Sequence[Any] | None = None, early: Any = None
     return run_app(EngineBackend(engine), listeners, early, fleet=fleet)
 
 
-def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None) -> int | None:
+def serve_dp(
+    record: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None
+) -> int | None:
     """Serve `record` with data-parallel replicas when its dp_size is above 1; None (nothing done) otherwise.
 
     Publishes the record with role `dp_controller`, starts the replicas, serves until
@@ -197,8 +205,9 @@ def serve_dp(record: Any, listeners: Sequence[Any] | None = None, early: Any = N
         reset()
 
 
-def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None,
-            **listen_fields: Any) -> int:
+def run_app(
+    backend: Any, listeners: Sequence[Any] | None = None, early: Any = None, *, fleet: Any = None, **listen_fields: Any
+) -> int:
     """Serve the HTTP app around `backend` until SIGTERM/SIGINT; 0 when it served (or was stopped), 1 otherwise.
 
     With a separate admin listener (`admin_host`/`admin_port`) the public app has no
@@ -217,7 +226,10 @@ def run_app(backend: Any, listeners: Sequence[Any] | None = None, early: Any = N
     try:
         lifecycle, tally = Lifecycle(), OverrideTally()  # one server: its apps stop together and count together
         with fleet_member(backend, fleet, url=listeners[-1].url) as backend:
-            apps = [create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally) for li in listeners]
+            apps = [
+                create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally)
+                for li in listeners
+            ]
             for li in listeners:
                 # whatever the level: an operator must always be able to find where the server listens
                 announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)

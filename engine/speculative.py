@@ -152,7 +152,9 @@ class SpeculativeWorker:
             extend_prefix_lens=[r.kv_len for r in reqs],
             out_cache_loc=slots,
         )
-        ids = torch.tensor([t for r, d in zip(reqs, drafts, strict=True) for t in [r.all_ids[-1], *d]], dtype=torch.long)
+        ids = torch.tensor(
+            [t for r, d in zip(reqs, drafts, strict=True) for t in [r.all_ids[-1], *d]], dtype=torch.long
+        )
         positions = torch.cat([torch.arange(r.kv_len, r.kv_len + k + 1) for r in reqs])
         logits = self.target.forward(batch, ids, positions)
         threshold = float(sched.snap.spec.speculative_accept_threshold_single) if sched.snap is not None else 1.0

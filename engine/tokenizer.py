@@ -79,14 +79,20 @@ def choose_tokenizer(snap: Any, source: WeightsSource, vocab_size: int) -> Token
         if directory is not None and (directory / TOKENIZER_FILE).exists():
             tokenizer = load_tokenizer(directory, field="$.model.model_path")
         elif source.is_checkpoint:
-            raise _bad("$.model.tokenizer_path", f"the checkpoint in '{source.directory}' has no {TOKENIZER_FILE} -- "
-                       "pass --tokenizer-path with a directory holding one")
+            raise _bad(
+                "$.model.tokenizer_path",
+                f"the checkpoint in '{source.directory}' has no {TOKENIZER_FILE} -- "
+                "pass --tokenizer-path with a directory holding one",
+            )
         else:
             return ByteTokenizer()
         field = "$.model.model_path"
     if tokenizer.vocab_size > vocab_size:
-        raise _bad(field, f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size} "
-                   "-- pass the tokenizer of this model with --tokenizer-path")
+        raise _bad(
+            field,
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {vocab_size} "
+            "-- pass the tokenizer of this model with --tokenizer-path",
+        )
     return tokenizer
 
 

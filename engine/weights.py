@@ -101,22 +101,34 @@ def find_checkpoint(directory: Path) -> Checkpoint:
         missing = [f.name for f in files if not f.exists()]
         if missing:
             msg = f"shard '{missing[0]}' named by '{index.name}' is missing from '{directory}'"
-            raise _error(directory, [msg + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")],
-                         "incomplete checkpoint")
+            raise _error(
+                directory,
+                [msg + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")],
+                "incomplete checkpoint",
+            )
     else:
         files = sorted(directory.glob("*.safetensors"))
         names = {}
     if not files:
-        raise _error(directory, [f"no *.safetensors weights in '{directory}' -- pass a checkpoint directory, "
-                                 "or --load-format dummy for random weights"], "no weights")
+        raise _error(
+            directory,
+            [
+                f"no *.safetensors weights in '{directory}' -- pass a checkpoint directory, "
+                "or --load-format dummy for random weights"
+            ],
+            "no weights",
+        )
     tensors: dict[str, TensorInfo] = {}
     for path in files:
         try:
             with safe_open(str(path), framework="pt") as f:
                 for name in f.keys():
                     if name in tensors:
-                        raise _error(directory, [f"tensor '{name}' is stored twice: in '{tensors[name].file.name}' "
-                                                 f"and '{path.name}'"], "inconsistent checkpoint")
+                        raise _error(
+                            directory,
+                            [f"tensor '{name}' is stored twice: in '{tensors[name].file.name}' and '{path.name}'"],
+                            "inconsistent checkpoint",
+                        )
                     if names and names.get(name) != path:
                         continue  # the index decides which shard a tensor comes from
                     sl = f.get_slice(name)
@@ -125,8 +137,11 @@ def find_checkpoint(directory: Path) -> Checkpoint:
             raise _error(directory, [f"cannot read '{path}': {exc}"], "unreadable checkpoint") from None
     lost = sorted(n for n in names if n not in tensors)
     if lost:
-        raise _error(directory, [f"tensor '{lost[0]}' is listed in '{INDEX_FILE}' but not stored in '{names[lost[0]].name}'"],
-                     "inconsistent checkpoint")
+        raise _error(
+            directory,
+            [f"tensor '{lost[0]}' is listed in '{INDEX_FILE}' but not stored in '{names[lost[0]].name}'"],
+            "inconsistent checkpoint",
+        )
     return Checkpoint(directory, tensors)
 
 
@@ -177,8 +192,13 @@ def check_model_type(shape: ModelShape, config: Mapping[str, Any]) -> None:
     """Refuse a checkpoint of a family whose math this model does not implement (before reading it)."""
     problems = []
     if shape.model_type not in MODEL_TYPES:
-        problems.append(Problem("$.model_type", f"{shape.model_type!r} checkpoints are not implemented -- "
-                                f"this engine runs {', '.join(MODEL_TYPES)}; --load-format dummy runs random weights"))
+        problems.append(
+            Problem(
+                "$.model_type",
+                f"{shape.model_type!r} checkpoints are not implemented -- "
+                f"this engine runs {', '.join(MODEL_TYPES)}; --load-format dummy runs random weights",
+            )
+        )
     act = config.get("hidden_act", "silu")
     if act != "silu":
         problems.append(Problem("$.hidden_act", f"{act!r} is not implemented -- the MLP here is SwiGLU (silu)"))
@@ -204,18 +224,32 @@ def check_checkpoint(ckpt: Checkpoint, shape: ModelShape) -> None:
 
     missing = [f"'{n}'" for n in expected if n not in ckpt.tensors]
     report("missing tensor", missing)
-    wrong = [f"'{n}' has shape {list(ckpt.tensors[n].shape)}, the config needs {list(size)}"
-             for n, (_p, size) in expected.items() if n in ckpt.tensors and ckpt.tensors[n].shape != size]
+    wrong = [
+        f"'{n}' has shape {list(ckpt.tensors[n].shape)}, the config needs {list(size)}"
+        for n, (_p, size) in expected.items()
+        if n in ckpt.tensors and ckpt.tensors[n].shape != size
+    ]
     report("shape mismatch", wrong)
-    dtypes = [f"'{n}' is stored as {t.dtype} -- quantized or integer weights are not supported"
-              for n, t in ckpt.tensors.items() if n in expected and t.dtype not in SAFETENSORS_DTYPES]
+    dtypes = [
+        f"'{n}' is stored as {t.dtype} -- quantized or integer weights are not supported"
+        for n, t in ckpt.tensors.items()
+        if n in expected and t.dtype not in SAFETENSORS_DTYPES
+    ]
     report("unsupported dtype", dtypes)
-    spare = [f"'{n}'" for n in ckpt.tensors
-             if n not in expected and not n.endswith(DERIVED_SUFFIXES) and not (n == "lm_head.weight" and shape.tie_word_embeddings)]
+    spare = [
+        f"'{n}'"
+        for n in ckpt.tensors
+        if n not in expected
+        and not n.endswith(DERIVED_SUFFIXES)
+        and not (n == "lm_head.weight" and shape.tie_word_embeddings)
+    ]
     report("unexpected tensor", spare)
     if messages:
-        raise _error(ckpt.directory, [f"{m} (in '{ckpt.directory}')" for m in messages],
-                     "the checkpoint does not match its config.json")
+        raise _error(
+            ckpt.directory,
+            [f"{m} (in '{ckpt.directory}')" for m in messages],
+            "the checkpoint does not match its config.json",
+        )
 
 
 def load_weights(ckpt: Checkpoint, shape: ModelShape, *, dtype: torch.dtype, device: str = "cpu") -> TinyTransformer:

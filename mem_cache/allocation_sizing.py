@@ -32,12 +32,16 @@ def get_alloc_len_per_decode(page_size: int, num_steps: int | None, topk: int | 
     return max(pages * page_size * k, max_draft_tokens)
 
 
-def get_alloc_reserve_per_decode(page_size: int, num_steps: int | None, topk: int | None, *, max_draft_tokens: int) -> int:
+def get_alloc_reserve_per_decode(
+    page_size: int, num_steps: int | None, topk: int | None, *, max_draft_tokens: int
+) -> int:
     """Slots reserved per request for decode: two steps in flight (overlap scheduling)."""
     return 2 * get_alloc_len_per_decode(page_size, num_steps, topk, max_draft_tokens=max_draft_tokens)
 
 
-def get_req_to_token_extra_context_len(page_size: int, num_steps: int | None, topk: int | None, *, max_draft_tokens: int) -> int:
+def get_req_to_token_extra_context_len(
+    page_size: int, num_steps: int | None, topk: int | None, *, max_draft_tokens: int
+) -> int:
     """Columns a req-to-token row holds past `context_len`.
 
     4 without speculation; with it `max(4 + Dt, reserve + P - 1)`, so a request at

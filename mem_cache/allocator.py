@@ -84,7 +84,9 @@ class _ExtendLayout:
 
     __slots__ = ("t", "lim", "base_new", "starts", "req", "n_pages")
 
-    def __init__(self, prefix: torch.Tensor, seq: torch.Tensor, ext: torch.Tensor, total: int, page: int, t: torch.Tensor) -> None:
+    def __init__(
+        self, prefix: torch.Tensor, seq: torch.Tensor, ext: torch.Tensor, total: int, page: int, t: torch.Tensor
+    ) -> None:
         first_new = (prefix + page - 1) // page  # first page index (in the request) that is new
         new_pages = (seq + page - 1) // page - first_new
         self.n_pages = new_pages
@@ -130,7 +132,9 @@ class PagedTokenToKVPoolAllocator:
         device: str | torch.device | None = None,
     ) -> None:
         if page_size < 1 or size < page_size:
-            raise ValueError(f"allocator needs page_size >= 1 and size >= page_size (got size {size}, page_size {page_size})")
+            raise ValueError(
+                f"allocator needs page_size >= 1 and size >= page_size (got size {size}, page_size {page_size})"
+            )
         self.page_size = page_size
         self.num_pages = size // page_size
         self.size = self.num_pages * page_size
@@ -216,7 +220,10 @@ class PagedTokenToKVPoolAllocator:
         raise DoubleFreeError(
             f"slot {first * page} is not allocated -- it was freed already or never handed out"
             if page == 1
-            else f"page {first} (slots {first * page}..{first * page + page - 1}) is not allocated -- it was freed already or never handed out"
+            else (
+                f"page {first} (slots {first * page}..{first * page + page - 1}) is not allocated "
+                "-- it was freed already or never handed out"
+            )
         )
 
     def _release_pages(self, pages: torch.Tensor) -> None:
@@ -383,7 +390,9 @@ class SWATokenToKVPoolAllocator:
                 )
             self.full_to_swa_index_mapping = kvcache.full_to_swa_index_mapping
         else:
-            self.full_to_swa_index_mapping = torch.zeros(self.size + page_size + 1, dtype=torch.int64, device=self.device)
+            self.full_to_swa_index_mapping = torch.zeros(
+                self.size + page_size + 1, dtype=torch.int64, device=self.device
+            )
         # the map without its -1 tail, one row per full page: page-level reads and clears
         self._page_map = self.full_to_swa_index_mapping[:-1].view(-1, page_size)
         self.clear()

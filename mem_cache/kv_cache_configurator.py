@@ -46,7 +46,6 @@ from sgconf.errors import Problem
 log = structlog.get_logger("mem_cache.kv_cache")
 
 
-
 @attrs.frozen(slots=True)
 class KVBudget:
     """The bytes the KV cache of one rank may use, where that number came from, and the flag that raises it.
@@ -65,7 +64,9 @@ def plan_inputs(snap: Any, shape: ModelShape) -> PlanInputs:
     model, sched, spec, disagg = snap.model, snap.schedule, snap.spec, snap.disagg
     context_len = model.context_length or shape.max_position_embeddings
     if context_len is None:
-        raise PlanError("the context length is unknown: the model config has no max_position_embeddings -- pass --context-length")
+        raise PlanError(
+            "the context length is unknown: the model config has no max_position_embeddings -- pass --context-length"
+        )
     algorithm = spec.speculative_algorithm
     return PlanInputs(
         page_size=int(sched.page_size or 1),
@@ -122,7 +123,9 @@ def kv_budget(snap: Any, device: str | None = None) -> KVBudget:
 
     sched = snap.schedule
     if sched.kv_cache_memory_bytes is not None:
-        return KVBudget(int(sched.kv_cache_memory_bytes), "kv_cache_memory_bytes", field_info("kv_cache_memory_bytes").flag)
+        return KVBudget(
+            int(sched.kv_cache_memory_bytes), "kv_cache_memory_bytes", field_info("kv_cache_memory_bytes").flag
+        )
     dev = str(device or device_of(snap))
     if not (dev.startswith("cuda") and torch.cuda.is_available()):
         info = field_info("kv_cache_memory_bytes")
@@ -231,7 +234,9 @@ class KVCacheConfigurator:
         if self.draft_shape is None and self.inputs.has_draft_kv:
             self.draft_shape = draft_shape_from_snapshot(self.snap, self.model_shape).per_rank(self.tp_size)
         self.costs = LayerCosts.of(shape, self.draft_shape, self.inputs)
-        self.pool_configurator: PoolConfigurator = choose_pool_configurator(shape, self.inputs)(shape, self.costs, self.inputs)
+        self.pool_configurator: PoolConfigurator = choose_pool_configurator(shape, self.inputs)(
+            shape, self.costs, self.inputs
+        )
 
     # ---- plan ---------------------------------------------------------------------------
     def plan(self) -> MemoryPoolConfig:
@@ -261,10 +266,20 @@ class KVCacheConfigurator:
         pool: KVPool
         if not plan.uses_swa_pool:
             pool = MHATokenToKVPool(
-                full, page, i.kv_cache_dtype, shape.num_key_value_heads, shape.head_dim, shape.v_head_dim,
-                range(shape.num_hidden_layers), dev,
+                full,
+                page,
+                i.kv_cache_dtype,
+                shape.num_key_value_heads,
+                shape.head_dim,
+                shape.v_head_dim,
+                range(shape.num_hidden_layers),
+                dev,
             )
-            allocator: Any = TokenToKVPoolAllocator(full, pool, dev) if page == 1 else PagedTokenToKVPoolAllocator(full, page, pool, dev)
+            allocator: Any = (
+                TokenToKVPoolAllocator(full, pool, dev)
+                if page == 1
+                else PagedTokenToKVPoolAllocator(full, page, pool, dev)
+            )
         elif plan.costs.F == 0:  # all-SWA: one pool of swa tokens, addressed through an identity map
             pool = self._swa_pool(swa, swa, identity=True)
             allocator = PagedTokenToKVPoolAllocator(swa, page, pool, dev)
@@ -282,14 +297,26 @@ class KVCacheConfigurator:
             total_bytes=plan.total_bytes,
             budget_bytes=plan.budget_bytes,
         )
-        return KVCacheMemory(plan, req_pool, pool, allocator, max_mamba_cache_size=mamba, owns_index_map=plan.uses_swa_pool)
+        return KVCacheMemory(
+            plan, req_pool, pool, allocator, max_mamba_cache_size=mamba, owns_index_map=plan.uses_swa_pool
+        )
 
     def _swa_pool(self, full: int, swa: int, *, identity: bool) -> SWAKVPool:
         s = self.shape
         return SWAKVPool(
-            full, swa, self.inputs.page_size, self.inputs.kv_cache_dtype, s.num_key_value_heads, s.head_dim, s.v_head_dim,
-            s.swa_attention_layer_ids, s.full_attention_layer_ids, self.device,
-            swa_head_num=s.swa_num_key_value_heads, swa_head_dim=s.swa_head_dim, swa_v_head_dim=s.swa_v_head_dim,
+            full,
+            swa,
+            self.inputs.page_size,
+            self.inputs.kv_cache_dtype,
+            s.num_key_value_heads,
+            s.head_dim,
+            s.v_head_dim,
+            s.swa_attention_layer_ids,
+            s.full_attention_layer_ids,
+            self.device,
+            swa_head_num=s.swa_num_key_value_heads,
+            swa_head_dim=s.swa_head_dim,
+            swa_v_head_dim=s.swa_v_head_dim,
             identity_map=identity,
         )
 
@@ -311,9 +338,21 @@ class KVCacheConfigurator:
 
         def swa_pool(size_swa: int, *, identity: bool, mapping: torch.Tensor | None) -> SWAKVPool:
             return SWAKVPool(
-                full_size, size_swa, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, swa_layers, full_layers, dev,
-                swa_head_num=d.swa_num_key_value_heads, swa_head_dim=d.swa_head_dim, swa_v_head_dim=d.swa_v_head_dim,
-                identity_map=identity, index_mapping=mapping,
+                full_size,
+                size_swa,
+                page,
+                dtype,
+                d.num_key_value_heads,
+                d.head_dim,
+                d.v_head_dim,
+                swa_layers,
+                full_layers,
+                dev,
+                swa_head_num=d.swa_num_key_value_heads,
+                swa_head_dim=d.swa_head_dim,
+                swa_v_head_dim=d.swa_v_head_dim,
+                identity_map=identity,
+                index_mapping=mapping,
             )
 
         full_capacity = draft_swa_full_capacity(
@@ -323,7 +362,9 @@ class KVCacheConfigurator:
         owns_map = False
         if not swa_layers:
             # a full-only draft (e.g. EAGLE3 on an SWA target): a plain pool at the target's full slots
-            pool = MHATokenToKVPool(full_size, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, full_layers, dev)
+            pool = MHATokenToKVPool(
+                full_size, page, dtype, d.num_key_value_heads, d.head_dim, d.v_head_dim, full_layers, dev
+            )
             kind = "mha"
         elif plan.costs.Dsf and (idx is None or full_capacity):
             # banded MTP depths: a full-capacity SWA ring, slots equal full slots. The identity
@@ -350,8 +391,13 @@ class KVCacheConfigurator:
             layers=list(layers),
         )
         return KVCacheMemory(
-            plan, target.req_to_token_pool, pool, target.allocator,
-            is_draft_worker=True, draft_model_idx=idx, max_mamba_cache_size=target.max_mamba_cache_size,
+            plan,
+            target.req_to_token_pool,
+            pool,
+            target.allocator,
+            is_draft_worker=True,
+            draft_model_idx=idx,
+            max_mamba_cache_size=target.max_mamba_cache_size,
             owns_index_map=owns_map,
         )
 

@@ -26,7 +26,15 @@ from sgconf.errors import Problem
 
 SLIDING = "sliding_attention"
 FULL = "full_attention"
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 @attrs.frozen(slots=True)
@@ -99,7 +107,9 @@ class ModelShape:
 
     def is_hybrid_swa(self, *, disable_hybrid_swa_memory: bool = False) -> bool:
         """Both kinds of layer present and SWA memory not disabled."""
-        return self.has_swa_layers(disable_hybrid_swa_memory=disable_hybrid_swa_memory) and bool(self.full_attention_layer_ids)
+        return self.has_swa_layers(disable_hybrid_swa_memory=disable_hybrid_swa_memory) and bool(
+            self.full_attention_layer_ids
+        )
 
     def is_swa_layer(self, layer_id: int) -> bool:
         return layer_id in self.swa_attention_layer_ids
@@ -198,7 +208,9 @@ def _problem(key: str, message: str) -> Problem:
     return Problem(f"$.{key}", message)
 
 
-def _int(cfg: Mapping[str, Any], key: str, problems: list[Problem], *, required: bool = False, minimum: int = 1) -> int | None:
+def _int(
+    cfg: Mapping[str, Any], key: str, problems: list[Problem], *, required: bool = False, minimum: int = 1
+) -> int | None:
     value = cfg.get(key)
     if value is None:
         if required:
@@ -264,7 +276,11 @@ def _ids(cfg: Mapping[str, Any], key: str, n: int, problems: list[Problem]) -> t
     value = cfg.get(key)
     if value is None:
         return None
-    if not isinstance(value, Sequence) or isinstance(value, str) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not all(isinstance(i, int) and not isinstance(i, bool) for i in value)
+    ):
         problems.append(_problem(key, f"must be a list of layer ids (got {value!r})"))
         return None
     bad = [i for i in value if not 0 <= i < n]
@@ -274,7 +290,9 @@ def _ids(cfg: Mapping[str, Any], key: str, n: int, problems: list[Problem]) -> t
     return tuple(sorted(set(value)))
 
 
-def _layer_kinds(cfg: Mapping[str, Any], n: int, window: int | None, problems: list[Problem]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _layer_kinds(
+    cfg: Mapping[str, Any], n: int, window: int | None, problems: list[Problem]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n:
@@ -282,7 +300,9 @@ def _layer_kinds(cfg: Mapping[str, Any], n: int, window: int | None, problems: l
             return (), tuple(range(n))
         unknown = sorted({repr(t) for t in types if t not in (SLIDING, FULL)})
         if unknown:
-            problems.append(_problem("layer_types", f"unknown layer types {', '.join(unknown)} -- use '{SLIDING}' or '{FULL}'"))
+            problems.append(
+                _problem("layer_types", f"unknown layer types {', '.join(unknown)} -- use '{SLIDING}' or '{FULL}'")
+            )
             return (), tuple(range(n))
         return tuple(i for i, t in enumerate(types) if t == SLIDING), tuple(i for i, t in enumerate(types) if t == FULL)
     swa = _ids(cfg, "swa_attention_layer_ids", n, problems)
@@ -294,7 +314,10 @@ def _layer_kinds(cfg: Mapping[str, Any], n: int, window: int | None, problems: l
             full = tuple(i for i in range(n) if i not in swa)
         if set(swa) & set(full) or len(swa) + len(full) != n:
             problems.append(
-                _problem("swa_attention_layer_ids", "swa_attention_layer_ids and full_attention_layer_ids must split the layers exactly")
+                _problem(
+                    "swa_attention_layer_ids",
+                    "swa_attention_layer_ids and full_attention_layer_ids must split the layers exactly",
+                )
             )
         return swa, full
     pattern = cfg.get("sliding_window_pattern")
@@ -330,7 +353,9 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
         elif not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
             pass  # reported once, below, with the other sizes
         elif hidden % heads:
-            problems.append(_problem("hidden_size", f"{hidden} is not divisible by num_attention_heads {heads} -- give head_dim"))
+            problems.append(
+                _problem("hidden_size", f"{hidden} is not divisible by num_attention_heads {heads} -- give head_dim")
+            )
         else:
             head_dim = hidden // heads
     v_head_dim = _int(cfg, "v_head_dim", problems) or head_dim
@@ -399,7 +424,9 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     )
 
 
-def is_hybrid_swa_mtp_draft(shape: ModelShape, *, is_draft_worker: bool, draft_model_idx: int | None, disable_hybrid_swa_memory: bool = False) -> bool:
+def is_hybrid_swa_mtp_draft(
+    shape: ModelShape, *, is_draft_worker: bool, draft_model_idx: int | None, disable_hybrid_swa_memory: bool = False
+) -> bool:
     """A draft worker for one given depth of a hybrid-SWA model that declares `mtp_local_layer_ids`.
 
     Decided from metadata only, never from the architecture name.
@@ -413,12 +440,23 @@ def is_hybrid_swa_mtp_draft(shape: ModelShape, *, is_draft_worker: bool, draft_m
 
 
 def draft_swa_full_capacity(
-    shape: ModelShape, draft: ModelShape, *, is_draft_worker: bool, draft_model_idx: int | None, disable_hybrid_swa_memory: bool = False
+    shape: ModelShape,
+    draft: ModelShape,
+    *,
+    is_draft_worker: bool,
+    draft_model_idx: int | None,
+    disable_hybrid_swa_memory: bool = False,
 ) -> bool:
     """`is_hybrid_swa_mtp_draft` and the draft depth is a sliding-window layer of the draft."""
-    return is_hybrid_swa_mtp_draft(
-        shape, is_draft_worker=is_draft_worker, draft_model_idx=draft_model_idx, disable_hybrid_swa_memory=disable_hybrid_swa_memory
-    ) and draft_model_idx in draft.swa_attention_layer_ids
+    return (
+        is_hybrid_swa_mtp_draft(
+            shape,
+            is_draft_worker=is_draft_worker,
+            draft_model_idx=draft_model_idx,
+            disable_hybrid_swa_memory=disable_hybrid_swa_memory,
+        )
+        and draft_model_idx in draft.swa_attention_layer_ids
+    )
 
 
 __all__ = [

@@ -29,8 +29,22 @@ from sgconf.serving import SERVING
 from sgconf.serving.models import load_model_config
 
 PROG = "sgconf plan"
-UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "t": 1000**4, "tb": 1000**4}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "t": 1000**4,
+    "tb": 1000**4,
+}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -39,12 +53,18 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     unit = m.group(2).lower() if m else None
     if m is None or unit not in UNITS or float(m.group(1)) <= 0:
-        raise UsageError(f"'--available-memory' must be a positive size like 24GiB, 512MiB or 8000000000 (got {text!r})")
+        raise UsageError(
+            f"'--available-memory' must be a positive size like 24GiB, 512MiB or 8000000000 (got {text!r})"
+        )
     return int(float(m.group(1)) * UNITS[unit])
 
 
 def plan_parser() -> argparse.ArgumentParser:
-    parser = config_parser(PROG, "Print the KV memory plan: pool configurator, per-token bytes, pool sizes and bytes vs the budget.", schema=SERVING)
+    parser = config_parser(
+        PROG,
+        "Print the KV memory plan: pool configurator, per-token bytes, pool sizes and bytes vs the budget.",
+        schema=SERVING,
+    )
     out = parser.add_argument_group("plan")
     out.add_argument(
         "--available-memory",
@@ -120,7 +140,10 @@ def render_table(name: str, plan: MemoryPoolConfig) -> str:
         ("page size", str(plan.page_size)),
         ("tensor parallel", _tp_row(plan)),
         ("bytes per token", f"full {_n(per['full'])}  swa {_n(per['swa'])}  draft {_n(per['draft'])}"),
-        ("draft layers", f"full {layers['full']}  swa {layers['swa']}  swa full-capacity {layers['swa_full_capacity']}"),
+        (
+            "draft layers",
+            f"full {layers['full']}  swa {layers['swa']}  swa full-capacity {layers['swa_full_capacity']}",
+        ),
         ("max total tokens", _n(plan.max_total_num_tokens) + ("  (capped by max_total_tokens)" if plan.capped else "")),
         ("full pool tokens", _n(plan.full_max_total_num_tokens)),
         ("swa pool tokens", _n(plan.swa_max_total_num_tokens)),

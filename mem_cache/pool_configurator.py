@@ -77,11 +77,15 @@ class PlanInputs:
 
     @property
     def alloc_len_per_decode(self) -> int:
-        return get_alloc_len_per_decode(self.page_size, self.num_steps, self.topk, max_draft_tokens=self.max_draft_tokens)
+        return get_alloc_len_per_decode(
+            self.page_size, self.num_steps, self.topk, max_draft_tokens=self.max_draft_tokens
+        )
 
     @property
     def extra_context_len(self) -> int:
-        return get_req_to_token_extra_context_len(self.page_size, self.num_steps, self.topk, max_draft_tokens=self.max_draft_tokens)
+        return get_req_to_token_extra_context_len(
+            self.page_size, self.num_steps, self.topk, max_draft_tokens=self.max_draft_tokens
+        )
 
     @property
     def req_to_token_cols(self) -> int:
@@ -131,7 +135,9 @@ class LayerCosts:
         if draft is None or not inputs.has_draft_kv:
             return costs
         f_d, s_d = draft.full_bytes_per_layer(elt), draft.swa_bytes_per_layer(elt)
-        n_swa = len(draft.swa_attention_layer_ids) if draft.sliding_window is not None or draft.mtp_local_layer_ids else 0
+        n_swa = (
+            len(draft.swa_attention_layer_ids) if draft.sliding_window is not None or draft.mtp_local_layer_ids else 0
+        )
         if not swa_pool:  # no SWA pool to share: every draft layer is sized like a full one
             return attrs.evolve(costs, f_d=f_d, s_d=s_d, Df=draft.num_hidden_layers)
         Df = draft.num_hidden_layers - n_swa
@@ -362,7 +368,9 @@ class PoolConfigurator:
             full, swa = self.calculate_pool_sizes_from_max_tokens(i.max_total_tokens, page)
             capped = True
             if self._max_total(full, swa) < page:
-                raise PlanError(f"max_total_tokens {i.max_total_tokens} is less than one page ({page}) -- raise --max-total-tokens")
+                raise PlanError(
+                    f"max_total_tokens {i.max_total_tokens} is less than one page ({page}) -- raise --max-total-tokens"
+                )
         try:
             self._validate(full, swa)
         except PlanError as exc:
@@ -405,7 +413,10 @@ class PoolConfigurator:
             if frac < 1
             else "no mem_fraction_static fits: use a device with more memory, a smaller --context-length or --kv-cache-dtype"
         )
-        msg = f"the KV cache needs at least {need} bytes, the budget is {budget} bytes (mem_fraction_static {self.inputs.mem_fraction_static}) -- {hint}"
+        msg = (
+            f"the KV cache needs at least {need} bytes, the budget is {budget} bytes "
+            f"(mem_fraction_static {self.inputs.mem_fraction_static}) -- {hint}"
+        )
         raise InsufficientMemoryError(msg, min_mem_fraction_static=frac, min_budget_bytes=need)
 
 
@@ -488,7 +499,11 @@ class SWAChunkCapPoolConfigurator(HybridSWAPoolConfigurator):
         i, page = self.inputs, self.inputs.page_size
         window = self._window()
         per_req = window + i.max_draft_tokens + page + i.alloc_len_per_decode
-        cap = per_req * int(i.max_running_requests or 0) + PREFILL_CHUNKS_IN_FLIGHT * int(i.chunked_prefill_size or 0) + page
+        cap = (
+            per_req * int(i.max_running_requests or 0)
+            + PREFILL_CHUNKS_IN_FLIGHT * int(i.chunked_prefill_size or 0)
+            + page
+        )
         if i.disaggregation_mode == "decode":
             cap += (window + page) * i.decode_extra_slots
         return align_up(cap, page)

@@ -47,7 +47,9 @@ class ReqToTokenPool:
 
     def __init__(self, size: int, max_context_len: int, device: str | torch.device = "cpu") -> None:
         if size < 1 or max_context_len < 1:
-            raise ValueError(f"req-to-token pool needs size >= 1 and max_context_len >= 1 (got {size}, {max_context_len})")
+            raise ValueError(
+                f"req-to-token pool needs size >= 1 and max_context_len >= 1 (got {size}, {max_context_len})"
+            )
         self.size = size
         self.max_context_len = max_context_len
         self.device = torch.device(device)
@@ -244,7 +246,9 @@ class SWAKVPool:
             # a draft pool shares its target's map (the target's allocator keeps it current), or
             # another full-capacity depth's identity map (read-only, so one copy serves every depth)
             if index_mapping.numel() != size + page_size + 1:
-                raise ValueError(f"a shared index map must have {size + page_size + 1} entries (got {index_mapping.numel()})")
+                raise ValueError(
+                    f"a shared index map must have {size + page_size + 1} entries (got {index_mapping.numel()})"
+                )
             self.full_to_swa_index_mapping = index_mapping
         else:
             self.full_to_swa_index_mapping = torch.zeros(size + page_size + 1, dtype=torch.int64, device=self.device)

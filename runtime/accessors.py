@@ -133,7 +133,9 @@ def _typed(cls: type[Any], path: str, fname: str) -> Callable[[], Any]:
     )
     codes = []
     for source in (fast, checked):
-        outer = next(c for c in compile(source, f"<accessor {path}>", "exec").co_consts if isinstance(c, types.CodeType))
+        outer = next(
+            c for c in compile(source, f"<accessor {path}>", "exec").co_consts if isinstance(c, types.CodeType)
+        )
         codes.append(outer)
     fn = types.FunctionType(codes[1], _GLOBALS, "_make")(cls)
     inner = [next(c for c in outer.co_consts if isinstance(c, types.CodeType)) for outer in codes]

@@ -48,7 +48,6 @@ class Committing(Proposing):
         with process.lock:
             self._subscribers = tuple(s for s in self._subscribers if s is not sub)
 
-
     def _commit_locked(
         self, proposal: OverrideProposal, scope: Scope | None = None, owner: Owner | None = None
     ) -> tuple[OverrideReceipt, Announcement]:
@@ -64,10 +63,16 @@ class Committing(Proposing):
             raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
         # everything that can fail is built here, before the swap
         rec = OverrideRecord(
-            proposal.source, proposal.layer, proposal.snapshot.generation, time.time(), proposal.changes,
+            proposal.source,
+            proposal.layer,
+            proposal.snapshot.generation,
+            time.time(),
+            proposal.changes,
             owner=CONTEXT_OWNER if owner is None else owner.owner_name,
         )
-        write = Write(rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token)
+        write = Write(
+            rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token
+        )
         new = self._next_state(state, proposal.snapshot, rec, add=write)
         receipt = OverrideReceipt(self, rec, new.view, owner=owner)
         news = self._news("config.override", rec, new)
@@ -145,7 +150,9 @@ class Committing(Proposing):
             news = self._remove_locked(write, "scoped.restore", "scoped")
         self._announce(news)
 
-    def _remove_locked(self, write: Write, source: str, layer: str, check: bool = False, owner: str = CONTEXT_OWNER) -> Announcement:
+    def _remove_locked(
+        self, write: Write, source: str, layer: str, check: bool = False, owner: str = CONTEXT_OWNER
+    ) -> Announcement:
         """Take `write` away: its fields show what lies underneath, as a new generation."""
         state = self._state
         names = tuple(write.values)
@@ -223,7 +230,9 @@ class Committing(Proposing):
                 f"that -- call {call}"
             )
             header = f"revert of override from {rec.source!r} (generation {rec.generation}) refused"
-            raise RevertConflict([Problem(info.path if info else "$", msg, f"from override {rec.source}")], header=header)
+            raise RevertConflict(
+                [Problem(info.path if info else "$", msg, f"from override {rec.source}")], header=header
+            )
         with process.lock:
             self._require_current()
             state = self._state
@@ -255,7 +264,9 @@ class Committing(Proposing):
                 news = self._remove_locked(write, source, "override", check=True, owner=mine)
                 new = OverrideReceipt(self, news.event.record, news.event.snapshot, owner=owner)
             else:  # a revert of a revert: put the values back as a new override
-                proposal = self._propose(source, {c.name: c.old for c in rec.changes}, layer="override", check_source=True)
+                proposal = self._propose(
+                    source, {c.name: c.old for c in rec.changes}, layer="override", check_source=True
+                )
                 new, news = self._commit_locked(proposal, owner=owner)
             undo = self._run_effect_locked(state, source, effect, new)
         if undo is not None:

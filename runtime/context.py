@@ -236,7 +236,9 @@ class RuntimeContext(Committing):
         self._announce(news)
         return receipt
 
-    def apply_override(self, source: str, effect: Callable[[OverrideReceipt], Any], /, **values: Any) -> OverrideReceipt:
+    def apply_override(
+        self, source: str, effect: Callable[[OverrideReceipt], Any], /, **values: Any
+    ) -> OverrideReceipt:
         """`override()` for a change with a side effect: validate, swap, then run `effect(receipt)`.
 
         The writer lock is held from validation to the end of `effect`, so nothing else
@@ -347,7 +349,9 @@ class RuntimeContext(Committing):
         getattr(state.view, self._routes[info.namespace][0])
 
     def __repr__(self) -> str:
-        return f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self.overrides_log())})"
+        return (
+            f"RuntimeContext(role={self.role!r}, generation={self.generation}, overrides={len(self.overrides_log())})"
+        )
 
 
 # -- publishing, creating, activating -------------------------------------------------------
@@ -420,7 +424,9 @@ def use_context(ctx: RuntimeContext) -> Iterator[RuntimeContext]:
     block cost what they cost without this (see `runtime.process`).
     """
     if not isinstance(ctx, RuntimeContext):
-        raise TypeError(f"use_context() takes a RuntimeContext, got {type(ctx).__name__} -- make one with create_context()")
+        raise TypeError(
+            f"use_context() takes a RuntimeContext, got {type(ctx).__name__} -- make one with create_context()"
+        )
     token = process.active.set(ctx)
     process.enter_routing()
     try:
@@ -466,10 +472,15 @@ def assert_published(record: Any, *, role: str | None = None) -> RuntimeContext:
     problems = []
     if ctx.record is not record and ctx.record != record:
         problems.append(
-            Problem("$record", "the published record differs from the one given -- pass get_server_args(), or publish() it first")
+            Problem(
+                "$record",
+                "the published record differs from the one given -- pass get_server_args(), or publish() it first",
+            )
         )
     if role is not None and ctx.role != role:
-        problems.append(Problem("$role", f"published with role {ctx.role!r}, expected {role!r} -- publish with role={role!r}"))
+        problems.append(
+            Problem("$role", f"published with role {ctx.role!r}, expected {role!r} -- publish with role={role!r}")
+        )
     if problems:
         raise ConfigError(problems, header="runtime context does not match")
     return ctx

@@ -39,7 +39,6 @@ class Dispatching:
     __slots__ = ()
     _subscribers: tuple[Subscription, ...]
 
-
     def _news(self, event_name: str, rec: OverrideRecord, new: State) -> Announcement:
         rendered = {
             "source": rec.source,
@@ -60,17 +59,26 @@ class Dispatching:
                 sub.callback(news.event)
             except Exception as exc:  # a subscriber must not undo a commit or starve the others
                 stop = stop or _emit(
-                    "error", "config.subscriber_failed", subscriber=_name_of(sub.callback), source=news.event.source,
-                    generation=news.event.generation, error=f"{type(exc).__name__}: {exc}",
+                    "error",
+                    "config.subscriber_failed",
+                    subscriber=_name_of(sub.callback),
+                    source=news.event.source,
+                    generation=news.event.generation,
+                    error=f"{type(exc).__name__}: {exc}",
                 )
             except BaseException as exc:  # the process is being stopped: finish notifying, then stop
                 if stop is None:
                     stop = exc
-                    _emit("error", "config.subscriber_interrupted", subscriber=_name_of(sub.callback),
-                          source=news.event.source, generation=news.event.generation, error=type(exc).__name__)
+                    _emit(
+                        "error",
+                        "config.subscriber_interrupted",
+                        subscriber=_name_of(sub.callback),
+                        source=news.event.source,
+                        generation=news.event.generation,
+                        error=type(exc).__name__,
+                    )
         if stop is not None:
             raise stop
-
 
 
 def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
@@ -89,5 +97,6 @@ def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
 
 def _name_of(callback: Any) -> str:
     return getattr(callback, "__qualname__", None) or repr(callback)
+
 
 __all__ = ["Announcement", "Dispatching", "_emit"]

@@ -146,7 +146,9 @@ class ConfigGroup(Following):
         self.address: tuple[str, int]
         if address is not None:
             if rank == coordinator:
-                raise ValueError(f"the coordinator (rank {rank}) owns the board -- pass address= only to a joining follower")
+                raise ValueError(
+                    f"the coordinator (rank {rank}) owns the board -- pass address= only to a joining follower"
+                )
             self.address = address
         elif rank == coordinator:
             bind = bind_host or default_host()
@@ -368,7 +370,12 @@ class ConfigGroup(Following):
             self._forget_decision(n, [*ready, *silent], acked)
             late = wanted == COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
-                "config_group.aborted", round=n, source=source, fields=sorted(fields), refused=sorted(refusals), silent=silent
+                "config_group.aborted",
+                round=n,
+                source=source,
+                fields=sorted(fields),
+                refused=sorted(refusals),
+                silent=silent,
             )
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
@@ -499,7 +506,9 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
     board_host, board_port = address
     data = board_host.encode()
     if len(data) > _HOST_BYTES:
-        raise ValueError(f"board host name {board_host!r} is longer than {_HOST_BYTES} bytes -- pass bind_host= an address")
+        raise ValueError(
+            f"board host name {board_host!r} is longer than {_HOST_BYTES} bytes -- pass bind_host= an address"
+        )
     import torch
 
     tensor = torch.zeros(2 + _HOST_BYTES, dtype=torch.int64)

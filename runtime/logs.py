@@ -29,7 +29,13 @@ import structlog
 
 from runtime import process
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 
 
 def tag_process(**tags: Any) -> None:
@@ -112,7 +118,9 @@ def configure_logging(
     if fmt not in ("console", "json"):
         raise ValueError(f"unknown log format {fmt!r} -- use console or json")
     out = stream if stream is not None else sys.stderr
-    renderer: Any = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
     if fmt == "console":
         renderer = _RankPrefix(renderer)
     shared: list[Any] = [
@@ -144,8 +152,9 @@ def configure_logging(
     if gate is not None:
         handler.addFilter(gate)
     handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-                                            foreign_pre_chain=shared)
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer], foreign_pre_chain=shared
+        )
     )
     for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)

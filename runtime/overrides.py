@@ -119,7 +119,10 @@ class OverrideRecord:
             "layer": self.layer,
             "generation": self.generation,
             "time": self.time,
-            "fields": {c.name: (c.redacted() if redact else {"old": detached(c.old), "new": detached(c.new)}) for c in self.changes},
+            "fields": {
+                c.name: (c.redacted() if redact else {"old": detached(c.old), "new": detached(c.new)})
+                for c in self.changes
+            },
         }
 
 

@@ -37,7 +37,17 @@ class Proposing(Dispatching):
     """The part of a context that validates a change into a proposal; it declares every slot a context has."""
 
     __slots__ = (
-        "role", "record", "resolved", "role_mode", "limit", "schema", "_routes", "_model", "_state", "_subscribers", "_owned",
+        "role",
+        "record",
+        "resolved",
+        "role_mode",
+        "limit",
+        "schema",
+        "_routes",
+        "_model",
+        "_state",
+        "_subscribers",
+        "_owned",
         "_decided",
     )
     role: str
@@ -102,10 +112,13 @@ class Proposing(Dispatching):
         )
         if broken:
             raise ConfigError(broken, header=header)
-        changes = tuple(FieldChange(name, flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items())
+        changes = tuple(
+            FieldChange(name, flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items()
+        )
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
-        return OverrideProposal(self, state, source, layer, changes, snapshot, FlatView(snapshot, getters_of(self.schema)))
-
+        return OverrideProposal(
+            self, state, source, layer, changes, snapshot, FlatView(snapshot, getters_of(self.schema))
+        )
 
 
 def _is_unresolved(value: Any) -> bool:
@@ -131,8 +144,7 @@ def _refusal(info: FieldInfo, raw: Any, source: str) -> str:
         else f"set {info.flag} at launch"
     )
     return (
-        f"'{info.name}' is not hot and source {source!r} is not on its allow-list "
-        f"(got {_shown(info, raw)!r}) -- {hint}"
+        f"'{info.name}' is not hot and source {source!r} is not on its allow-list (got {_shown(info, raw)!r}) -- {hint}"
     )
 
 

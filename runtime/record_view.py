@@ -81,4 +81,5 @@ def _derived_member(ctx: RuntimeContext, name: str) -> Any:
         return getattr(bag, name)
     return _MISSING
 
+
 __all__ = ["RecordView"]

@@ -36,7 +36,6 @@ MODE_ENV = "SGCONF_ROLE_NAMESPACES"
 OUT_ENV = "SGCONF_ROLE_NAMESPACES_OUT"
 
 
-
 def check_role(role: str, schema: Schema) -> str:
     """Return `role` when `schema` declares it; raise ConfigError with a did-you-mean otherwise."""
     sets = schema.roles()
@@ -67,7 +66,9 @@ def mode_from_env(environ: Mapping[str, str] | None = None) -> Mode:
                 pass
         except OSError as exc:
             msg = f"cannot append to {out!r} ({exc.strerror}) -- point it at a writable file, or unset it"
-            raise ConfigError([Problem(f"$env.{OUT_ENV}", msg, f"from env {OUT_ENV}")], header="bad role namespace mode") from None
+            raise ConfigError(
+                [Problem(f"$env.{OUT_ENV}", msg, f"from env {OUT_ENV}")], header="bad role namespace mode"
+            ) from None
     return text  # type: ignore[return-value]
 
 

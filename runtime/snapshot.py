@@ -91,7 +91,9 @@ def snapshot_class(schema: Schema) -> type[Snapshot]:
         names = tuple(schema.top_level_namespaces())
         attributes: dict[str, Any] = {"generation": attrs.field()}
         attributes.update({name: attrs.field(type=schema.namespace_class(name)) for name in names})
-        cls: Any = attrs.make_class("Snapshot", attributes, bases=(Snapshot,), frozen=True, slots=True, weakref_slot=False)
+        cls: Any = attrs.make_class(
+            "Snapshot", attributes, bases=(Snapshot,), frozen=True, slots=True, weakref_slot=False
+        )
         cls.schema = schema
         cls.bag_names = names
         cls.__module__ = __name__

@@ -95,9 +95,7 @@ class State:
         return self.base is other.base or dict(self.base) == dict(other.base)
 
 
-def with_write(
-    stacks: Mapping[str, tuple[Write, ...]], write: Write
-) -> types.MappingProxyType[str, tuple[Write, ...]]:
+def with_write(stacks: Mapping[str, tuple[Write, ...]], write: Write) -> types.MappingProxyType[str, tuple[Write, ...]]:
     out = dict(stacks)
     for name in write.values:
         out[name] = out.get(name, ()) + (write,)

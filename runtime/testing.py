@@ -137,7 +137,9 @@ class ServerArgsOverride:
 
     def _fresh(self) -> ServerArgsOverride:
         # as a decorator: a fresh install per call, so a decorated function may recurse or run twice
-        return ServerArgsOverride(self.fields, role=self.role, model=self.model, schema=self.schema, fallback=self.fallback)
+        return ServerArgsOverride(
+            self.fields, role=self.role, model=self.model, schema=self.schema, fallback=self.fallback
+        )
 
     def __call__(self, func: F) -> F:
         """Decorate `func` so each call (or each iteration, for a generator) runs with this config live."""

@@ -175,9 +175,13 @@ def adopt(
                 msg = f"namespace {path!r} lists {field_name!r}, which {owner} does not have{did_you_mean(field_name, declared)}"
                 raise DeclarationError(msg)
             if field_name not in kept:
-                raise DeclarationError(f"namespace {path!r} lists {field_name!r} of {owner}, which include=/exclude= leave out")
+                raise DeclarationError(
+                    f"namespace {path!r} lists {field_name!r} of {owner}, which include=/exclude= leave out"
+                )
             if field_name in where:
-                raise DeclarationError(f"field {field_name!r} of {owner} is listed in both {where[field_name]!r} and {path!r}")
+                raise DeclarationError(
+                    f"field {field_name!r} of {owner} is listed in both {where[field_name]!r} and {path!r}"
+                )
             where[field_name] = path
     for field_name in declared:
         if field_name in kept and field_name.startswith("_"):
@@ -193,7 +197,9 @@ def adopt(
     for kind_, names_ in marks.items():
         dropped = sorted(names_ - kept)
         if dropped:
-            raise DeclarationError(f"{kind_}= names {', '.join(map(repr, dropped))} of {owner}, which include=/exclude= leave out")
+            raise DeclarationError(
+                f"{kind_}= names {', '.join(map(repr, dropped))} of {owner}, which include=/exclude= leave out"
+            )
 
     schema = Schema(name or owner.lower(), env_prefix=env_prefix, record_name=record_name or owner)
     # namespaces in the order the call lists them, `others` last; fields in the record's order
@@ -227,7 +233,9 @@ def adopt(
 def from_dataclass(cls: type, *, namespaces: Mapping[str, Iterable[str]], **options: Any) -> Schema:
     """`adopt` for a dataclass (the first kind it took); raises DeclarationError for any other class."""
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-        raise DeclarationError(f"from_dataclass() takes a dataclass type, got {cls!r} -- use sgconf.adopt() for other record classes")
+        raise DeclarationError(
+            f"from_dataclass() takes a dataclass type, got {cls!r} -- use sgconf.adopt() for other record classes"
+        )
     return adopt(cls, namespaces=namespaces, **options)
 
 

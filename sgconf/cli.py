@@ -165,9 +165,15 @@ def show_parser(schema: Declarations) -> argparse.ArgumentParser:
     description = "Print the resolved configuration, grouped by namespace, secrets redacted."
     parser = config_parser(f"{schema.name} show", description, schema=schema)
     out = parser.add_argument_group("output")
-    out.add_argument("--format", choices=("table", "json", "toml"), default="table", help="output format (default: table)")
-    out.add_argument("--explain", metavar="FIELD", help="print where FIELD's value came from, layer by layer, winner last")
-    out.add_argument("--diff", action="store_true", help="only the fields whose resolved value differs from the defaults")
+    out.add_argument(
+        "--format", choices=("table", "json", "toml"), default="table", help="output format (default: table)"
+    )
+    out.add_argument(
+        "--explain", metavar="FIELD", help="print where FIELD's value came from, layer by layer, winner last"
+    )
+    out.add_argument(
+        "--diff", action="store_true", help="only the fields whose resolved value differs from the defaults"
+    )
     return parser
 
 
@@ -180,7 +186,11 @@ def _show(argv: Sequence[str], schema: Declarations) -> int:
     resolved = resolve_once(loaded.record, require_model=True)
     if ns.explain is not None:
         chain = explain(loaded.record, ns.explain, resolved, provenance=loaded.provenance)
-        text = _explain_text(ns.explain, chain, schema) if ns.format != "json" else _explain_json(ns.explain, chain, schema)
+        text = (
+            _explain_text(ns.explain, chain, schema)
+            if ns.format != "json"
+            else _explain_json(ns.explain, chain, schema)
+        )
         print(text)
         return 0
     values = record_to_dict(resolved.values)
@@ -204,7 +214,9 @@ def _show(argv: Sequence[str], schema: Declarations) -> int:
     return 0
 
 
-def _table(values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str], schema: Declarations) -> str:
+def _table(
+    values: Mapping[str, Any], only: list[str] | None, source_of: Callable[[str], str], schema: Declarations
+) -> str:
     keep = None if only is None else set(only)
     width = max(len(n) for n in schema.fields())
     lines: list[str] = []
@@ -228,7 +240,11 @@ def _explain_text(name: str, chain: Sequence[Any], schema: Declarations) -> str:
     aliases = f" (aliases {', '.join(names)})" if names else ""
     # a help text's "default 1" is what resolution picks for a declared null: say so, so the
     # header agrees with the chain's first line
-    decided = " (declared null: resolution picks it when no layer sets it)" if info.default is None and "default" in info.setting.help else ""
+    decided = (
+        " (declared null: resolution picks it when no layer sets it)"
+        if info.default is None and "default" in info.setting.help
+        else ""
+    )
     lines = [f"{name} ({info.path}, {info.flag}{aliases}, env {info.env_var}): {info.setting.help}{decided}"]
     for i, origin in enumerate(chain):
         mark = "  <- winner" if i == len(chain) - 1 else ""
@@ -255,4 +271,3 @@ def _schema(argv: Sequence[str], schema: Declarations) -> int:
     ns = parser.parse_args(argv)
     print(json.dumps(config_schema(schema), indent=ns.indent))
     return 0
-

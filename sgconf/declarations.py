@@ -193,7 +193,10 @@ class Declarations:
                 base = self._namespaces.get(path)
                 if base is None or path in self._groups:
                     known = ", ".join(self.leaf_namespaces()) or "none"
-                    msg = f"cannot extend namespace {path!r} of schema {self.name!r}: it has no such namespace (known: {known}) -- declare it with @schema.namespace({path!r})"
+                    msg = (
+                        f"cannot extend namespace {path!r} of schema {self.name!r}: it has no such namespace (known: "
+                        f"{known}) -- declare it with @schema.namespace({path!r})"
+                    )
                     raise DeclarationError(msg)
                 own = set(getattr(cls, "__annotations__", {}))
                 bag = _bag_class(cls, bases=(base,))
@@ -247,7 +250,14 @@ class Declarations:
             if default is attrs.NOTHING:
                 raise DeclarationError(f"field '{a.name}' of {bag.__name__} needs a default -- every setting has one")
             new[a.name] = FieldInfo(
-                a.name, path, bag, a.type, deep_freeze(default), decl, env_prefix=self.env_prefix, accessor_module=self.accessor_module
+                a.name,
+                path,
+                bag,
+                a.type,
+                deep_freeze(default),
+                decl,
+                env_prefix=self.env_prefix,
+                accessor_module=self.accessor_module,
             )
         self._check_flags(new)
         self._fields.update(new)
@@ -257,7 +267,9 @@ class Declarations:
         owners = {flag: info for info in self._fields.values() for flag in info.flags + info.setting.inverse_aliases}
         for info in new.values():
             if info.setting.inverse_aliases and _strip_optional(info.type) is not bool:
-                raise DeclarationError(f"field '{info.name}' declares inverse aliases, which only a boolean field can have")
+                raise DeclarationError(
+                    f"field '{info.name}' declares inverse aliases, which only a boolean field can have"
+                )
             for flag in info.flags + info.setting.inverse_aliases:
                 if not _FLAG.fullmatch(flag) or flag in _RESERVED_FLAGS:
                     msg = (
@@ -266,7 +278,10 @@ class Declarations:
                     )
                     raise DeclarationError(msg)
                 if flag in owners:
-                    msg = f"flag {flag!r} is declared for both '{owners[flag].name}' and '{info.name}' of schema {self.name!r} -- each flag names one field"
+                    msg = (
+                        f"flag {flag!r} is declared for both '{owners[flag].name}' and '{info.name}' of "
+                        f"schema {self.name!r} -- each flag names one field"
+                    )
                     raise DeclarationError(msg)
                 owners[flag] = info
 
@@ -291,7 +306,10 @@ class Declarations:
         bad = sorted(allowed - set(tops))
         if bad:
             hint = did_you_mean(bad[0], tops)
-            msg = f"role {name!r} names namespace(s) {', '.join(map(repr, bad))} that schema {self.name!r} does not have{hint} -- known: {', '.join(tops)}"
+            msg = (
+                f"role {name!r} names namespace(s) {', '.join(map(repr, bad))} that schema {self.name!r} "
+                f"does not have{hint} -- known: {', '.join(tops)}"
+            )
             raise DeclarationError(msg)
 
     def roles(self) -> Mapping[str, frozenset[str]]:
@@ -321,7 +339,9 @@ class Declarations:
             if self._record is not None:
                 return self
             if not self._fields:
-                raise DeclarationError(f"schema {self.name!r} declares no fields -- declare a namespace before freezing")
+                raise DeclarationError(
+                    f"schema {self.name!r} declares no fields -- declare a namespace before freezing"
+                )
             self._add_implicit_groups()
             self._check_hooks()
             for info in self._fields.values():
@@ -343,7 +363,9 @@ class Declarations:
             for n in names:
                 if n not in self._fields:
                     hint = did_you_mean(n, self._fields)
-                    raise DeclarationError(f"{what} of schema {self.name!r} reads {n!r}, which is not a field{hint} -- declare it or fix the name")
+                    raise DeclarationError(
+                        f"{what} of schema {self.name!r} reads {n!r}, which is not a field{hint} -- declare it or fix the name"
+                    )
 
     @property
     def frozen(self) -> bool:
@@ -414,7 +436,10 @@ class Declarations:
         unknown = sorted(drop - set(self._namespaces))
         if unknown:
             known = ", ".join(self._namespaces)
-            raise DeclarationError(f"cannot leave out namespace(s) {', '.join(map(repr, unknown))}: schema {self.name!r} has no such namespace -- known: {known}")
+            raise DeclarationError(
+                f"cannot leave out namespace(s) {', '.join(map(repr, unknown))}: schema "
+                f"{self.name!r} has no such namespace -- known: {known}"
+            )
         drop |= {p for p in self._namespaces if p.partition(".")[0] in drop}
         out = type(self)(
             name or self.name,
@@ -437,10 +462,14 @@ class Declarations:
         for key in new_defaults:
             if key not in kept:
                 hint = did_you_mean(key, kept)
-                raise DeclarationError(f"cannot change the default of unknown field {key!r}{hint} in schema {self.name!r}")
+                raise DeclarationError(
+                    f"cannot change the default of unknown field {key!r}{hint} in schema {self.name!r}"
+                )
         for n, info in kept.items():
             default = deep_freeze(new_defaults[n]) if n in new_defaults else info.default
-            out._fields[n] = attrs.evolve(info, default=default, env_prefix=out.env_prefix, accessor_module=out.accessor_module)
+            out._fields[n] = attrs.evolve(
+                info, default=default, env_prefix=out.env_prefix, accessor_module=out.accessor_module
+            )
         names = set(kept)
         out.rules.extend(r for r in self.rules if set(r.fields) <= names)
         out.steps.extend(s for s in self.steps if set(s.reads) <= names)
@@ -449,7 +478,9 @@ class Declarations:
         tops = {p for p in out._namespaces if "." not in p}
         for role, allowed in self._roles.items():
             out._roles[role] = None if allowed is None else allowed & tops
-        out._derived = {k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= set(out._namespaces)}
+        out._derived = {
+            k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= set(out._namespaces)
+        }
         extra = {v for v in self.reserved_env if v != self.config_env and v.startswith(out.env_prefix)}
         out.reserved_env |= extra
         out.refused_flags.update(self.refused_flags)
@@ -547,7 +578,10 @@ class Declarations:
 
     def __repr__(self) -> str:
         state = "frozen" if self.frozen else "open"
-        return f"Schema({self.name!r}, env_prefix={self.env_prefix!r}, namespaces={len(self._namespaces)}, fields={len(self._fields)}, {state})"
+        return (
+            f"Schema({self.name!r}, env_prefix={self.env_prefix!r}, "
+            f"namespaces={len(self._namespaces)}, fields={len(self._fields)}, {state})"
+        )
 
 
 def _redacted_bag_repr(self: Any) -> str:

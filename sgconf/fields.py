@@ -102,7 +102,9 @@ def setting(
     if hot and mode == "restart":
         raise DeclarationError("a hot field cannot declare apply='restart' -- drop hot=True or pick step or drain")
     if mode != "restart" and not hot and not allow_sources:
-        raise DeclarationError(f"apply={mode!r} needs hot=True or allow_sources: nothing could change the field after publish")
+        raise DeclarationError(
+            f"apply={mode!r} needs hot=True or allow_sources: nothing could change the field after publish"
+        )
     decl = FieldSpec(
         help=help,
         secret=secret,

@@ -73,7 +73,9 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         self.refused_flags: dict[str, str] = {}  # flag -> why this runtime does not take it
         if add_help:
             self.add_argument(
-                "-h", "--help", action=_HelpAction,
+                "-h",
+                "--help",
+                action=_HelpAction,
                 help="show this help and exit; --help=NAMESPACE shows one namespace, --help=WORD the settings matching WORD",
             )
 
@@ -104,7 +106,9 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             return [(groups[p].title, groups[p].description, groups[p]._group_actions) for p in chosen]
         word = topic.lstrip("-").replace("_", "-").lower()
         matched = [
-            a for g in groups.values() for a in g._group_actions
+            a
+            for g in groups.values()
+            for a in g._group_actions
             if word and any(word in opt.lstrip("-") for opt in a.option_strings)
         ]
         if matched:
@@ -114,7 +118,9 @@ class ConfigArgumentParser(argparse.ArgumentParser):
         raise UsageError([Problem("$", msg, CLI_SOURCE)], header="invalid command line")
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError([Problem("$", f"{message} -- see '{self.prog} --help'", CLI_SOURCE)], header="invalid command line")
+        raise UsageError(
+            [Problem("$", f"{message} -- see '{self.prog} --help'", CLI_SOURCE)], header="invalid command line"
+        )
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         ns, extra = self.parse_known_args(args, namespace)
@@ -241,7 +247,10 @@ def _add_flag(group: argparse._ArgumentGroup, info: FieldInfo, shown_default: st
         group.add_argument(*info.flags, dest=info.name, action=_FieldSwitch, default=argparse.SUPPRESS, help=text)
         if info.setting.inverse_aliases:
             group.add_argument(
-                *info.setting.inverse_aliases, dest=info.name, action=_InverseSwitch, default=argparse.SUPPRESS,
+                *info.setting.inverse_aliases,
+                dest=info.name,
+                action=_InverseSwitch,
+                default=argparse.SUPPRESS,
                 help=f"the opposite of {info.flag}: {info.setting.inverse_aliases[0]} is --no-{info.flag[2:]}",
             )
         return

@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 _JSON_TYPES = {
-    int: "integer", float: "number", bool: "boolean", str: "string", dict: "object", list: "array", tuple: "array"
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    str: "string",
+    dict: "object",
+    list: "array",
+    tuple: "array",
 }
 
 

@@ -193,7 +193,9 @@ def explain(
             chain.append(Origin("record", "given", value, secret=info.setting.secret))
     decision = resolved.decision_for(name) if resolved is not None else None
     if decision is not None:
-        chain.append(Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=info.setting.secret))
+        chain.append(
+            Origin("resolution", f"{decision.step} ({decision.reason})", decision.value, secret=info.setting.secret)
+        )
     return tuple(chain)
 
 

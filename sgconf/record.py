@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 def _schema(record: Any) -> Declarations:
     found = schema_of(record)
     if found is None:
-        msg = f"{type(record).__name__} is not a record of any sgconf schema -- pass schema= to say which fields to read"
+        msg = (
+            f"{type(record).__name__} is not a record of any sgconf schema -- pass schema= to say which fields to read"
+        )
         raise TypeError(msg)
     return found  # type: ignore[no-any-return]
 

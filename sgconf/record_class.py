@@ -33,7 +33,11 @@ def assemble_record(schema: Any) -> type:
         validator = _AttrsAdapter(info.setting.checks) if info.setting.checks else None
         converter = deep_freeze if may_hold_container(info.type) else None
         attributes[info.name] = attrs.field(
-            default=info.default, validator=validator, converter=converter, metadata={META_KEY: info.setting}, type=info.type
+            default=info.default,
+            validator=validator,
+            converter=converter,
+            metadata={META_KEY: info.setting},
+            type=info.type,
         )
     name = schema.record_name
     cls = attrs.make_class(name, attributes, frozen=True, slots=True, weakref_slot=True, repr=False)

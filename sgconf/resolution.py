@@ -72,7 +72,9 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None, *, r
     record was already resolved and `model` differs from the model used then.
     """
     if schema_of(record) is None:
-        raise TypeError(f"resolve_once() takes a record of a frozen sgconf schema (a ServerArgs), got {type(record).__name__}")
+        raise TypeError(
+            f"resolve_once() takes a record of a frozen sgconf schema (a ServerArgs), got {type(record).__name__}"
+        )
     with _lock:
         result = getattr(record, "_sgconf_resolution", None)
         if isinstance(result, ResolutionError):

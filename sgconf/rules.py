@@ -18,6 +18,7 @@ from sgconf.hooks import Rule, Values
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
 
+
 def check_rules(
     values: Values,
     sources: Mapping[str, str] | None = None,

@@ -44,7 +44,9 @@ class Schema(Declarations):
         current = self.sources if self.sources is not None else default_sources()
         names = [s.name for s in current]
         if source.name in names:
-            raise DeclarationError(f"schema {self.name!r} already reads a source named {source.name!r} -- give this one another name")
+            raise DeclarationError(
+                f"schema {self.name!r} already reads a source named {source.name!r} -- give this one another name"
+            )
         if before is not None and after is not None:
             raise DeclarationError("add_source() takes before= or after=, not both")
         anchor = before if before is not None else after
@@ -103,7 +105,6 @@ class Schema(Declarations):
             attach_provenance(built, self, origins)
             return built
         raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
-
 
 
 __all__ = ["PATH_ATTR", "SCHEMA_ATTR", "TEST_ROLE", "Schema", "schema_of"]

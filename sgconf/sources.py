@@ -70,7 +70,7 @@ def read_env(env: Mapping[str, str], schema: Declarations) -> LayerInput:
         name = by_var.get(var)
         if name is None:
             hint = did_you_mean(var, [*by_var, *sorted(reserved)], normalize=False)
-            path = f"$.{var[len(prefix):].lower()}"
+            path = f"$.{var[len(prefix) :].lower()}"
             problems.append(Problem(path, f"unknown environment variable '{var}'{hint}", f"from env {var}"))
             continue
         values[name] = env[var]
@@ -86,9 +86,7 @@ def config_path_from_env(env: Mapping[str, str], schema: Declarations) -> str | 
 # -- CLI --------------------------------------------------------------------------------------
 
 
-def cli_layer(
-    given: Mapping[str, Any], schema: Declarations, *, typed: Mapping[str, str] | None = None
-) -> LayerInput:
+def cli_layer(given: Mapping[str, Any], schema: Declarations, *, typed: Mapping[str, str] | None = None) -> LayerInput:
     """The CLI layer from the field flags actually given (`{field: raw value}`).
 
     `typed` names the spelling a value came in (`{"tp_size": "--tp"}`, an alias), so
@@ -98,7 +96,8 @@ def cli_layer(
     infos = schema.fields()
     spelled = typed or {}
     details = {
-        name: spelled.get(name) or _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
+        name: spelled.get(name)
+        or _flag_given(infos[name].flag if name in infos else "--" + name.replace("_", "-"), value)
         for name, value in given.items()
     }
     return LayerInput("cli", dict(given), details, (), schema=schema)
@@ -209,9 +208,7 @@ def _unique_yaml_loader(yaml: Any) -> Any:
                 except TypeError:  # an unhashable key: the base class reports it
                     break
                 if not fresh:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
-                    )
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 

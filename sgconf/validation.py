@@ -57,7 +57,9 @@ def convert_fields(
     for name, value in raw.items():
         info = infos.get(name)
         if info is None:
-            problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", sources.get(name)))
+            problems.append(
+                Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", sources.get(name))
+            )
             continue
         converted, problem = _convert(info, value, sources.get(name), conv)
         if problem is not None:

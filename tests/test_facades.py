@@ -49,7 +49,11 @@ FACADES = [
 ]
 
 
-@pytest.mark.parametrize(("facade", "sources"), FACADES, ids=["sgconf", "runtime", "mem_cache", "mem_cache.hicache", "attention", "tools.ratchet"])
+@pytest.mark.parametrize(
+    ("facade", "sources"),
+    FACADES,
+    ids=["sgconf", "runtime", "mem_cache", "mem_cache.hicache", "attention", "tools.ratchet"],
+)
 def test_every_public_name_imports_and_is_the_defining_modules_object(facade, sources) -> None:
     names = facade.__all__
     assert len(names) == len(set(names)) and names

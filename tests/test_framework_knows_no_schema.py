@@ -95,11 +95,17 @@ def test_the_check_sees_a_field_a_namespace_and_a_schema_less_lookup(tmp_path: P
     probe = tmp_path / "probe.py"
     probe.write_text('def f(info):\n    return info.page_size, "memory", registry.set_serving()\n', encoding="utf-8")
     bad = offences(probe, serving_names())
-    assert [b.split(": ", 1)[1] for b in bad] == ["attribute 'page_size'", "string 'memory'", "schema-less lookup 'set_serving'"]
+    assert [b.split(": ", 1)[1] for b in bad] == [
+        "attribute 'page_size'",
+        "string 'memory'",
+        "schema-less lookup 'set_serving'",
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(NOT_SERVING))
 def test_every_exemption_is_still_needed(name: str) -> None:
     """An exemption no framework module uses any more comes off the list."""
-    used = {text for path in framework_files() for _, _, text in found_names(ast.parse(path.read_text(encoding="utf-8")))}
+    used = {
+        text for path in framework_files() for _, _, text in found_names(ast.parse(path.read_text(encoding="utf-8")))
+    }
     assert name in used

@@ -31,7 +31,8 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute | ast.Name)
-            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in ("import_module", "__import__")
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("import_module", "__import__")
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
@@ -87,7 +88,10 @@ def test_one_fastapi_app_in_the_code_base() -> None:
     for package in PACKAGES:
         for path in source_files(package):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "FastAPI":
+                if (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", getattr(node.func, "attr", None)) == "FastAPI"
+                ):
                     calls.append(str(path.relative_to(ROOT)))
     assert calls == ["engine/http/app.py"]
 

@@ -50,9 +50,14 @@ def test_framework_install_has_no_torch_and_runs_cli_ratchet_and_minirt(tmp_path
     assert '"page_size": 16' in show.stdout
 
     minirt = tmp_path / "minirt"
-    shutil.copytree(ROOT / "examples" / "minirt", minirt, ignore=shutil.ignore_patterns("__pycache__", ".sgconf-ratchet-cache"))
+    shutil.copytree(
+        ROOT / "examples" / "minirt", minirt, ignore=shutil.ignore_patterns("__pycache__", ".sgconf-ratchet-cache")
+    )
     check = _run([str(bin_dir / "sgconf-ratchet"), "check", "--no-cache"], minirt)
-    assert (check.returncode, check.stdout.splitlines()[-1:]) == (0, ["sgconf-ratchet: 4 files checked, 0 counted sites in 0 files: ok"]), check.stderr
+    assert (check.returncode, check.stdout.splitlines()[-1:]) == (
+        0,
+        ["sgconf-ratchet: 4 files checked, 0 counted sites in 0 files: ok"],
+    ), check.stderr
 
     tests = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(minirt), "tests"], minirt)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]

@@ -24,7 +24,11 @@ def test_readme_has_python_examples() -> None:
 def test_readme_block_runs(block: str, tmp_path: Path) -> None:
     """A README block exits 0 in a fresh interpreter, run from an empty directory."""
     done = subprocess.run(
-        [sys.executable, "-c", block], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        [sys.executable, "-c", block],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -66,7 +70,11 @@ def test_readme_transcript_prints_what_it_shows(commands: list[str], shown: list
     bin_dir = Path(sys.executable).parent
     script = "\n".join(c.replace(".venv/bin/", f"{bin_dir}/") for c in commands)
     done = subprocess.run(
-        ["bash", "-c", script + " 2>&1"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        ["bash", "-c", script + " 2>&1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
     )
     assert done.stdout.splitlines() == shown
@@ -78,7 +86,9 @@ def test_readme_admin_key_example_runs_on_a_fresh_machine(tmp_path: Path) -> Non
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     line = next(t.strip() for t in text.splitlines() if "admin.key" in t and t.strip().startswith("mkdir"))
-    done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    )
     assert done.returncode == 0, done.stderr
     key = tmp_path / ".config" / "sgconf" / "admin.key"
     assert (key.stat().st_mode & 0o777, key.parent.stat().st_mode & 0o777) == (0o600, 0o700)

@@ -24,7 +24,12 @@ from sgconf.dump import nested, to_toml
 from sgconf.fields import FieldValueError
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET_FILE, SECRET_ENV, SECRET_CLI, SECRET_NEW = "file-key-000001", "env-key-0000002", "cli-key-0000003", "new-key-0000004"
+SECRET_FILE, SECRET_ENV, SECRET_CLI, SECRET_NEW = (
+    "file-key-000001",
+    "env-key-0000002",
+    "cli-key-0000003",
+    "new-key-0000004",
+)
 
 
 def _long(value: Any) -> None:
@@ -67,13 +72,24 @@ def test_a_secret_from_every_source_and_overridden_is_never_shown(tmp_path: Path
         with pytest.raises(ConfigError) as refused:
             ctx.override("ops", token="short")
     outputs = [
-        repr(loaded_file), repr(loaded_env), repr(loaded), repr(loaded.record), repr(ctx.snapshot()),
-        repr(receipt), repr(receipt.changes), repr(undone), repr(ctx.overrides_log()), repr(events),
+        repr(loaded_file),
+        repr(loaded_env),
+        repr(loaded),
+        repr(loaded.record),
+        repr(ctx.snapshot()),
+        repr(receipt),
+        repr(receipt.changes),
+        repr(undone),
+        repr(ctx.overrides_log()),
+        repr(events),
         json.dumps([rec.as_dict() for rec in ctx.overrides_log()]),
-        json.dumps(ctx.resolved_dict()), repr(ctx.explain("token")), repr(loaded.chain("token")),
+        json.dumps(ctx.resolved_dict()),
+        repr(ctx.explain("token")),
+        repr(loaded.chain("token")),
         json.dumps(nested(ctx.value("token") and {"token": ctx.value("token"), "level": 1}, schema=SCHEMA)),
         to_toml(nested({"token": SECRET_CLI, "level": 1}, schema=SCHEMA), schema=SCHEMA),
-        repr(logs), str(refused.value),
+        repr(logs),
+        str(refused.value),
     ]
     text = "\n".join(outputs)
     for secret in (SECRET_FILE, SECRET_ENV, SECRET_CLI, SECRET_NEW, "short"):
@@ -111,7 +127,12 @@ def test_the_redaction_mark_is_spelled_in_one_module() -> None:
             tree = ast.parse(path.read_text(encoding="utf-8"))
             docs = _docstrings(tree)
             for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and "***" in node.value and id(node) not in docs:
+                if (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and "***" in node.value
+                    and id(node) not in docs
+                ):
                     spelled.add(path.relative_to(ROOT).as_posix())
     assert sorted(spelled) == ["sgconf/redaction.py"]
 
@@ -134,8 +155,17 @@ def test_every_path_of_a_hot_secret_renders_redacted() -> None:
             scoped = (repr(snap), str(snap.auth), repr(ctx.overrides_log()[-1]))
         undone = receipt.revert()
     rendered = [
-        repr(proposal), repr(proposal.changes), str(receipt), str(receipt.record), str(receipt.changes[0]),
-        str(events), repr(undone.record), repr(ctx.overrides_log()), repr(logs), repr(ctx.explain("token")), *scoped,
+        repr(proposal),
+        repr(proposal.changes),
+        str(receipt),
+        str(receipt.record),
+        str(receipt.changes[0]),
+        str(events),
+        repr(undone.record),
+        repr(ctx.overrides_log()),
+        repr(logs),
+        repr(ctx.explain("token")),
+        *scoped,
     ]
     text = "\n".join(rendered)
     for secret in (SECRET_NEW, SECRET_ENV, SECRET_CLI):

@@ -12,7 +12,16 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKING_CALLS = {"raises", "fail", "warns", "deprecated_call", "fnmatch_lines", "re_match_lines", "skip", "importorskip"}
+CHECKING_CALLS = {
+    "raises",
+    "fail",
+    "warns",
+    "deprecated_call",
+    "fnmatch_lines",
+    "re_match_lines",
+    "skip",
+    "importorskip",
+}
 
 
 def _callee(node: ast.Call) -> str:
@@ -43,19 +52,27 @@ def suite_files() -> list[Path]:
 
 def unchecked_tests(paths: list[Path]) -> list[str]:
     trees = {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in paths}
-    functions = [(path, node) for path, tree in trees.items() for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [
+        (path, node)
+        for path, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
     checking = {node.name for _, node in functions if _checks_itself(node)}
     while True:  # helpers that call helpers that check
         more = {
             node.name
             for _, node in functions
-            if node.name not in checking and any(isinstance(c, ast.Call) and _callee(c) in checking for c in ast.walk(node))
+            if node.name not in checking
+            and any(isinstance(c, ast.Call) and _callee(c) in checking for c in ast.walk(node))
         }
         tables = {
             f"{target.id}[]"
             for tree in trees.values()
             for stmt in tree.body
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict) and stmt.value.values
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign))
+            and isinstance(stmt.value, ast.Dict)
+            and stmt.value.values
             and all(isinstance(v, ast.Name) and v.id in checking for v in stmt.value.values)
             for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
             if isinstance(target, ast.Name)

@@ -36,7 +36,12 @@ class ReplicaGroupBackend:
     def health(self) -> tuple[bool, dict[str, Any]]:
         ok, rows = self.controller.health()
         _replicas, running = self.controller.busy()
-        body: dict[str, Any] = {"status": "ok" if ok else "unhealthy", "queued": 0, "running": running, "replicas": rows}
+        body: dict[str, Any] = {
+            "status": "ok" if ok else "unhealthy",
+            "queued": 0,
+            "running": running,
+            "replicas": rows,
+        }
         if not ok:
             dead = [row["replica"] for row in rows if not row["alive"]]
             stuck = [row["replica"] for row in rows if row["alive"] and not row["responsive"]]
@@ -98,7 +103,9 @@ class ReplicaGroupBackend:
     def storage_status(self) -> dict[str, Any]:
         ranks = self.controller.ranks(*STORAGE_STATUS_FIELDS)
         # the replicas hold the storage; the controller's role does not read the memory namespace
-        first: dict[str, Any] = next((r["values"] for r in ranks if r.get("rank") and r.get("alive") and r.get("values")), {})
+        first: dict[str, Any] = next(
+            (r["values"] for r in ranks if r.get("rank") and r.get("alive") and r.get("values")), {}
+        )
         return {name: first.get(name) for name in STORAGE_STATUS_FIELDS} | {"ranks": ranks}
 
     def _propagate(self, source: str, fields: dict[str, Any]) -> Applied:

@@ -135,7 +135,9 @@ class Replica:
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
         self._reader.start()
 
-    def submit(self, message: Generate | FlushCache, *, on_chunk: Callable[[Chunk], None] | None = None) -> Future[dict[str, Any]]:
+    def submit(
+        self, message: Generate | FlushCache, *, on_chunk: Callable[[Chunk], None] | None = None
+    ) -> Future[dict[str, Any]]:
         """Send one request and return the future of its answer; a stream's pieces go to `on_chunk` first."""
         call = _Call(on_chunk)
         with self._lock:
@@ -197,7 +199,9 @@ class Replica:
         if self.stopping:
             log.info("dp.replica_stopped", replica=self.index, exitcode=self.process.exitcode)
         else:
-            log.error("dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending))
+            log.error(
+                "dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending)
+            )
         for call in pending.values():
             call.fail(ReplicaLost(self._exit_text()))
 

@@ -152,7 +152,9 @@ def replica_main(
     sender.send(Ready(rank, os.getpid()))
     log.info("replica.ready", pid=os.getpid())
     stopped = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True)
+    beat = threading.Thread(
+        target=_heartbeat, args=(engine, sender, stopped), name=f"replica{rank}-heartbeat", daemon=True
+    )
     beat.start()
     pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix=f"replica{rank}")
     running = Running()

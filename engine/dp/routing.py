@@ -134,7 +134,8 @@ class RequestRouter:
 def choose(replicas: Sequence[Replica], method: str, turn: int) -> Replica:
     """The live replica for request number `turn`: in turn (round_robin), or the least busy (shortest_queue).
 
-    Raises ReplicaFailed when no replica is alive (ReplicaUnresponsive when some are, but none responds). Ties in shortest_queue go to the lowest index.
+    Raises ReplicaFailed when no replica is alive (ReplicaUnresponsive when some are, but none responds). Ties
+    in shortest_queue go to the lowest index.
     """
     alive = [r for r in replicas if r.healthy()]
     if not alive:

@@ -87,9 +87,14 @@ class FleetAgent:
         loop_ready.wait()
         synced = self._in_sync.wait(self.options.connect_timeout_s)
         if not synced:
-            log.warning("fleet.start_unsynced", fleet=self.options.name, store=self.options.store,
-                        detail=f"serving the launch config: the store did not answer within {self.options.connect_timeout_s}s"
-                        " -- the server applies the fleet's version once it does", error=self._error)
+            log.warning(
+                "fleet.start_unsynced",
+                fleet=self.options.name,
+                store=self.options.store,
+                detail=f"serving the launch config: the store did not answer within {self.options.connect_timeout_s}s"
+                " -- the server applies the fleet's version once it does",
+                error=self._error,
+            )
         return synced
 
     def stop(self) -> None:
@@ -125,8 +130,10 @@ class FleetAgent:
             return None
         version = body["applied_version"]
         held = "the launch config" if version is None else f"version {version}"
-        return (f"the fleet link is degraded: {body['error']}; meanwhile this server keeps {held} of fleet"
-                f" {self.options.name!r} and resyncs when the store answers")
+        return (
+            f"the fleet link is degraded: {body['error']}; meanwhile this server keeps {held} of fleet"
+            f" {self.options.name!r} and resyncs when the store answers"
+        )
 
     # -- the agent thread ----------------------------------------------------------------
 
@@ -171,8 +178,11 @@ class FleetAgent:
         self._set_up()
         self._session_synced = True
         watch = await store.watch_desired(o.name, start_revision=revision + 1)
-        tasks = [asyncio.create_task(self._follow(store, watch)), asyncio.create_task(self._keepalive(store, lease)),
-                 asyncio.create_task(self._stop.wait())]
+        tasks = [
+            asyncio.create_task(self._follow(store, watch)),
+            asyncio.create_task(self._keepalive(store, lease)),
+            asyncio.create_task(self._stop.wait()),
+        ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -241,9 +251,15 @@ class FleetAgent:
         from runtime.context import get_context
 
         return ServerStatus(
-            server=self.options.server_id, state=state, version=version, applied_version=self.applier.applied_version,
-            url=self.url, pid=os.getpid(), generation=get_context().generation if outcome is None else outcome.generation,
-            reason=None if outcome is None else outcome.reason, time=time.time(),
+            server=self.options.server_id,
+            state=state,
+            version=version,
+            applied_version=self.applier.applied_version,
+            url=self.url,
+            pid=os.getpid(),
+            generation=get_context().generation if outcome is None else outcome.generation,
+            reason=None if outcome is None else outcome.reason,
+            time=time.time(),
         )
 
     def _set_up(self) -> None:

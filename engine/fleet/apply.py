@@ -112,8 +112,10 @@ class FleetApplier:
     def _storage_change(self, wanted: Mapping[str, Any]) -> dict[str, Any] | None:
         """The attach arguments to go to (backend None: detach), or None when storage stays as it is."""
         if any(n in wanted for n in ATTACH_PATH_FIELDS):
-            target = {"hicache_storage_backend": wanted.get("hicache_storage_backend"),
-                      "hicache_storage_backend_extra_config": wanted.get("hicache_storage_backend_extra_config")}
+            target = {
+                "hicache_storage_backend": wanted.get("hicache_storage_backend"),
+                "hicache_storage_backend_extra_config": wanted.get("hicache_storage_backend_extra_config"),
+            }
             target.update({n: wanted[n] for n in ATTACH_PATH_FIELDS[2:] if n in wanted})
         elif any(n in self.applied_fields for n in ATTACH_PATH_FIELDS):  # dropped: back to what ran before
             target = {n: self._baseline[n] for n in ATTACH_PATH_FIELDS if n in self._baseline}

@@ -41,8 +41,6 @@ class FleetBackend:
         return {**self.inner.describe(), "fleet": self.agent.health()}
 
 
-
-
 @contextlib.contextmanager
 def fleet_member(backend: Any, options: FleetOptions | None, *, url: str = "") -> Iterator[Any]:
     """`backend` as a member of the fleet `options` names (in sync with it, or past the connect timeout), or as it is."""

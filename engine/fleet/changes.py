@@ -47,13 +47,17 @@ def parse_assignments(words: Sequence[str]) -> dict[str, Any]:
             continue
         ref = secrets.parse_ref(text)
         if info.setting.secret and ref is None:
-            msg = (f"'{name}' is a secret and the fleet store would keep it in clear (got {REDACTED!r})"
-                   " -- give @env:VAR or @file:PATH, read by each server when it applies the version")
+            msg = (
+                f"'{name}' is a secret and the fleet store would keep it in clear (got {REDACTED!r})"
+                " -- give @env:VAR or @file:PATH, read by each server when it applies the version"
+            )
             problems.append(Problem(info.path, msg, SOURCE))
             continue
         if info.setting.apply == "restart" and name not in ATTACH_PATH_FIELDS:
-            msg = (f"'{name}' cannot change while a server runs (apply mode restart)"
-                   f" -- restart the servers with {info.flag}")
+            msg = (
+                f"'{name}' cannot change while a server runs (apply mode restart)"
+                f" -- restart the servers with {info.flag}"
+            )
             problems.append(Problem(info.path, msg, SOURCE))
             continue
         if ref is not None:
@@ -90,8 +94,14 @@ def storage_problems(fields: Mapping[str, Any]) -> list[Problem]:
     if not others or fields.get("hicache_storage_backend") is not None:
         return []
     names = ", ".join(others)
-    return [Problem(field_info(n).path, f"'{n}' is applied by a storage attach -- set hicache_storage_backend with {names}",
-                    SOURCE) for n in others]
+    return [
+        Problem(
+            field_info(n).path,
+            f"'{n}' is applied by a storage attach -- set hicache_storage_backend with {names}",
+            SOURCE,
+        )
+        for n in others
+    ]
 
 
 def describe(fields: Mapping[str, Any]) -> str:

@@ -49,13 +49,23 @@ def parser() -> argparse.ArgumentParser:
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("name", metavar="NAME", help="the fleet")
-        p.add_argument("--store", metavar="URL", default=DEFAULT_STORE, help=f"the fleet store (default {DEFAULT_STORE})")
+        p.add_argument(
+            "--store", metavar="URL", default=DEFAULT_STORE, help=f"the fleet store (default {DEFAULT_STORE})"
+        )
         p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
         return p
 
     s = command("set", "publish the next version: the current desired fields with these on top")
-    s.add_argument("fields", metavar="FIELD=VALUE", nargs="*", help="a hot field and its value; @env:VAR / @file:PATH for secrets")
-    s.add_argument("--unset", metavar="FIELD", action="append", default=[], help="drop FIELD: servers go back to their launch value")
+    s.add_argument(
+        "fields", metavar="FIELD=VALUE", nargs="*", help="a hot field and its value; @env:VAR / @file:PATH for secrets"
+    )
+    s.add_argument(
+        "--unset",
+        metavar="FIELD",
+        action="append",
+        default=[],
+        help="drop FIELD: servers go back to their launch value",
+    )
     _write_flags(s)
     command("status", "the desired version and each server's answer to it")
     r = command("rollback", "publish an earlier version's fields again, as the next version")
@@ -66,10 +76,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _write_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--expect-version", metavar="N", type=int, default=None,
-                   help="refuse unless the fleet is at version N (compare-and-swap on what you last saw)")
-    p.add_argument("--wait", metavar="S", type=float, default=None,
-                   help="wait up to S seconds for every running server to answer, then print the status")
+    p.add_argument(
+        "--expect-version",
+        metavar="N",
+        type=int,
+        default=None,
+        help="refuse unless the fleet is at version N (compare-and-swap on what you last saw)",
+    )
+    p.add_argument(
+        "--wait",
+        metavar="S",
+        type=float,
+        default=None,
+        help="wait up to S seconds for every running server to answer, then print the status",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,19 +119,27 @@ async def _run(ns: argparse.Namespace) -> int:
         if ns.command == "set":
             sets = changes.parse_assignments(ns.fields)  # bad input: ConfigError, nothing read or written
             if not sets and not ns.unset:
-                print(f"{PROG}: give at least one FIELD=VALUE or --unset FIELD -- e.g. schedule_policy=lpm", file=sys.stderr)
+                print(
+                    f"{PROG}: give at least one FIELD=VALUE or --unset FIELD -- e.g. schedule_policy=lpm",
+                    file=sys.stderr,
+                )
                 return 2
             current, mod, _ = await store.desired(ns.name)
             fields = changes.merged({} if current is None else current.fields, sets, ns.unset)
-            new = await store.publish(ns.name, fields, expect_version=ns.expect_version, author=author(),
-                                      base=(current, mod))
+            new = await store.publish(
+                ns.name, fields, expect_version=ns.expect_version, author=author(), base=(current, mod)
+            )
         else:
             old = await store.version(ns.name, ns.version)
-            new = await store.publish(ns.name, old.fields, expect_version=ns.expect_version, author=author(),
-                                      rolled_back_from=old.version)
+            new = await store.publish(
+                ns.name, old.fields, expect_version=ns.expect_version, author=author(), rolled_back_from=old.version
+            )
         if ns.wait is None:
-            _out(ns, f"fleet {ns.name!r}: published version {new.version}: {changes.describe(new.fields)}",
-                 {"fleet": ns.name, "desired": attrs.asdict(new)})
+            _out(
+                ns,
+                f"fleet {ns.name!r}: published version {new.version}: {changes.describe(new.fields)}",
+                {"fleet": ns.name, "desired": attrs.asdict(new)},
+            )
             return 0
         await wait_for_answers(store, ns.name, new.version, timeout_s=ns.wait)
         return await _print_status(store, ns)

@@ -22,13 +22,31 @@ DEFAULT_STORE = "etcd://127.0.0.1:2379"  # etcd's own default client address
 
 def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("fleet", "follow a fleet's desired config in an etcd store (sgconf fleet ...)")
-    group.add_argument("--fleet", metavar="NAME", default=None,
-                       help="join fleet NAME: apply its desired config before serving, follow every new version")
-    group.add_argument("--fleet-store", metavar="URL", default=None, help=f"the fleet store, etcd://host:port (default {DEFAULT_STORE})")
-    group.add_argument("--fleet-server-id", metavar="ID", default=None,
-                       help="this server's name in the fleet's status (default HOST:PORT)")
-    group.add_argument("--fleet-connect-timeout-s", metavar="S", type=float, default=10.0,
-                       help="how long start-up waits for the store before serving the launch config (default 10)")
+    group.add_argument(
+        "--fleet",
+        metavar="NAME",
+        default=None,
+        help="join fleet NAME: apply its desired config before serving, follow every new version",
+    )
+    group.add_argument(
+        "--fleet-store",
+        metavar="URL",
+        default=None,
+        help=f"the fleet store, etcd://host:port (default {DEFAULT_STORE})",
+    )
+    group.add_argument(
+        "--fleet-server-id",
+        metavar="ID",
+        default=None,
+        help="this server's name in the fleet's status (default HOST:PORT)",
+    )
+    group.add_argument(
+        "--fleet-connect-timeout-s",
+        metavar="S",
+        type=float,
+        default=10.0,
+        help="how long start-up waits for the store before serving the launch config (default 10)",
+    )
 
 
 def fleet_options(ns: argparse.Namespace, serving: Any) -> FleetOptions | None:
@@ -52,12 +70,22 @@ def fleet_options(ns: argparse.Namespace, serving: Any) -> FleetOptions | None:
         problems.append(Problem("$.fleet_store", str(exc), "from --fleet-store"))
     timeout = ns.fleet_connect_timeout_s
     if not 0 <= timeout <= 3600:
-        problems.append(Problem("$.fleet_connect_timeout_s", f"must be between 0 and 3600 seconds (got {timeout})",
-                                "from --fleet-connect-timeout-s"))
+        problems.append(
+            Problem(
+                "$.fleet_connect_timeout_s",
+                f"must be between 0 and 3600 seconds (got {timeout})",
+                "from --fleet-connect-timeout-s",
+            )
+        )
     server_id = ns.fleet_server_id or f"{socket.gethostname()}:{serving.port}"
     if "/" in server_id or not server_id.strip():
-        problems.append(Problem("$.fleet_server_id", f"a server id cannot be empty or hold '/' (got {server_id!r})",
-                                "from --fleet-server-id"))
+        problems.append(
+            Problem(
+                "$.fleet_server_id",
+                f"a server id cannot be empty or hold '/' (got {server_id!r})",
+                "from --fleet-server-id",
+            )
+        )
     if problems:
         raise ConfigError(problems, header="bad fleet flags, nothing started")
     return FleetOptions(name, store, server_id, connect_timeout_s=timeout)

@@ -33,8 +33,10 @@ _converter = cattrs.Converter(forbid_extra_keys=False)
 def check_fleet_name(name: str, *, flag: str = "NAME") -> str:
     """`name` when it can be a key segment; raises FleetError naming `flag` otherwise."""
     if not NAME_RE.fullmatch(name):
-        msg = (f"fleet name {name!r} ({flag}) is not usable as a store key"
-               " -- use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        msg = (
+            f"fleet name {name!r} ({flag}) is not usable as a store key"
+            " -- use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
         raise FleetError(msg)
     return name
 
@@ -124,8 +126,10 @@ def decode(data: bytes, cls: type[Any], *, key: str) -> Any:
     try:
         return _converter.structure(json.loads(data), cls)
     except (ValueError, TypeError, cattrs.BaseValidationError) as exc:
-        raise FleetError(f"the store holds an unreadable {cls.__name__} at {key} ({exc})"
-                         " -- rewrite it with sgconf fleet set, or delete the key") from None
+        raise FleetError(
+            f"the store holds an unreadable {cls.__name__} at {key} ({exc})"
+            " -- rewrite it with sgconf fleet set, or delete the key"
+        ) from None
 
 
 __all__ = ["ROOT", "DesiredConfig", "Keys", "Member", "ServerStatus", "check_fleet_name", "decode", "encode"]

@@ -59,22 +59,37 @@ def resolve(fields: Mapping[str, Any], *, env: Mapping[str, str] | None = None) 
         if kind == "env":
             secret = env.get(where)
             if not secret:
-                problems.append(Problem(path, f"'{name}' refers to environment variable {where}, which is unset or empty"
-                                              f" on this server -- set {where} in the server's environment"))
+                problems.append(
+                    Problem(
+                        path,
+                        f"'{name}' refers to environment variable {where}, which is unset or empty"
+                        f" on this server -- set {where} in the server's environment",
+                    )
+                )
                 continue
         elif kind == "file":
             try:
                 secret = Path(where).read_text().strip()
             except OSError as exc:
-                problems.append(Problem(path, f"'{name}' refers to file {where}, which cannot be read here"
-                                              f" ({exc.strerror or exc}) -- put the secret in that file on this server"))
+                problems.append(
+                    Problem(
+                        path,
+                        f"'{name}' refers to file {where}, which cannot be read here"
+                        f" ({exc.strerror or exc}) -- put the secret in that file on this server",
+                    )
+                )
                 continue
             if not secret:
-                problems.append(Problem(path, f"'{name}' refers to file {where}, which is empty -- put the secret in it"))
+                problems.append(
+                    Problem(path, f"'{name}' refers to file {where}, which is empty -- put the secret in it")
+                )
                 continue
         else:
-            problems.append(Problem(path, f"'{name}' holds an unknown secret reference {shown(value)!r}"
-                                          " -- use @env:VAR or @file:PATH"))
+            problems.append(
+                Problem(
+                    path, f"'{name}' holds an unknown secret reference {shown(value)!r} -- use @env:VAR or @file:PATH"
+                )
+            )
             continue
         out[name] = secret
     if problems:

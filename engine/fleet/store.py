@@ -63,8 +63,10 @@ class FleetStore:
         try:
             return await call
         except (aetcd.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise StoreUnavailable(f"the fleet store {self.url} did not answer ({what}: {exc})"
-                                   " -- check that etcd runs there and is reachable") from None
+            raise StoreUnavailable(
+                f"the fleet store {self.url} did not answer ({what}: {exc})"
+                " -- check that etcd runs there and is reachable"
+            ) from None
 
     # -- desired config and its history --------------------------------------------------
 
@@ -78,9 +80,16 @@ class FleetStore:
                 return decode(kv.value, DesiredConfig, key=key), kv.mod_revision, revision
         return None, 0, revision
 
-    async def publish(self, name: str, fields: dict[str, Any], *, expect_version: int | None = None,
-                      author: str = "", rolled_back_from: int | None = None,
-                      base: tuple[DesiredConfig | None, int] | None = None) -> DesiredConfig:
+    async def publish(
+        self,
+        name: str,
+        fields: dict[str, Any],
+        *,
+        expect_version: int | None = None,
+        author: str = "",
+        rolled_back_from: int | None = None,
+        base: tuple[DesiredConfig | None, int] | None = None,
+    ) -> DesiredConfig:
         """Write `fields` as the next version of fleet `name`, compare-and-swap on the version read.
 
         `base` is the (desired, mod revision) the caller built `fields` from (read now
@@ -96,20 +105,24 @@ class FleetStore:
         if expect_version is not None and have != expect_version:
             raise VersionConflict(
                 f"fleet {name!r} is at version {have}, not {expect_version} (--expect-version)"
-                f" -- look at it with 'sgconf fleet status {name}' and set again on top of version {have}")
+                f" -- look at it with 'sgconf fleet status {name}' and set again on top of version {have}"
+            )
         new = DesiredConfig(have + 1, dict(fields), author=author, time=time.time(), rolled_back_from=rolled_back_from)
         tx = self._client.transactions
         key = keys.desired.encode()
         # mod revision 0 means "absent": the first version is only written when there is none
         compare = [tx.mod(key) == mod]
         ops = [tx.put(key, encode(new)), tx.put(keys.history(new.version).encode(), encode(new))]
-        ok, _ = await self._call("publish a version", self._client.transaction(compare=compare, success=ops, failure=[]))
+        ok, _ = await self._call(
+            "publish a version", self._client.transaction(compare=compare, success=ops, failure=[])
+        )
         if not ok:
             latest, _, _ = await self.desired(name)
             now = 0 if latest is None else latest.version
             raise VersionConflict(
                 f"fleet {name!r} moved from version {have} to {now} while this change was written; nothing was written"
-                f" -- look at version {now} with 'sgconf fleet status {name}' and set again")
+                f" -- look at version {now} with 'sgconf fleet status {name}' and set again"
+            )
         return new
 
     async def version(self, name: str, version: int) -> DesiredConfig:
@@ -119,8 +132,9 @@ class FleetStore:
         if got is None:
             known = [d.version for d in await self.history(name)]
             have = f"versions {known[0]} to {known[-1]}" if known else "no versions yet"
-            raise UnknownVersion(f"fleet {name!r} has no version {version} (it has {have})"
-                                 f" -- see 'sgconf fleet history {name}'")
+            raise UnknownVersion(
+                f"fleet {name!r} has no version {version} (it has {have}) -- see 'sgconf fleet history {name}'"
+            )
         return decode(got.value, DesiredConfig, key=key)
 
     async def history(self, name: str) -> list[DesiredConfig]:

@@ -33,8 +33,10 @@ class Row:
 
 def rows(statuses: Sequence[ServerStatus], members: Sequence[Member]) -> list[Row]:
     alive = {m.server: m for m in members}
-    out = [Row(s.server, s.state, s.version, s.applied_version, s.server in alive, s.url, s.reason, s.generation)
-           for s in statuses]
+    out = [
+        Row(s.server, s.state, s.version, s.applied_version, s.server in alive, s.url, s.reason, s.generation)
+        for s in statuses
+    ]
     seen = {s.server for s in statuses}
     out += [Row(m.server, "joining", None, None, True, m.url) for m in members if m.server not in seen]
     return sorted(out, key=lambda r: r.server)
@@ -75,14 +77,18 @@ def text(name: str, desired: DesiredConfig | None, table: Sequence[Row]) -> str:
     else:
         back = f", a rollback to version {desired.rolled_back_from}" if desired.rolled_back_from is not None else ""
         ago = max(0, int(time.time() - desired.time))
-        lines.append(f"fleet {name!r} at version {desired.version} (by {desired.author or '?'} {ago}s ago{back}):"
-                     f" {describe(desired.fields)}")
+        lines.append(
+            f"fleet {name!r} at version {desired.version} (by {desired.author or '?'} {ago}s ago{back}):"
+            f" {describe(desired.fields)}"
+        )
     if table:
         width = max(len("server"), *(len(r.server) for r in table))
         lines.append(f"{'server':<{width}}  {'state':<8}  {'version':>7}  {'running':>7}  alive")
         for r in table:
-            lines.append(f"{r.server:<{width}}  {r.state.upper():<8}  {_num(r.version):>7}  {_num(r.applied_version):>7}"
-                         f"  {'yes' if r.alive else 'no'}")
+            lines.append(
+                f"{r.server:<{width}}  {r.state.upper():<8}  {_num(r.version):>7}  {_num(r.applied_version):>7}"
+                f"  {'yes' if r.alive else 'no'}"
+            )
             if r.reason:
                 lines.extend(f"    {line}" for line in r.reason.splitlines())
     lines.append(summary(desired, table))

@@ -95,8 +95,13 @@ def create_app(
         metrics = Metrics(backend, tally)
         app.state.metrics = metrics
         _add_public_routes(app, backend, metrics)
-        install_openai_routes(app, backend, model_name=served_model_name, observe=metrics.observe,
-                              chat_template=load_chat_template(get_context().snapshot()))
+        install_openai_routes(
+            app,
+            backend,
+            model_name=served_model_name,
+            observe=metrics.observe,
+            chat_template=load_chat_template(get_context().snapshot()),
+        )
     if admin:
         _add_storage_routes(app, backend, tally)
         _add_config_routes(app, backend, tally)
@@ -159,8 +164,12 @@ def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycl
     async def health() -> JSONResponse:
         ok, body = backend.health()
         if lifecycle.stopping:  # a load balancer must stop sending before the socket closes
-            body = {**body, "status": "stopping", "inflight": lifecycle.inflight,
-                    "detail": f"{STOPPING_DETAIL}; {lifecycle.inflight} request(s) still in flight"}
+            body = {
+                **body,
+                "status": "stopping",
+                "inflight": lifecycle.inflight,
+                "detail": f"{STOPPING_DETAIL}; {lifecycle.inflight} request(s) still in flight",
+            }
             ok = False
         return JSONResponse(body, status_code=200 if ok else 503)
 
@@ -201,13 +210,18 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         require_api_key(request)
         from runtime.serving import get_model
 
-        return {"model_path": get_model().model_path, "served_model_name": served_model_name(),
-                "is_generation": True, "context_length": get_model().context_length}
+        return {
+            "model_path": get_model().model_path,
+            "served_model_name": served_model_name(),
+            "is_generation": True,
+            "context_length": get_model().context_length,
+        }
 
     @app.get("/health_generate", responses=openapi.RESPONSES)
     async def health_generate() -> JSONResponse:
-        body = await backend.generate({"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None,
-                                       "ignore_eos": True})
+        body = await backend.generate(
+            {"prompt_or_ids": [1], "max_new_tokens": 1, "temperature": 0.0, "seed": None, "ignore_eos": True}
+        )
         return JSONResponse({"status": "ok", "output_ids": body["output_ids"]})
 
     @app.post("/flush_cache", responses=openapi.RESPONSES)
@@ -222,17 +236,28 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
 
 def _asked(args: dict[str, Any]) -> None:
     prompt = args["prompt_or_ids"]
-    _request_log()("generate.request", prompt_chars=len(prompt) if isinstance(prompt, str) else None,
-                   prompt_ids=None if isinstance(prompt, str) else len(prompt), max_new_tokens=args["max_new_tokens"],
-                   temperature=args["temperature"], seed=args["seed"], ignore_eos=args["ignore_eos"])
+    _request_log()(
+        "generate.request",
+        prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+        prompt_ids=None if isinstance(prompt, str) else len(prompt),
+        max_new_tokens=args["max_new_tokens"],
+        temperature=args["temperature"],
+        seed=args["seed"],
+        ignore_eos=args["ignore_eos"],
+    )
 
 
 def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
     meta = body["meta_info"]
     meta["config_generation"] = get_context().generation
     metrics.observe(meta)
-    _request_log()("generate.done", prompt_tokens=meta["prompt_tokens"], completion_tokens=meta["completion_tokens"],
-                   cached_tokens=meta["cached_tokens"], latency_ms=round(meta["latency_s"] * 1000, 2))
+    _request_log()(
+        "generate.done",
+        prompt_tokens=meta["prompt_tokens"],
+        completion_tokens=meta["completion_tokens"],
+        cached_tokens=meta["cached_tokens"],
+        latency_ms=round(meta["latency_s"] * 1000, 2),
+    )
 
 
 async def _generate_events(stream: AsyncIterator[dict[str, Any]], metrics: Metrics) -> AsyncIterator[str]:
@@ -267,8 +292,11 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTa
         require_admin(request)
         return await run_in_threadpool(backend.storage_status)
 
-    @app.put("/hicache/storage-backend", responses=openapi.RESPONSES,
-             openapi_extra=openapi.object_body("the storage backend to attach and its settings"))
+    @app.put(
+        "/hicache/storage-backend",
+        responses=openapi.RESPONSES,
+        openapi_extra=openapi.object_body("the storage backend to attach and its settings"),
+    )
     async def attach(request: Request) -> dict[str, Any]:
         require_admin(request)
 
@@ -292,8 +320,11 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTa
 
 
 def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTally) -> None:
-    @app.post("/config/overrides", responses=openapi.RESPONSES,
-               openapi_extra=openapi.object_body("hot fields and their new values"))
+    @app.post(
+        "/config/overrides",
+        responses=openapi.RESPONSES,
+        openapi_extra=openapi.object_body("hot fields and their new values"),
+    )
     async def overrides(request: Request) -> dict[str, Any]:
         require_admin(request)
 
@@ -321,7 +352,8 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
 
 
 def config_report() -> dict[str, Any]:
-    """The published config as `/server_info` shows it: values, what resolution decided and why, generation, overrides and their provenance."""
+    """The published config as `/server_info` shows it: values, what resolution decided and why,
+    generation, overrides and their provenance."""
     ctx = get_context()
     overrides_log = ctx.overrides_log()
     changed = sorted({c.name for rec in overrides_log for c in rec.changes})
@@ -332,8 +364,10 @@ def config_report() -> dict[str, Any]:
             for o in ctx.explain(name)
         ]
     # the value each overridden field had at startup: the winner of the launch layers
-    startup = {name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
-               for name, chain in provenance.items()}
+    startup = {
+        name: next(o["value"] for o in reversed(chain) if o["layer"] not in ("override", "scoped"))
+        for name, chain in provenance.items()
+    }
     # every value resolution decided (the KV budget and request cap among them), with its reason
     resolution = {}
     for name in ctx.schema.field_names():

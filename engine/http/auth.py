@@ -49,7 +49,9 @@ class KeyFile:
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise KeyFileError(f"cannot read the admin key file {path!r} ({exc.strerror}) -- check admin_api_key_file") from None
+            raise KeyFileError(
+                f"cannot read the admin key file {path!r} ({exc.strerror}) -- check admin_api_key_file"
+            ) from None
         stamp = _Stamp(path, st.st_mtime_ns, st.st_size)
         with self._lock:
             if stamp == self._stamp:

@@ -71,7 +71,9 @@ async def json_object(request: Request, allowed: tuple[str, ...] | None, namespa
         return {}
     body = parse_json(raw, limits)
     if not isinstance(body, dict):
-        raise HTTPProblem(422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"])
+        raise HTTPProblem(
+            422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"]
+        )
     if allowed is not None:
         unknown = [k for k in body if k not in allowed]
         if unknown:
@@ -95,7 +97,9 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
             "spec_verify_steps": stats.spec_verify_steps,
             "spec_accept_length": stats.spec_accept_length,
             "latency_s": round(stats.latency_s, 6),
-            "time_to_first_token_s": None if stats.time_to_first_token_s is None else round(stats.time_to_first_token_s, 6),
+            "time_to_first_token_s": None
+            if stats.time_to_first_token_s is None
+            else round(stats.time_to_first_token_s, 6),
             **meta,
         },
     }
@@ -177,10 +181,12 @@ def attach_args(body: dict[str, Any]) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             errors.append(
                 f"$.memory.hicache_storage_backend_extra_config: not valid JSON ({exc.msg} at position {exc.pos})"
-                " -- pass an object like {\"dir\": \"/path\"}"
+                ' -- pass an object like {"dir": "/path"}'
             )
     if extra is not None and not isinstance(extra, dict) and not errors:
-        errors.append(f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}")
+        errors.append(
+            f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}"
+        )
     if errors:
         raise HTTPProblem(422, "invalid attach request", errors=errors)
     return {

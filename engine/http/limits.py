@@ -46,8 +46,12 @@ class BodyLimits:
     @classmethod
     def current(cls) -> BodyLimits:
         serving = get_serving()
-        return cls(serving.max_request_body_bytes, serving.max_json_depth, serving.max_json_integer_digits,
-                   serving.body_timeout_s)
+        return cls(
+            serving.max_request_body_bytes,
+            serving.max_json_depth,
+            serving.max_json_integer_digits,
+            serving.body_timeout_s,
+        )
 
 
 def _too_large(size: int | str, limit: int) -> HTTPProblem:
@@ -80,8 +84,10 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
     try:
         await asyncio.wait_for(read(), limits.timeout_s)
     except TimeoutError:
-        msg = (f"the request body did not arrive within 'body_timeout_s' ({limits.timeout_s:g} s; {size} bytes came)"
-               " -- send the body with the request")
+        msg = (
+            f"the request body did not arrive within 'body_timeout_s' ({limits.timeout_s:g} s; {size} bytes came)"
+            " -- send the body with the request"
+        )
         raise HTTPProblem(408, msg, headers={"Connection": "close"}) from None
     return b"".join(chunks)
 

@@ -60,9 +60,13 @@ class Listener:
 def bind(name: str, host: str, port: int, *, flag: str) -> socket.socket:
     """A socket bound to (host, port); raises PortUnavailable with the address and the flag to change."""
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+            0
+        ]
     except socket.gaierror as exc:
-        raise PortUnavailable(f"cannot listen on {host}:{port} ({name}): unknown host ({exc.strerror}) -- check --host") from None
+        raise PortUnavailable(
+            f"cannot listen on {host}:{port} ({name}): unknown host ({exc.strerror}) -- check --host"
+        ) from None
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -141,14 +145,19 @@ def uvicorn_server(app: Any, grace_s: float) -> Any:
             yield
 
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S),
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=math.ceil(grace_s + ABORT_ANSWER_S),
         **uvicorn_options(get_serving()),
     )
     return _Server(config)
 
 
-async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: Any, grace_s: float,
-                 early: EarlyStop) -> tuple[bool, list[int]]:
+async def _serve(
+    listeners: Sequence[Listener], apps: Sequence[Any], backend: Any, grace_s: float, early: EarlyStop
+) -> tuple[bool, list[int]]:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals: list[int] = list(early.received)
@@ -196,7 +205,9 @@ async def _serve(listeners: Sequence[Listener], apps: Sequence[Any], backend: An
 async def _drain(apps: Sequence[Any], servers: Sequence[Any], deadline: float) -> None:
     """Say stopping and refuse new requests, listening on, until none is in flight, the grace ends or a second signal."""
     loop = asyncio.get_running_loop()
-    lifecycles = {id(life): life for life in (getattr(app.state, "lifecycle", None) for app in apps) if life is not None}
+    lifecycles = {
+        id(life): life for life in (getattr(app.state, "lifecycle", None) for app in apps) if life is not None
+    }
     for life in lifecycles.values():
         life.stop()
     while loop.time() < deadline and not any(s.force_exit for s in servers) and not all(s.should_exit for s in servers):
@@ -206,12 +217,15 @@ async def _drain(apps: Sequence[Any], servers: Sequence[Any], deadline: float) -
 
 
 def _abort(backend: Any) -> None:
-    count = backend.abort_inflight("the server is shutting down and its grace period ran out -- retry on another server")
+    count = backend.abort_inflight(
+        "the server is shutting down and its grace period ran out -- retry on another server"
+    )
     log.warning("server.grace_expired", aborted_requests=count)
 
 
-def serve_listeners(listeners: Sequence[Listener], apps: Sequence[Any], backend: Any, *, grace_s: float,
-                    early: EarlyStop | None = None) -> int:
+def serve_listeners(
+    listeners: Sequence[Listener], apps: Sequence[Any], backend: Any, *, grace_s: float, early: EarlyStop | None = None
+) -> int:
     """Serve `apps[i]` on `listeners[i]` until a stop signal; 0 when it served (or was told to stop), 1 otherwise."""
     served, _ = asyncio.run(_serve(listeners, apps, backend, grace_s, early or EarlyStop()))
     return 0 if served else 1

@@ -95,8 +95,9 @@ class _Live:
                     gauge.add_metric([str(load.replica)] if labels else [], float(value))
             if gauge.samples or attr in ("running", "queued"):
                 yield gauge
-        overrides = CounterMetricFamily(PREFIX + "config_overrides", "config changes by source and result",
-                                        labels=["source", "result"])
+        overrides = CounterMetricFamily(
+            PREFIX + "config_overrides", "config changes by source and result", labels=["source", "result"]
+        )
         for (source, result), count in sorted(self.tally.counts().items()):
             overrides.add_metric([source, result], float(count))
         yield overrides
@@ -119,12 +120,16 @@ class Metrics:
         self.requests = Counter(PREFIX + "num_requests", "finished requests", registry=r)
         self.prompt_tokens = Counter(PREFIX + "prompt_tokens", "prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter(PREFIX + "generation_tokens", "tokens generated", registry=r)
-        self.cached_tokens = Counter(PREFIX + "cached_tokens", "prompt tokens served from the prefix cache",
-                                     registry=r)
-        self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "time to the first token",
-                              buckets=LATENCY_BUCKETS, registry=r)
-        self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "request latency from admission to the end",
-                             buckets=LATENCY_BUCKETS, registry=r)
+        self.cached_tokens = Counter(PREFIX + "cached_tokens", "prompt tokens served from the prefix cache", registry=r)
+        self.ttft = Histogram(
+            PREFIX + "time_to_first_token_seconds", "time to the first token", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            PREFIX + "e2e_request_latency_seconds",
+            "request latency from admission to the end",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         r.register(_Live(backend, self.tally))  # type: ignore[arg-type]
 
     def observe(self, meta: dict[str, Any]) -> None:

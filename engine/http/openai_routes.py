@@ -102,22 +102,34 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
         if key not in allowed:
             raise refuse(f"$.{key}", f"unknown parameter '{key}'{did_you_mean(key, allowed)}")
     if body.get("model") not in (None, model):
-        raise OpenAIError(404, f"the model '{body.get('model')}' does not exist -- use '{model}'", param="model",
-                          code="model_not_found")
+        raise OpenAIError(
+            404,
+            f"the model '{body.get('model')}' does not exist -- use '{model}'",
+            param="model",
+            code="model_not_found",
+        )
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise _bad("logprobs", "'logprobs' is not supported: the engine does not return token log-probabilities "
-                               "-- leave it unset")
+        raise _bad(
+            "logprobs",
+            "'logprobs' is not supported: the engine does not return token log-probabilities -- leave it unset",
+        )
     # null is how OpenAI clients leave a parameter unset
-    given = [(f"$.{k}", OPENAI_NAMES.get(k, k), v) for k, v in body.items()
-             if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))]
+    given = [
+        (f"$.{k}", OPENAI_NAMES.get(k, k), v)
+        for k, v in body.items()
+        if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))
+    ]
     params, options = structure_params(given, base=OPENAI_DEFAULTS)
     options_body = body.get("stream_options")
     include_usage = False
     if options_body is not None:
         if not options.stream:
             raise _bad("stream_options", "'stream_options' is only allowed with stream=true")
-        if not isinstance(options_body, dict) or set(options_body) - {"include_usage"} or not isinstance(
-                options_body.get("include_usage", False), bool):
+        if (
+            not isinstance(options_body, dict)
+            or set(options_body) - {"include_usage"}
+            or not isinstance(options_body.get("include_usage", False), bool)
+        ):
             raise _bad("stream_options", f"'stream_options' must be {{\"include_usage\": bool}} (got {options_body!r})")
         include_usage = bool(options_body.get("include_usage", False))
     return Sampling(params, options.n, options.stream, include_usage)
@@ -246,7 +258,13 @@ def _check_fanout(prompts: list[str | list[int]], s: Sampling) -> None:
 
 
 async def _serve(
-    request: Request, backend: ServingBackend, prompts: list[str | list[int]], s: Sampling, *, chat: bool, model: str,
+    request: Request,
+    backend: ServingBackend,
+    prompts: list[str | list[int]],
+    s: Sampling,
+    *,
+    chat: bool,
+    model: str,
     observe: Callable[[dict[str, Any]], None],
 ) -> Any:
     _check_fanout(prompts, s)
@@ -258,8 +276,10 @@ async def _serve(
             streams = await started(request, [backend.stream(a) for a in argss])
         except ClientGone:
             return gone_response()
-        return StreamingResponse(_stream(streams, s, chat=chat, rid=rid, created=created, model=model,
-                                         observe=observe), media_type="text/event-stream")
+        return StreamingResponse(
+            _stream(streams, s, chat=chat, rid=rid, created=created, model=model, observe=observe),
+            media_type="text/event-stream",
+        )
     try:
         results = await unless_disconnected(request, backend.generate_many(argss))
     except ClientGone:
@@ -274,14 +294,30 @@ async def _serve(
         completion_tokens += meta["completion_tokens"]
         reason = _finish(meta["finish_reason"])
         if chat:
-            choices.append({"index": index, "message": {"role": "assistant", "content": result["text"]},
-                            "logprobs": None, "finish_reason": reason})
+            choices.append(
+                {
+                    "index": index,
+                    "message": {"role": "assistant", "content": result["text"]},
+                    "logprobs": None,
+                    "finish_reason": reason,
+                }
+            )
         else:
             choices.append({"index": index, "text": result["text"], "logprobs": None, "finish_reason": reason})
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-             "total_tokens": prompt_tokens + completion_tokens}
-    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": model, "choices": choices, "usage": usage, "system_fingerprint": None}
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return {
+        "id": rid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+        "system_fingerprint": None,
+    }
 
 
 async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
@@ -318,15 +354,22 @@ async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator
 
 
 async def _stream(
-    streams: list[AsyncIterator[dict[str, Any]]], s: Sampling, *, chat: bool, rid: str, created: int,
-    model: str, observe: Callable[[dict[str, Any]], None],
+    streams: list[AsyncIterator[dict[str, Any]]],
+    s: Sampling,
+    *,
+    chat: bool,
+    rid: str,
+    created: int,
+    model: str,
+    observe: Callable[[dict[str, Any]], None],
 ) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(index: int, text: str | None, reason: str | None, *, role: bool = False) -> dict[str, Any]:
         if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else (
-                {} if text is None else {"content": text})
+            delta: dict[str, Any] = (
+                {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
+            )
             choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": reason}
@@ -356,9 +399,20 @@ async def _stream(
         yield "data: [DONE]\n\n"
         return
     if s.include_usage:
-        yield _sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens}})
+        yield _sse(
+            {
+                "id": rid,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
     yield "data: [DONE]\n\n"
 
 

@@ -47,13 +47,17 @@ _ERROR_CODES = ("400", "401", "403", "404", "408", "409", "413", "422", "503", "
 
 
 def _errors(schema: dict[str, Any]) -> dict[str | int, dict[str, Any]]:
-    return {code: {"description": "refused", "content": {"application/json": {"schema": schema}}} for code in _ERROR_CODES}
+    return {
+        code: {"description": "refused", "content": {"application/json": {"schema": schema}}} for code in _ERROR_CODES
+    }
 
 
 RESPONSES = _errors(PROBLEM)
 HEALTH_RESPONSES: dict[str | int, dict[str, Any]] = {
-    503: {"description": "not serving: a replica is gone or the server is stopping",
-          "content": {"application/json": {"schema": {"type": "object"}}}}
+    503: {
+        "description": "not serving: a replica is gone or the server is stopping",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
 }
 OPENAI_RESPONSES = _errors(OPENAI_ERROR)
 METRICS_RESPONSE: dict[str | int, dict[str, Any]] = {
@@ -80,9 +84,11 @@ def generate_body() -> dict[str, Any]:
     body = _body(props, [])
     # exactly one of the three ways to give the prompt
     body["requestBody"]["content"]["application/json"]["schema"]["oneOf"] = [
-        {"required": [key]} for key in ("text", "prompt", "input_ids")]
-    return body | {"responses": {"200": {"description": "the answer", "content": {
-        "application/json": {"schema": {}}, **_SSE}}}}
+        {"required": [key]} for key in ("text", "prompt", "input_ids")
+    ]
+    return body | {
+        "responses": {"200": {"description": "the answer", "content": {"application/json": {"schema": {}}, **_SSE}}}
+    }
 
 
 _OPENAI_OWN = {
@@ -113,9 +119,19 @@ def chat_body() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "role": {"enum": ["system", "user", "assistant", "developer", "tool"]},
-            "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
-                "type": "object", "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
-                "required": ["type"]}}]},
+            "content": {
+                "anyOf": [
+                    {"type": "string"},
+                    {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                            "required": ["type"],
+                        },
+                    },
+                ]
+            },
         },
         "required": ["role", "content"],
     }
@@ -129,14 +145,22 @@ def chat_body() -> dict[str, Any]:
 
 
 def _streamed() -> dict[str, Any]:
-    return {"200": {"description": "the completion, or its chunks as server-sent events",
-                    "content": {"application/json": {"schema": {"type": "object"}}, **_SSE}}}
+    return {
+        "200": {
+            "description": "the completion, or its chunks as server-sent events",
+            "content": {"application/json": {"schema": {"type": "object"}}, **_SSE},
+        }
+    }
 
 
 def object_body(description: str) -> dict[str, Any]:
     """An admin body: a JSON object whose keys are checked by the route (422 names each bad one)."""
-    return {"requestBody": {"required": False, "content": {"application/json": {"schema": {
-        "type": "object", "description": description}}}}}
+    return {
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": {"type": "object", "description": description}}},
+        }
+    }
 
 
 def keep_exact_bodies(app: Any) -> None:
@@ -159,5 +183,14 @@ def keep_exact_bodies(app: Any) -> None:
     app.openapi = openapi
 
 
-__all__ = ["HEALTH_RESPONSES", "METRICS_RESPONSE", "OPENAI_RESPONSES", "RESPONSES", "chat_body", "completions_body", "generate_body",
-           "keep_exact_bodies", "object_body"]
+__all__ = [
+    "HEALTH_RESPONSES",
+    "METRICS_RESPONSE",
+    "OPENAI_RESPONSES",
+    "RESPONSES",
+    "chat_body",
+    "completions_body",
+    "generate_body",
+    "keep_exact_bodies",
+    "object_body",
+]

@@ -26,6 +26,7 @@ log = structlog.get_logger("mem_cache.hicache.storage")
 
 BackendFactory = Callable[[Mapping[str, Any]], StorageBase]
 
+
 def register_storage_backend(name: str, factory: BackendFactory) -> BackendFactory:
     """Make `factory(extra_config)` available as backend `name`; DeclarationError when another holds the name."""
     return STORAGE_BACKENDS.register(name, factory)
@@ -55,7 +56,7 @@ def create_storage_backend(
     if not isinstance(extra_config, Mapping):
         msg = (
             f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {type(extra_config).__name__}"
-            f" {extra_config!r}) -- pass e.g. {{\"dir\": \"/var/cache/sgconf\"}}"
+            f' {extra_config!r}) -- pass e.g. {{"dir": "/var/cache/sgconf"}}'
         )
         raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
     key = key_from_secret(mac_secret) if mac_secret is not None else None

@@ -63,7 +63,6 @@ from mem_cache.hicache.storage import StorageBase
 log = structlog.get_logger("mem_cache.hicache")
 
 
-
 class HiCacheController:
     """Ties one device KV pool to a host pool and an optional storage backend.
 
@@ -118,8 +117,17 @@ class HiCacheController:
         self._retired_oversized = 0
         self._retired_unsafe = 0
         self._counts = dict.fromkeys(
-            ("backed_up_pages", "host_hits", "storage_hits", "prefetched_pages", "storage_writes",
-             "write_errors", "host_evictions", "layout_mismatches", "read_timeouts"),
+            (
+                "backed_up_pages",
+                "host_hits",
+                "storage_hits",
+                "prefetched_pages",
+                "storage_writes",
+                "write_errors",
+                "host_evictions",
+                "layout_mismatches",
+                "read_timeouts",
+            ),
             0,
         )
         self._closed = False
@@ -249,7 +257,9 @@ class HiCacheController:
             deadline = time.monotonic() + self.read_timeout_s
             for key in sel[from_host:]:
                 try:
-                    ok = self._request_fetch(backend, key, protect).result(timeout=max(0.0, deadline - time.monotonic()))
+                    ok = self._request_fetch(backend, key, protect).result(
+                        timeout=max(0.0, deadline - time.monotonic())
+                    )
                 except cf.TimeoutError:
                     self._count_timeout("load", 1)
                     break
@@ -319,8 +329,12 @@ class HiCacheController:
                 self.prefetch_policy = prepared.prefetch_policy
                 self.write_policy = prepared.write_policy
             status = self.storage_status()
-        log.info("hicache.attach", backend=status.backend, prefetch_policy=status.prefetch_policy,
-                 write_policy=status.write_policy)
+        log.info(
+            "hicache.attach",
+            backend=status.backend,
+            prefetch_policy=status.prefetch_policy,
+            write_policy=status.write_policy,
+        )
         return status
 
     def abort_attach(self, prepared: PreparedAttach) -> None:
@@ -340,9 +354,7 @@ class HiCacheController:
         write_policy: str | None = None,
     ) -> StorageStatus:
         """Prepare and commit in one step; raises StorageAttachError and changes nothing on failure."""
-        prepared = self.prepare_attach(
-            name, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy
-        )
+        prepared = self.prepare_attach(name, extra_config, prefetch_policy=prefetch_policy, write_policy=write_policy)
         return self.commit_attach(prepared)
 
     def detach_storage_backend(self) -> bool:

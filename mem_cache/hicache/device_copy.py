@@ -23,7 +23,9 @@ def host_view(t: torch.Tensor, layout: KVLayout) -> torch.Tensor:
     return t.view(layout.host_dtype) if t.dtype != layout.host_dtype else t
 
 
-def read_device(pool: Any, layout: KVLayout, idx: torch.Tensor) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+def read_device(
+    pool: Any, layout: KVLayout, idx: torch.Tensor
+) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
     """K and V of the slots `idx`, per layer, in host form."""
     translate = getattr(pool, "translate_loc_from_full_to_swa", None)
     swa_idx = None

@@ -97,13 +97,13 @@ def _prepare_default_dir(root: Path) -> None:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = root.stat()
     except OSError as exc:
-        msg = f"cannot create the default storage directory {str(root)!r} ({exc.strerror}) -- pass {{\"dir\": \"/path\"}} or set {DIR_ENV}"
+        msg = f'cannot create the default storage directory {str(root)!r} ({exc.strerror}) -- pass {{"dir": "/path"}} or set {DIR_ENV}'
         raise StorageAttachError(msg, field=DIR_FIELD, value=str(root)) from None
     mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
     if not root.is_dir() or not mine or st.st_mode & 0o077:
         msg = (
             f"the default storage directory {str(root)!r} is not a private directory of this user "
-            f"(mode {st.st_mode & 0o777:o}) -- pass {{\"dir\": \"/path\"}}, set {DIR_ENV}, or chmod 700 it"
+            f'(mode {st.st_mode & 0o777:o}) -- pass {{"dir": "/path"}}, set {DIR_ENV}, or chmod 700 it'
         )
         raise StorageAttachError(msg, field=DIR_FIELD, value=str(root))
 
@@ -272,8 +272,14 @@ class FileStorage(StorageBase):
         with self._dirs_lock:
             first, self._unsafe_logged = not self._unsafe_logged, True
         if first:
-            log.warning("hicache.storage.unsafe_entry", backend=self.name, dir=str(self.root), entry=name, reason=what,
-                        note="further unsafe entries are counted in unsafe_skipped, not logged")
+            log.warning(
+                "hicache.storage.unsafe_entry",
+                backend=self.name,
+                dir=str(self.root),
+                entry=name,
+                reason=what,
+                note="further unsafe entries are counted in unsafe_skipped, not logged",
+            )
 
     def _flush(self) -> None:
         # the renames are durable only once their directories are synced
@@ -386,7 +392,7 @@ def resolve_storage_dir(raw: object) -> Path:
     if isinstance(raw, os.PathLike):
         raw = os.fspath(raw)
     if not isinstance(raw, str) or not raw.strip():
-        msg = f"'{DIR_FIELD}' must be a non-empty path string (got {raw!r}) -- pass {{\"dir\": \"/path/to/cache\"}}"
+        msg = f'\'{DIR_FIELD}\' must be a non-empty path string (got {raw!r}) -- pass {{"dir": "/path/to/cache"}}'
         raise StorageAttachError(msg, field=DIR_FIELD, value=raw)
     if "\x00" in raw:
         msg = f"'{DIR_FIELD}' must not contain a NUL byte (got {raw!r}) -- pass a plain directory path"

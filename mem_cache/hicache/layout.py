@@ -101,9 +101,7 @@ def layout_of(kv_pool: Any, *, page_size: int | None = None, layer_ids: Sequence
     return KVLayout(page_size=int(page), dtype=dtype, layers=tuple(layers))
 
 
-def host_pool_pages(
-    device_tokens: int, layout: KVLayout, *, hicache_ratio: float = 2.0, hicache_size: int = 0
-) -> int:
+def host_pool_pages(device_tokens: int, layout: KVLayout, *, hicache_ratio: float = 2.0, hicache_size: int = 0) -> int:
     """Host capacity in pages: `hicache_size` GB when > 0, else `hicache_ratio` x the device pool.
 
     A GB here is 10**9 bytes, as in the field's help text. Always at least one page.

@@ -167,8 +167,13 @@ class StorageBase:
             with self._lock:
                 first, self._oversized_logged = not self._oversized_logged, True
             if first:
-                log.warning("hicache.storage.oversized_page", backend=self.name, key=key, limit_bytes=limit,
-                            note="further oversized pages are counted in oversized_skipped, not logged")
+                log.warning(
+                    "hicache.storage.oversized_page",
+                    backend=self.name,
+                    key=key,
+                    limit_bytes=limit,
+                    note="further oversized pages are counted in oversized_skipped, not logged",
+                )
             self._discard(key)
             return None
         try:
@@ -179,8 +184,13 @@ class StorageBase:
             with self._lock:
                 first, self._forged_logged = not self._forged_logged, True
             if first:  # once per backend: a flood of forged pages must not flood the log
-                log.warning("hicache.storage.forged_page", backend=self.name, key=key, reason=str(exc),
-                            note="further forged pages are counted in forged_skipped, not logged")
+                log.warning(
+                    "hicache.storage.forged_page",
+                    backend=self.name,
+                    key=key,
+                    reason=str(exc),
+                    note="further forged pages are counted in forged_skipped, not logged",
+                )
             self._discard(key)
             return None
         except CorruptPageError as exc:
@@ -217,7 +227,9 @@ class StorageBase:
             if began:
                 log.warning("hicache.storage.degraded", backend=self.name, key=key, error=str(exc), retry_in_s=retry_in)
             else:
-                log.debug("hicache.storage.write_failed", backend=self.name, key=key, error=str(exc), retry_in_s=retry_in)
+                log.debug(
+                    "hicache.storage.write_failed", backend=self.name, key=key, error=str(exc), retry_in_s=retry_in
+                )
             return False
         with self._lock:
             ended = self._backoff.succeeded()

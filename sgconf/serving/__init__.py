@@ -42,7 +42,17 @@ from sgconf.serving.rules import RULES
 
 ServerArgs = SERVING.record
 # names imported here for the functions below, not part of what this binding offers
-_NOT_EXPORTED = {"annotations", "Any", "Iterable", "Mapping", "Sequence", "Problem", "FieldInfo", "Loaded", "COMMAND_GROUP"}
+_NOT_EXPORTED = {
+    "annotations",
+    "Any",
+    "Iterable",
+    "Mapping",
+    "Sequence",
+    "Problem",
+    "FieldInfo",
+    "Loaded",
+    "COMMAND_GROUP",
+}
 # the live set: a package adds its own switches (`RESERVED_ENV.add("SGCONF_MY_SWITCH")`)
 RESERVED_ENV = SERVING.reserved_env
 COMMAND_GROUP = _cli.COMMAND_GROUP
@@ -58,7 +68,9 @@ def build_record(raw: Mapping[str, Any], sources: Mapping[str, str] | None = Non
     return _validation.build_record(raw, sources, base=base, schema=SERVING)
 
 
-def convert_fields(raw: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
+def convert_fields(
+    raw: Mapping[str, Any], sources: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], list[Problem]]:
     """Structure serving field values; the problems name each bad field."""
     return _validation.convert_fields(raw, sources, schema=SERVING)
 
@@ -105,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # derived: every public name bound above (the facade `sgconf` re-exports exactly these)
 __all__ = sorted(
-    name for name, value in globals().items()
+    name
+    for name, value in globals().items()
     if not name.startswith("_") and not isinstance(value, _types.ModuleType) and name not in _NOT_EXPORTED
 )

@@ -38,8 +38,10 @@ def builtin_model_config(name: str) -> dict[str, Any]:
     """The config dict of a shipped model; KeyError naming the choices when unknown."""
     path = builtin_model_path(name)
     if path is None:
-        raise KeyError(f"no shipped model {name!r}{did_you_mean(name, builtin_model_names(), normalize=False)} -- "
-                       f"choose one of {', '.join(builtin_model_names())}")
+        raise KeyError(
+            f"no shipped model {name!r}{did_you_mean(name, builtin_model_names(), normalize=False)} -- "
+            f"choose one of {', '.join(builtin_model_names())}"
+        )
     return json.loads(path.read_text())
 
 

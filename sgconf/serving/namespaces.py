@@ -54,7 +54,9 @@ class ModelConfig:
     chat_template: str | None = setting(
         None, help="jinja2 chat template file, or a name (default, chatml, llama-3); default: the tokenizer's own"
     )
-    dtype: DType = setting("auto", help="weight and activation dtype; auto: the model's torch_dtype, else bfloat16 on cuda, float32 on cpu")
+    dtype: DType = setting(
+        "auto", help="weight and activation dtype; auto: the model's torch_dtype, else bfloat16 on cuda, float32 on cpu"
+    )
     kv_cache_dtype: KVCacheDType = setting(
         "auto", help="KV cache dtype; auto follows dtype", allow_sources=("model_runner.*",)
     )
@@ -77,12 +79,18 @@ class DeviceConfig:
 
 @namespace("parallel")
 class ParallelConfig:
-    tp_size: int = setting(1, help="tensor parallel size", checks=[positive()], aliases=["--tp", "--tensor-parallel-size"])
-    pp_size: int = setting(1, help="pipeline parallel size", checks=[positive()], aliases=["--pp", "--pipeline-parallel-size"])
+    tp_size: int = setting(
+        1, help="tensor parallel size", checks=[positive()], aliases=["--tp", "--tensor-parallel-size"]
+    )
+    pp_size: int = setting(
+        1, help="pipeline parallel size", checks=[positive()], aliases=["--pp", "--pipeline-parallel-size"]
+    )
     dp_size: int = setting(
         1, help="data parallel size (engine replicas)", checks=[positive()], aliases=["--dp", "--data-parallel-size"]
     )
-    ep_size: int = setting(1, help="expert parallel size", checks=[positive()], aliases=["--ep", "--expert-parallel-size"])
+    ep_size: int = setting(
+        1, help="expert parallel size", checks=[positive()], aliases=["--ep", "--expert-parallel-size"]
+    )
     enable_dp_attention: bool = setting(False, help="data-parallel attention inside the tensor-parallel group")
     nnodes: int = setting(1, help="number of nodes", checks=[positive()])
     node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)])
@@ -91,7 +99,10 @@ class ParallelConfig:
         "round_robin", help="how the data-parallel controller routes requests to replicas", hot=True
     )
     config_sync_timeout_s: float = setting(
-        10.0, help="seconds a rank may take to vote on a propagated override (1 to 600)", checks=[interval(1, 600)], hot=True
+        10.0,
+        help="seconds a rank may take to vote on a propagated override (1 to 600)",
+        checks=[interval(1, 600)],
+        hot=True,
     )
     replica_heartbeat_interval_s: float = setting(
         0.5, help="seconds between two progress reports of a replica to its controller", checks=[interval(0.05, 10)]
@@ -119,15 +130,24 @@ class ParallelConfig:
 class MemoryConfig:
     enable_hierarchical_cache: bool = setting(False, help="enable the HiCache host tier")
     hicache_ratio: float = setting(
-        2.0, help="host pool size as a multiple of the device pool", checks=[interval(0, 1000, low_open=True)],
-        allow_sources=HICACHE_SOURCES, apply="drain",
+        2.0,
+        help="host pool size as a multiple of the device pool",
+        checks=[interval(0, 1000, low_open=True)],
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     hicache_size: int = setting(
-        0, help="host pool size in GB; overrides hicache_ratio when > 0", checks=[interval(0, 1 << 20)],
-        allow_sources=HICACHE_SOURCES, apply="drain",
+        0,
+        help="host pool size in GB; overrides hicache_ratio when > 0",
+        checks=[interval(0, 1 << 20)],
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     hicache_write_policy: Literal["write_through", "write_back", "write_through_selective"] = setting(
-        "write_through", help="when device pages are copied to the host tier", allow_sources=HICACHE_SOURCES, apply="drain"
+        "write_through",
+        help="when device pages are copied to the host tier",
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     hicache_io_backend: Literal["direct", "kernel"] = setting(
         "direct", help="copy engine between device and host", allow_sources=HICACHE_SOURCES, apply="drain"
@@ -143,13 +163,17 @@ class MemoryConfig:
         plugin=STORAGE_BACKENDS,
     )
     hicache_storage_prefetch_policy: Literal["best_effort", "wait_complete", "timeout"] = setting(
-        "best_effort", help="how long a prefix miss waits for a storage prefetch", allow_sources=HICACHE_SOURCES, apply="drain"
+        "best_effort",
+        help="how long a prefix miss waits for a storage prefetch",
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     hicache_storage_prefetch_timeout_s: float = setting(
         2.0,
         help="seconds the 'timeout' prefetch policy waits for storage before serving what arrived",
         checks=[interval(0, 3600, low_open=True)],
-        allow_sources=HICACHE_SOURCES, apply="drain",
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     hicache_storage_read_timeout_s: float = setting(
         5.0,
@@ -162,7 +186,10 @@ class MemoryConfig:
         secret=True,
     )
     hicache_storage_backend_extra_config: dict[str, Any] | None = setting(
-        None, help="backend options as a JSON object (e.g. {\"dir\": \"/path\"})", allow_sources=HICACHE_SOURCES, apply="drain"
+        None,
+        help='backend options as a JSON object (e.g. {"dir": "/path"})',
+        allow_sources=HICACHE_SOURCES,
+        apply="drain",
     )
     disable_radix_cache: bool = setting(False, help="disable prefix reuse", inverse_aliases=["--enable-prefix-caching"])
 
@@ -208,7 +235,9 @@ class ScheduleConfig:
     )
     disable_overlap_schedule: bool = setting(False, help="disable CPU/GPU overlap scheduling")
     disable_hybrid_swa_memory: bool = setting(False, help="size SWA layers like full layers")
-    schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting("fcfs", help="request ordering policy", hot=True)
+    schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting(
+        "fcfs", help="request ordering policy", hot=True
+    )
     schedule_conservativeness: float = setting(
         1.0,
         help="how much of running requests' future tokens admission keeps free (0: admit whatever fits now)",
@@ -231,8 +260,12 @@ class SpecConfig:
         None, help="draft model directory (EAGLE, STANDALONE)", aliases=["--speculative-draft-model"]
     )
     speculative_draft_model_config: str | None = setting(None, help="path to the draft model's HF-style config.json")
-    speculative_num_steps: int | None = setting(None, help="draft steps per verify; default 3", checks=[interval(1, 64)], hot=True)
-    speculative_eagle_topk: int | None = setting(None, help="draft branches per step; default 1", checks=[interval(1, 64)], hot=True)
+    speculative_num_steps: int | None = setting(
+        None, help="draft steps per verify; default 3", checks=[interval(1, 64)], hot=True
+    )
+    speculative_eagle_topk: int | None = setting(
+        None, help="draft branches per step; default 1", checks=[interval(1, 64)], hot=True
+    )
     speculative_num_draft_tokens: int | None = setting(
         None, help="tokens verified per step; default steps * topk + 1", checks=[interval(1, 4096)], hot=True
     )
@@ -246,8 +279,12 @@ class SpecConfig:
 
 @namespace("disagg")
 class DisaggConfig:
-    disaggregation_mode: Literal["null", "prefill", "decode"] = setting("null", help="prefill/decode disaggregation role")
-    disaggregation_decode_extra_slots: int = setting(0, help="extra request slots on a decode server", checks=[at_least(0)])
+    disaggregation_mode: Literal["null", "prefill", "decode"] = setting(
+        "null", help="prefill/decode disaggregation role"
+    )
+    disaggregation_decode_extra_slots: int = setting(
+        0, help="extra request slots on a decode server", checks=[at_least(0)]
+    )
     num_reserved_decode_tokens: int = setting(512, help="tokens reserved per decode request", checks=[at_least(0)])
 
 
@@ -266,62 +303,99 @@ class ServingConfig:
         None, help="file holding the admin key (re-read when it changes); keeps the key off the command line"
     )
     admin_host: str | None = setting(
-        None, help="bind address of a separate admin listener; unset: admin routes share the public one", fingerprint=False
+        None,
+        help="bind address of a separate admin listener; unset: admin routes share the public one",
+        fingerprint=False,
     )
     admin_port: int | None = setting(
-        None, help="port of the separate admin listener (needs admin_host)", checks=[interval(1, 65535)], fingerprint=False
+        None,
+        help="port of the separate admin listener (needs admin_host)",
+        checks=[interval(1, 65535)],
+        fingerprint=False,
     )
     served_model_name: str | None = setting(None, help="model name reported to clients; default model_path")
     stream_interval: int = setting(
         1, help="tokens per streamed chunk", checks=[interval(1, 1 << 16)], hot=True, fingerprint=False
     )
     max_request_body_bytes: int = setting(
-        4 << 20, help="largest request body; a bigger one is refused (413) before it is read",
-        checks=[interval(1024, 1 << 30)], hot=True, fingerprint=False,
+        4 << 20,
+        help="largest request body; a bigger one is refused (413) before it is read",
+        checks=[interval(1024, 1 << 30)],
+        hot=True,
+        fingerprint=False,
     )
     max_json_depth: int = setting(
-        32, help="deepest nesting of arrays and objects a request body may have",
-        checks=[interval(2, 256)], hot=True, fingerprint=False,
+        32,
+        help="deepest nesting of arrays and objects a request body may have",
+        checks=[interval(2, 256)],
+        hot=True,
+        fingerprint=False,
     )
     max_json_integer_digits: int = setting(
-        24, help="most digits an integer in a request body may have",
-        checks=[interval(1, 4000)], hot=True, fingerprint=False,
+        24,
+        help="most digits an integer in a request body may have",
+        checks=[interval(1, 4000)],
+        hot=True,
+        fingerprint=False,
     )
     max_prompt_chars: int = setting(
-        1 << 20, help="longest prompt in characters (or token ids), checked before tokenizing",
-        checks=[interval(1, 1 << 28)], hot=True, fingerprint=False,
+        1 << 20,
+        help="longest prompt in characters (or token ids), checked before tokenizing",
+        checks=[interval(1, 1 << 28)],
+        hot=True,
+        fingerprint=False,
     )
     max_batch_items: int = setting(
-        256, help="most prompts one request may carry (a /generate batch, a /v1/completions prompt list)",
-        checks=[interval(1, 1 << 16)], hot=True, fingerprint=False,
+        256,
+        help="most prompts one request may carry (a /generate batch, a /v1/completions prompt list)",
+        checks=[interval(1, 1 << 16)],
+        hot=True,
+        fingerprint=False,
     )
     max_batch_requests: int = setting(
-        1024, help="most engine requests one HTTP request may become (prompts x n)",
-        checks=[interval(1, 1 << 20)], hot=True, fingerprint=False,
+        1024,
+        help="most engine requests one HTTP request may become (prompts x n)",
+        checks=[interval(1, 1 << 20)],
+        hot=True,
+        fingerprint=False,
     )
     header_timeout_s: float = setting(
-        10.0, help="seconds a connection may take to send a request's headers before it is closed (408)",
-        checks=[interval(0.01, 3600)], fingerprint=False,
+        10.0,
+        help="seconds a connection may take to send a request's headers before it is closed (408)",
+        checks=[interval(0.01, 3600)],
+        fingerprint=False,
     )
     body_timeout_s: float = setting(
-        30.0, help="seconds a request may take to send its body once its headers arrived (408)",
-        checks=[interval(0.01, 3600)], hot=True, fingerprint=False,
+        30.0,
+        help="seconds a request may take to send its body once its headers arrived (408)",
+        checks=[interval(0.01, 3600)],
+        hot=True,
+        fingerprint=False,
     )
     keep_alive_timeout_s: float = setting(
-        5.0, help="seconds an idle keep-alive connection stays open between requests",
-        checks=[interval(0.01, 3600)], fingerprint=False,
+        5.0,
+        help="seconds an idle keep-alive connection stays open between requests",
+        checks=[interval(0.01, 3600)],
+        fingerprint=False,
     )
     max_connections: int = setting(
-        1024, help="most connections (and requests) served at once; beyond it new requests get 503",
-        checks=[interval(1, 1 << 20)], fingerprint=False,
+        1024,
+        help="most connections (and requests) served at once; beyond it new requests get 503",
+        checks=[interval(1, 1 << 20)],
+        fingerprint=False,
     )
     request_timeout_s: float = setting(
-        600.0, help="deadline of a request, from arrival; a request may ask for less with timeout_s",
-        checks=[interval(0.001, 86400)], hot=True, fingerprint=False,
+        600.0,
+        help="deadline of a request, from arrival; a request may ask for less with timeout_s",
+        checks=[interval(0.001, 86400)],
+        hot=True,
+        fingerprint=False,
     )
     shutdown_grace_s: float = setting(
-        30.0, help="seconds a stopping server lets in-flight requests finish before aborting them",
-        checks=[interval(0, 3600)], fingerprint=False,
+        30.0,
+        help="seconds a stopping server lets in-flight requests finish before aborting them",
+        checks=[interval(0, 3600)],
+        fingerprint=False,
     )
 
 

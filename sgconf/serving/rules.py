@@ -129,7 +129,8 @@ def _one_kv_budget(v: Values) -> str | None:
     mfs, kvb = flag("mem_fraction_static"), flag("kv_cache_memory_bytes")
     where = (
         f"; on cpu no device memory is measured, so {kvb} is the budget there (64MiB unless set)"
-        if v["device"] == "cpu" else ""
+        if v["device"] == "cpu"
+        else ""
     )
     return f"{mfs} {fraction} and {kvb} {budget} both size the KV cache{where} -- set one of them"
 
@@ -158,7 +159,12 @@ RULES: list[Rule] = [
     Rule("dp_attention_divides_tp", ("tp_size", "dp_size", "enable_dp_attention"), _dp_attention_divides),
     Rule(
         "spec_needs_algorithm",
-        ("speculative_algorithm", *SPEC_TUNING_FIELDS, "max_speculative_num_draft_tokens", "speculative_draft_model_path"),
+        (
+            "speculative_algorithm",
+            *SPEC_TUNING_FIELDS,
+            "max_speculative_num_draft_tokens",
+            "speculative_draft_model_path",
+        ),
         _spec_needs_algorithm,
     ),
     Rule("spec_tree_consistent", ("speculative_algorithm", *SPEC_TUNING_FIELDS), _spec_tree_consistent),
@@ -172,7 +178,11 @@ RULES: list[Rule] = [
     Rule("hicache_needs_radix", ("enable_hierarchical_cache", "disable_radix_cache"), _hicache_needs_radix),
     Rule("node_rank_in_range", ("node_rank", "nnodes"), _node_rank_in_range),
     Rule("multi_node_needs_addr", ("nnodes", "dist_init_addr"), _multi_node_needs_addr),
-    Rule("extra_slots_need_decode", ("disaggregation_decode_extra_slots", "disaggregation_mode"), _extra_slots_need_decode),
+    Rule(
+        "extra_slots_need_decode",
+        ("disaggregation_decode_extra_slots", "disaggregation_mode"),
+        _extra_slots_need_decode,
+    ),
     Rule("one_kv_budget", ("mem_fraction_static", "kv_cache_memory_bytes", "device"), _one_kv_budget),
     Rule("one_admin_key", ("admin_api_key", "admin_api_key_file"), _one_admin_key),
     Rule("admin_listener_complete", ("admin_host", "admin_port", "host", "port"), _admin_listener_complete),

@@ -115,7 +115,10 @@ def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any
         budget = CPU_KV_CACHE_BYTES
         out["kv_cache_memory_bytes"] = (budget, "default for cpu: no device memory is measured there")
     elif budget is None:
-        out["kv_cache_memory_bytes"] = (None, f"measured when the pools are planned: free {dev} memory times mem_fraction_static")
+        out["kv_cache_memory_bytes"] = (
+            None,
+            f"measured when the pools are planned: free {dev} memory times mem_fraction_static",
+        )
     if v["mem_fraction_static"] is None:
         if budget is None:
             out["mem_fraction_static"] = (MEM_FRACTION_STATIC[dev], f"default for {dev}")
@@ -151,7 +154,10 @@ def _step_spec_defaults(v: dict[str, Any], env: ResolveInputs) -> dict[str, tupl
         out["speculative_eagle_topk"] = (topk, f"default for {algo}")
     if draft is None:
         draft = steps * topk + 1 if algo in TREE_DRAFT_ALGORITHMS else steps + 1
-        out["speculative_num_draft_tokens"] = (draft, "steps * topk + 1" if algo in TREE_DRAFT_ALGORITHMS else "steps + 1")
+        out["speculative_num_draft_tokens"] = (
+            draft,
+            "steps * topk + 1" if algo in TREE_DRAFT_ALGORITHMS else "steps + 1",
+        )
     if v["max_speculative_num_draft_tokens"] is None:
         out["max_speculative_num_draft_tokens"] = (draft, "capacity kept at publish = speculative_num_draft_tokens")
     return out
@@ -175,8 +181,13 @@ STEPS: list[Step] = [
     Step(
         "schedule_defaults",
         (
-            "device", "page_size", "swa_full_tokens_ratio", "mem_fraction_static", "kv_cache_memory_bytes",
-            "max_running_requests", "chunked_prefill_size",
+            "device",
+            "page_size",
+            "swa_full_tokens_ratio",
+            "mem_fraction_static",
+            "kv_cache_memory_bytes",
+            "max_running_requests",
+            "chunked_prefill_size",
         ),
         _step_schedule,
     ),
@@ -192,5 +203,9 @@ STEPS: list[Step] = [
         ),
         _step_spec_defaults,
     ),
-    Step("serving_defaults", ("served_model_name", "model_path", "random_seed", "mamba_radix_cache_strategy"), _step_serving),
+    Step(
+        "serving_defaults",
+        ("served_model_name", "model_path", "random_seed", "mamba_radix_cache_strategy"),
+        _step_serving,
+    ),
 ]

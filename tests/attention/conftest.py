@@ -42,7 +42,9 @@ def shape_of(layer_types: Sequence[str], window: int | None = WINDOW) -> ModelSh
     return model_shape_from_config(config)
 
 
-def dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None) -> torch.Tensor:
+def dense_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_start: int, window: int | None
+) -> torch.Tensor:
     """Float64 causal (and windowed) GQA attention over a whole sequence, no pool involved."""
     q, k, v = q.double(), k.double(), v.double()
     group = q.shape[1] // k.shape[1]
@@ -93,8 +95,14 @@ class World:
         if hybrid:
             shape = shape_of([SLIDING, FULL, SLIDING, FULL])
             pool: Any = SWAKVPool(
-                FULL_SIZE, SWA_SIZE, page_size, torch.float32, KV_HEADS, HEAD_DIM,
-                swa_attention_layer_ids=shape.swa_attention_layer_ids, full_attention_layer_ids=shape.full_attention_layer_ids,
+                FULL_SIZE,
+                SWA_SIZE,
+                page_size,
+                torch.float32,
+                KV_HEADS,
+                HEAD_DIM,
+                swa_attention_layer_ids=shape.swa_attention_layer_ids,
+                full_attention_layer_ids=shape.full_attention_layer_ids,
             )
             self.allocator: Any = SWATokenToKVPoolAllocator(FULL_SIZE, SWA_SIZE, page_size, kvcache=pool)
         else:
@@ -108,8 +116,12 @@ class World:
 
     def attach(self, name: str, pool: Any, shape: ModelShape, *, algorithm: str | None = None) -> Attached:
         runner = SimpleRunner(
-            pool, self.allocator, self.req_to_token, shape,
-            is_draft_worker=name != "target", spec_algorithm=algorithm,
+            pool,
+            self.allocator,
+            self.req_to_token,
+            shape,
+            is_draft_worker=name != "target",
+            spec_algorithm=algorithm,
         )
         return Attached(name, runner, TorchNativeBackend(runner))
 

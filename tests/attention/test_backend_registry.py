@@ -123,7 +123,9 @@ def test_registering_a_taken_name_fails():
     class Impostor(TorchNativeBackend):
         name = "torch_native"
 
-    with pytest.raises(DeclarationError, match="attention backend 'torch_native' is registered twice: by attention.torch_native"):
+    with pytest.raises(
+        DeclarationError, match="attention backend 'torch_native' is registered twice: by attention.torch_native"
+    ):
         register_backend(Impostor)
     assert register_backend(TorchNativeBackend) is TorchNativeBackend
 
@@ -139,7 +141,9 @@ def test_hybrid_routes_by_batch_mode(runner, extra_backends):
     table = runner.req_to_token_pool
     row = table.alloc(1)[0]
     table.write(row, 0, torch.tensor([1, 2, 3]))
-    extend = attention.ForwardBatch.extend(req_pool_indices=[row], seq_lens=[2], extend_prefix_lens=[0], out_cache_loc=[1, 2])
+    extend = attention.ForwardBatch.extend(
+        req_pool_indices=[row], seq_lens=[2], extend_prefix_lens=[0], out_cache_loc=[1, 2]
+    )
     decode = attention.ForwardBatch.decode(req_pool_indices=[row], seq_lens=[3], out_cache_loc=[3])
     x = torch.ones(2, 1, 4)
     backend.forward(x, x, x, 0, extend)

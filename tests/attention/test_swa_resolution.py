@@ -21,7 +21,9 @@ from mem_cache.pools import MHATokenToKVPool, ReqToTokenPool, SWAKVPool
 
 
 def swa_pool(page_size: int = 1) -> SWAKVPool:
-    return SWAKVPool(64, 32, page_size, torch.float32, 2, 8, swa_attention_layer_ids=(0, 2), full_attention_layer_ids=(1, 3))
+    return SWAKVPool(
+        64, 32, page_size, torch.float32, 2, 8, swa_attention_layer_ids=(0, 2), full_attention_layer_ids=(1, 3)
+    )
 
 
 def full_pool(page_size: int = 1) -> MHATokenToKVPool:
@@ -79,7 +81,9 @@ def test_frozen_kv_draft_uses_allocator_pool():
 def test_frozen_kv_draft_without_swa_allocator_pool():
     """A FROZEN_KV_MTP draft worker whose allocator has no SWA pool gets None."""
     pool = full_pool()
-    got = decide_swa_kv_pool(runner(pool, TokenToKVPoolAllocator(64, kvcache=pool), draft=True, algorithm="FROZEN_KV_MTP"))
+    got = decide_swa_kv_pool(
+        runner(pool, TokenToKVPoolAllocator(64, kvcache=pool), draft=True, algorithm="FROZEN_KV_MTP")
+    )
     assert got == (None, "no_swa_pool")
 
 

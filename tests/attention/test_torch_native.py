@@ -100,15 +100,22 @@ def test_frozen_kv_draft_reads_target_swa_kv(make_world):
     reqs = world.new_requests(2)
     world.extend(reqs, [12, 21])
     world.decode(reqs)
-    draft = world.attach("draft", world.target.runner.token_to_kv_pool.full_kv_pool, world.target.runner.model_shape,
-                         algorithm="FROZEN_KV_MTP")
+    draft = world.attach(
+        "draft",
+        world.target.runner.token_to_kv_pool.full_kv_pool,
+        world.target.runner.model_shape,
+        algorithm="FROZEN_KV_MTP",
+    )
     draft.runner.token_to_kv_pool = MHATokenToKVPool(512, 1, torch.float32, 2, 16, layer_ids=(0, 1, 2, 3))
     assert resolve_swa_kv_pool(draft.runner) is world.target.runner.token_to_kv_pool
     seq = [len(r.slots) for r in reqs]
     # a pure read of the last position: the draft writes nothing into the frozen cache
-    batch = ForwardBatch.extend(req_pool_indices=[r.row for r in reqs], seq_lens=seq,
-                                extend_prefix_lens=[s - 1 for s in seq],
-                                out_cache_loc=[r.slots[-1] for r in reqs])
+    batch = ForwardBatch.extend(
+        req_pool_indices=[r.row for r in reqs],
+        seq_lens=seq,
+        extend_prefix_lens=[s - 1 for s in seq],
+        out_cache_loc=[r.slots[-1] for r in reqs],
+    )
     q = world.randn(2, 4, 16)
     out = draft.backend.forward_extend(q, world.randn(2, 2, 16), world.randn(2, 2, 16), 0, batch, save_kv_cache=False)
     for i, r in enumerate(reqs):
@@ -276,7 +283,14 @@ def test_batch_outside_the_table_is_refused(make_world):
     """Rows outside the req-to-token table, or sequences longer than a row, are named before any write."""
     world, reqs = _tiny_full_world(make_world)
     backend = world.target.backend
-    with pytest.raises(AttentionInputError, match=r"req_pool_indices \[9\] are outside the req-to-token table \(rows 0..8\) -- use rows"):
-        backend.init_forward_metadata(ForwardBatch.decode(req_pool_indices=[reqs[0].row, 9], seq_lens=[4, 1], out_cache_loc=[1, 2]))
+    with pytest.raises(
+        AttentionInputError,
+        match=r"req_pool_indices \[9\] are outside the req-to-token table \(rows 0..8\) -- use rows",
+    ):
+        backend.init_forward_metadata(
+            ForwardBatch.decode(req_pool_indices=[reqs[0].row, 9], seq_lens=[4, 1], out_cache_loc=[1, 2])
+        )
     with pytest.raises(AttentionInputError, match="a seq_len of 257 exceeds the req-to-token row length 256 -- split"):
-        backend.init_forward_metadata(ForwardBatch.decode(req_pool_indices=[reqs[0].row], seq_lens=[257], out_cache_loc=[1]))
+        backend.init_forward_metadata(
+            ForwardBatch.decode(req_pool_indices=[reqs[0].row], seq_lens=[257], out_cache_loc=[1])
+        )

@@ -33,7 +33,9 @@ def train_tokenizer(directory: Path, *, chat_template: str | None = CHATML) -> d
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(CORPUS, trainer)
     ids = {t: tok.token_to_id(t) for t in SPECIALS}
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", ids["<s>"])])
@@ -50,11 +52,25 @@ def llama_config(ids: dict[str, int], **overrides: Any) -> Any:
     from transformers import LlamaConfig
 
     base = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, initializer_range=0.2,
-        bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 64},
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        initializer_range=0.2,
+        bos_token_id=ids["<s>"],
+        eos_token_id=ids["</s>"],
+        tie_word_embeddings=False,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
     )
     return LlamaConfig(**{**base, **overrides})
 
@@ -63,9 +79,19 @@ def qwen2_config(ids: dict[str, int], **overrides: Any) -> Any:
     from transformers import Qwen2Config
 
     base = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, initializer_range=0.2,
-        bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], tie_word_embeddings=True, rope_theta=1000000.0,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        initializer_range=0.2,
+        bos_token_id=ids["<s>"],
+        eos_token_id=ids["</s>"],
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
     )
     return Qwen2Config(**{**base, **overrides})
 
@@ -74,15 +100,24 @@ def mistral_config(ids: dict[str, int], **overrides: Any) -> Any:
     from transformers import MistralConfig
 
     base = dict(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, sliding_window=4,
-        bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        sliding_window=4,
+        bos_token_id=ids["<s>"],
+        eos_token_id=ids["</s>"],
     )
     return MistralConfig(**{**base, **overrides})
 
 
-def write_checkpoint(directory: Path, family: str = "llama", *, seed: int = 0, max_shard_size: str | None = None,
-                     **overrides: Any) -> Any:
+def write_checkpoint(
+    directory: Path, family: str = "llama", *, seed: int = 0, max_shard_size: str | None = None, **overrides: Any
+) -> Any:
     """A tiny random `family` model saved to `directory` with a tokenizer; returns the transformers model."""
     from transformers import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 

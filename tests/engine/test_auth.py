@@ -60,13 +60,21 @@ def test_the_key_file_is_read_and_rotated(started, tmp_path: Path) -> None:
     key_file.write_text("second-key-longer\n")
     os.utime(key_file, ns=(1, 10**18))  # a new mtime even on a coarse clock
     assert client.get("/hicache/storage-backend", headers={"Authorization": "Bearer first-key"}).status_code == 403
-    assert client.get("/hicache/storage-backend", headers={"Authorization": "Bearer second-key-longer"}).status_code == 200
+    assert (
+        client.get("/hicache/storage-backend", headers={"Authorization": "Bearer second-key-longer"}).status_code == 200
+    )
     info = client.get("/server_info").json()["config"]["serving"]
     assert info["admin_api_key"] is None and info["admin_api_key_file"] == str(key_file)
 
 
-@pytest.mark.parametrize(("content", "why"), [("", "is empty or only whitespace"), ("  \n", "is empty or only whitespace"),
-                                                (None, "(No such file or directory)")])
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("", "is empty or only whitespace"),
+        ("  \n", "is empty or only whitespace"),
+        (None, "(No such file or directory)"),
+    ],
+)
 def test_a_bad_key_file_stops_the_start(tmp_path: Path, content: str | None, why: str) -> None:
     """An empty, blank or missing key file is refused before anything is built, naming the file."""
     path = tmp_path / "admin.key"

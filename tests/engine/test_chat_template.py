@@ -15,8 +15,12 @@ from sgconf.errors import ConfigError
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo"}]
 
 
-def snap(model_path: str = "tiny", *, tokenizer_path: str | None = None, chat_template: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(model=SimpleNamespace(model_path=model_path, tokenizer_path=tokenizer_path, chat_template=chat_template))
+def snap(
+    model_path: str = "tiny", *, tokenizer_path: str | None = None, chat_template: str | None = None
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        model=SimpleNamespace(model_path=model_path, tokenizer_path=tokenizer_path, chat_template=chat_template)
+    )
 
 
 def test_default_without_a_tokenizer() -> None:
@@ -27,16 +31,24 @@ def test_default_without_a_tokenizer() -> None:
 
 def test_tokenizer_config_template_with_its_special_tokens(tmp_path: Path) -> None:
     """The tokenizer's own template gets bos_token/eos_token (string or {content}) and a tojson that keeps UTF-8."""
-    cfg = {"bos_token": {"content": "<s>"}, "eos_token": "</s>",
-           "chat_template": "{{ bos_token }}{% for m in messages %}{{ m | tojson }}\n{% endfor %}{{ eos_token }}"}
+    cfg = {
+        "bos_token": {"content": "<s>"},
+        "eos_token": "</s>",
+        "chat_template": "{{ bos_token }}{% for m in messages %}{{ m | tojson }}\n{% endfor %}{{ eos_token }}",
+    }
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
     t = load_chat_template(snap(str(tmp_path)))
-    assert t.render(MESSAGES) == '<s>{"role": "system", "content": "be brief"}\n{"role": "user", "content": "héllo"}\n</s>'
+    assert (
+        t.render(MESSAGES) == '<s>{"role": "system", "content": "be brief"}\n{"role": "user", "content": "héllo"}\n</s>'
+    )
 
 
 def test_named_list_and_jinja_file_forms(tmp_path: Path) -> None:
     """A list of named templates gives its `default`; chat_template.jinja wins over tokenizer_config.json."""
-    listed = [{"name": "tool_use", "template": "tools"}, {"name": "default", "template": "plain {{ messages | length }}"}]
+    listed = [
+        {"name": "tool_use", "template": "tools"},
+        {"name": "default", "template": "plain {{ messages | length }}"},
+    ]
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": listed}))
     assert load_chat_template(snap(str(tmp_path))).render(MESSAGES) == "plain 2"
     (tmp_path / "chat_template.jinja").write_text("from file")
@@ -71,8 +83,11 @@ def test_a_templates_own_refusal_is_a_400_naming_messages() -> None:
     """`raise_exception` in a template (e.g. roles out of order) answers 400, never a 500."""
     from engine.chat_template import ChatTemplate
 
-    t = ChatTemplate.of("{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must be from the user') }}"
-                        "{% endif %}ok", "a test")
+    t = ChatTemplate.of(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must be from the user') }}"
+        "{% endif %}ok",
+        "a test",
+    )
     with pytest.raises(TemplateError):
         t.render(MESSAGES)
     with pytest.raises(OpenAIError) as info:

@@ -37,7 +37,9 @@ MODELS = {
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:
     root = tmp_path_factory.mktemp("ckpt")
-    return {name: (root / name, write_checkpoint(root / name, family, **extra)) for name, (family, extra) in MODELS.items()}
+    return {
+        name: (root / name, write_checkpoint(root / name, family, **extra)) for name, (family, extra) in MODELS.items()
+    }
 
 
 def _engine(path: Path, *flags: str) -> Engine:
@@ -59,8 +61,13 @@ def test_greedy_tokens_and_logits_match_transformers(checkpoints, name: str) -> 
         for prompt, tokens in zip(PROMPTS, ours, strict=True):
             ids = engine.tokenizer.encode(prompt)
             t = torch.tensor([ids])
-            theirs = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=12, min_new_tokens=12,  # type: ignore[attr-defined]
-                                  do_sample=False)[0, len(ids):].tolist()
+            theirs = ref.generate(
+                t,
+                attention_mask=torch.ones_like(t),
+                max_new_tokens=12,
+                min_new_tokens=12,  # type: ignore[attr-defined]
+                do_sample=False,
+            )[0, len(ids) :].tolist()
             assert tokens == theirs, prompt
             logits = engine.model(t[0], torch.arange(len(ids)), DenseAttention(engine.shape))
             torch.testing.assert_close(logits, ref(t).logits[0], atol=1e-4, rtol=1e-4)  # type: ignore[operator]
@@ -76,8 +83,13 @@ def test_speculative_draft_is_an_early_exit_of_the_checkpoint(checkpoints) -> No
         assert torch.equal(draft.lm_head.weight, engine.model.lm_head.weight)
         ids = engine.tokenizer.encode(PROMPTS[0])
         t = torch.tensor([ids])
-        theirs = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=12, min_new_tokens=12,  # type: ignore[attr-defined]
-                              do_sample=False)[0, len(ids):].tolist()
+        theirs = ref.generate(
+            t,
+            attention_mask=torch.ones_like(t),
+            max_new_tokens=12,
+            min_new_tokens=12,  # type: ignore[attr-defined]
+            do_sample=False,
+        )[0, len(ids) :].tolist()
         assert list(engine.generate(PROMPTS[0], max_new_tokens=12, ignore_eos=True).token_ids) == theirs
         assert engine.stats()["speculative"]["verify_steps"] > 0
 
@@ -129,7 +141,8 @@ def test_missing_tensor_and_shape_mismatch_name_the_tensor(tmp_path: Path, monke
     with pytest.raises(WeightsError) as info:
         _engine(tmp_path)
     assert [p.message for p in info.value.problems] == [
-        f"missing tensor: 'model.layers.1.mlp.up_proj.weight' (in '{tmp_path}')"]
+        f"missing tensor: 'model.layers.1.mlp.up_proj.weight' (in '{tmp_path}')"
+    ]
     write_checkpoint(tmp_path, "llama")
     _rewrite(tmp_path, reshape="model.layers.0.self_attn.k_proj.weight")
     with pytest.raises(WeightsError) as info:
@@ -165,7 +178,9 @@ def test_unexpected_tensors_and_unknown_families_are_refused(tmp_path: Path) -> 
     with pytest.raises(WeightsError, match="unexpected tensor: 'model.layers.0.mlp.experts.0.weight'"):
         _engine(tmp_path)
     cfg = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh"}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({**cfg, "model_type": "gemma2", "hidden_act": "gelu_pytorch_tanh"})
+    )
     with pytest.raises(ConfigError) as info:
         _engine(tmp_path)
     assert [p.path for p in info.value.problems] == ["$.model_type", "$.hidden_act"]
@@ -215,8 +230,16 @@ def test_memory_guard_refuses_an_oversized_model_without_allocating(tmp_path: Pa
 
     monkeypatch.setattr(KVCacheConfigurator, "build", lambda self: pytest.fail("pools allocated"))
     monkeypatch.setattr(engine_module, "TinyTransformer", lambda *a, **k: pytest.fail("weights allocated"))
-    cfg = {"num_hidden_layers": 200, "hidden_size": 32768, "intermediate_size": 131072, "num_attention_heads": 128,
-           "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+    cfg = {
+        "num_hidden_layers": 200,
+        "hidden_size": 32768,
+        "intermediate_size": 131072,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(MemoryGuardError) as info:
         _engine(tmp_path, "--load-format", "dummy")
@@ -231,7 +254,9 @@ def test_memory_guard_names_the_flags_that_fit() -> None:
     gib = 1 << 30
     weights = {"float32": 8 * gib, "bfloat16": 4 * gib, "float16": 4 * gib}
     check_fits(MemoryNeed("bfloat16", weights, gib, 1000, 4096, "cpu"), 6 * gib)  # fits: no error
-    with pytest.raises(MemoryGuardError, match=r"8\.00 GiB of float32 weights.*may use 6\.00 GiB on cpu -- try --dtype bfloat16"):
+    with pytest.raises(
+        MemoryGuardError, match=r"8\.00 GiB of float32 weights.*may use 6\.00 GiB on cpu -- try --dtype bfloat16"
+    ):
         check_fits(MemoryNeed("float32", weights, gib, 1000, 4096, "cpu"), 6 * gib)
     with pytest.raises(MemoryGuardError) as info:
         check_fits(MemoryNeed("bfloat16", weights, 4 * gib, 4096 * 8, 4096, "cuda:0"), 6 * gib)
@@ -279,6 +304,8 @@ def test_openai_client_chats_through_the_checkpoints_template(chat_server, check
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert reply.usage is not None and reply.usage.prompt_tokens == len(ids)
     t = torch.tensor([ids])
-    out = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=10, do_sample=False)[0, len(ids):]  # type: ignore[attr-defined]
+    out = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=10, do_sample=False)[0, len(ids) :]  # type: ignore[attr-defined]
     assert reply.choices[0].message.content == tok.decode(out, skip_special_tokens=True)
-    assert reply.choices[0].finish_reason == ("stop" if int(out[-1]) in ref.generation_config.eos_token_id else "length")  # type: ignore[attr-defined]
+    assert reply.choices[0].finish_reason == (
+        "stop" if int(out[-1]) in ref.generation_config.eos_token_id else "length"
+    )  # type: ignore[attr-defined]

@@ -116,7 +116,8 @@ def test_fan_out_limits_name_their_setting(engine: Engine) -> None:
     r = client.post("/v1/completions", json={"prompt": ["x"] * 8, "n": 3, "max_tokens": 1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
     assert r.json()["error"]["message"] == (
-        "$.n: 8 prompts x n=3 is 24 requests, more than 'max_batch_requests' (20) -- send fewer prompts or a smaller n")
+        "$.n: 8 prompts x n=3 is 24 requests, more than 'max_batch_requests' (20) -- send fewer prompts or a smaller n"
+    )
     assert engine.scheduler.counters["admitted"] == 0
 
 
@@ -184,7 +185,9 @@ def test_a_body_that_never_comes_is_408(engine: Engine) -> None:
     engine.override_config("test", body_timeout_s=0.2)
     with live_server(create_app(EngineBackend(engine))) as (host, port):
         sock = socket.create_connection((host, port), timeout=DEADLINE_S)
-        sock.sendall(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        sock.sendall(
+            b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+        )
         answer = b""
         while b"}" not in answer.partition(b"\r\n\r\n")[2]:
             answer += sock.recv(65536)

@@ -32,8 +32,11 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
     from runtime import override_server_args
 
     with override_server_args(
-        role="dp_controller", dp_size=2, admin_api_key="admin-key",
-        replica_heartbeat_interval_s=0.2, replica_stall_timeout_s=3.0,
+        role="dp_controller",
+        dp_size=2,
+        admin_api_key="admin-key",
+        replica_heartbeat_interval_s=0.2,
+        replica_stall_timeout_s=3.0,
     ):
         controller = DPController(monitor=False)
         try:

@@ -176,7 +176,7 @@ def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list
         assert r.status_code == 200
         feeder.join(timeout=60)
         assert not feeder.is_alive()
-        lines = (line[len("data: "):] for line in r.iter_lines() if line.startswith("data: "))
+        lines = (line[len("data: ") :] for line in r.iter_lines() if line.startswith("data: "))
         assert json.loads(next(lines)) == {"text": "a", "delta": "a", "output_ids": [97]}
         played[0].die()
         rest = list(lines)
@@ -184,7 +184,8 @@ def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list
     error = json.loads(rest[0])
     assert error["status"] == 503
     assert error["error"]["detail"] == (
-        "replica 0 exited after streaming 1 piece(s) -- the answer is incomplete; send the request again")
+        "replica 0 exited after streaming 1 piece(s) -- the answer is incomplete; send the request again"
+    )
     assert len(rest) == 2
 
 

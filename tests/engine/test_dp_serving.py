@@ -175,8 +175,10 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     r = client.post("/config/overrides", json={"load_balance_method": "round_robin"}, headers=ADMIN)
     assert r.status_code == 200, r.text
     assert [s["generation"] for s in r.json()["ranks"]] == [4, 4, 4]
-    picks = [client.post("/generate", json={"text": "hi", "max_new_tokens": 1}).json()["meta_info"]["dp_rank"]
-             for _ in range(2)]
+    picks = [
+        client.post("/generate", json={"text": "hi", "max_new_tokens": 1}).json()["meta_info"]["dp_rank"]
+        for _ in range(2)
+    ]
     assert sorted(picks) == [0, 1]
 
     # the replicas fall behind (an override only the controller took): rounds are refused with the route
@@ -237,7 +239,9 @@ def test_choose_with_no_live_replica_says_how_to_recover() -> None:
     from engine.dp.controller import choose
     from engine.errors import ReplicaFailed
 
-    with pytest.raises(ReplicaFailed, match=r"^no replica is alive -- restart them with POST /replicas/<index>/restart$"):
+    with pytest.raises(
+        ReplicaFailed, match=r"^no replica is alive -- restart them with POST /replicas/<index>/restart$"
+    ):
         choose([FakeReplica(0, 0, alive=False)], "round_robin", 0)  # type: ignore[list-item]
 
 
@@ -262,7 +266,9 @@ def test_answer_for_a_cancelled_request_does_not_stop_the_reader() -> None:
     replica = Replica(0, FakeProcess(), ours)
     theirs.send(Ready(1, 4242))
     replica.wait_ready(5.0)
-    gone = replica.submit(Generate(1, {}, stream=True), on_chunk=lambda chunk: pytest.fail("delivered to a gone caller"))
+    gone = replica.submit(
+        Generate(1, {}, stream=True), on_chunk=lambda chunk: pytest.fail("delivered to a gone caller")
+    )
     waiting = replica.submit(Generate(2, {}))
     assert [theirs.recv() for _ in range(2)] == [Generate(1, {}, stream=True), Generate(2, {})]
     assert gone.cancel()

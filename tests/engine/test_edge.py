@@ -22,8 +22,17 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[Engine, TestClient]]:
     engine = Engine.from_args(
-        ["--max-total-tokens", "512", "--enable-hierarchical-cache", "--admin-api-key", KEY,
-         "--max-request-body-bytes", "4096", "--max-prompt-chars", "200"]
+        [
+            "--max-total-tokens",
+            "512",
+            "--enable-hierarchical-cache",
+            "--admin-api-key",
+            KEY,
+            "--max-request-body-bytes",
+            "4096",
+            "--max-prompt-chars",
+            "200",
+        ]
     )
     try:
         yield engine, TestClient(create_app(EngineBackend(engine)))
@@ -66,12 +75,18 @@ def test_a_streamed_body_over_the_limit_is_413_once_it_passes_it(served) -> None
     ("raw", "status", "line"),
     [
         (b"[" * 40 + b"]" * 40, 422, "$: nested 40 levels deep, more than 'max_json_depth' (32) allows"),
-        (b'{"text": "a", "seed": ' + b"9" * 30 + b"}", 422,
-         "$.seed: an integer of 30 digits is longer than 'max_json_integer_digits' (24) allows"),
+        (
+            b'{"text": "a", "seed": ' + b"9" * 30 + b"}",
+            422,
+            "$.seed: an integer of 30 digits is longer than 'max_json_integer_digits' (24) allows",
+        ),
         (b'{"text": "a", "temperature": NaN}', 422, "$.temperature: expected a finite number (got nan)"),
         (b'{"text": "a", "temperature": 1e999}', 422, "$.temperature: expected a finite number (got inf)"),
-        (b'{"text": "\\ud800"}', 422,
-         "$.text: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text"),
+        (
+            b'{"text": "\\ud800"}',
+            422,
+            "$.text: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text",
+        ),
         (b'{"text": "\xff\xfe"}', 400, None),
         (b'{"text": ', 400, None),
     ],
@@ -128,7 +143,16 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=20,
 )
-GENERATE_KEYS = ["text", "input_ids", "max_new_tokens", "temperature", "seed", "ignore_eos", "sampling_params", "timeout_s"]
+GENERATE_KEYS = [
+    "text",
+    "input_ids",
+    "max_new_tokens",
+    "temperature",
+    "seed",
+    "ignore_eos",
+    "sampling_params",
+    "timeout_s",
+]
 bodies = st.one_of(
     json_values.map(lambda v: json.dumps(v).encode()),
     st.dictionaries(st.sampled_from(GENERATE_KEYS), json_values, max_size=5).map(lambda v: json.dumps(v).encode()),

@@ -79,7 +79,13 @@ def test_concurrent_requests_are_batched(make_engine) -> None:
 def test_memory_pressure_retracts_and_keeps_output(make_engine) -> None:
     """With a tiny KV pool and admission that keeps nothing back, requests are retracted and recomputed, outputs exact."""
     engine = make_engine(
-        "--max-total-tokens", "160", "--disable-radix-cache", "--chunked-prefill-size", "64", "--schedule-conservativeness", "0"
+        "--max-total-tokens",
+        "160",
+        "--disable-radix-cache",
+        "--chunked-prefill-size",
+        "64",
+        "--schedule-conservativeness",
+        "0",
     )
     prompts = [PROMPT[:40] + str(i) for i in range(4)]
     # the loop is paused and this test steps it: all four requests are admitted together, every
@@ -128,7 +134,12 @@ def test_identical_draft_accepts_everything(make_engine, tmp_path: Path) -> None
     cfg = tmp_path / "draft.json"
     cfg.write_text(json.dumps(builtin_model_config("tiny")))
     engine = make_engine(
-        "--speculative-algorithm", "STANDALONE", "--speculative-num-steps", "3", "--speculative-draft-model-config", str(cfg)
+        "--speculative-algorithm",
+        "STANDALONE",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-draft-model-config",
+        str(cfg),
     )
     result = engine.generate(PROMPT, max_new_tokens=40, ignore_eos=True)
     assert result.stats.spec_accept_length == 4.0
@@ -136,7 +147,10 @@ def test_identical_draft_accepts_everything(make_engine, tmp_path: Path) -> None
     sampled = engine.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True)
     engine.shutdown()
     plain = make_engine()
-    assert plain.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True).token_ids == sampled.token_ids
+    assert (
+        plain.generate(PROMPT, max_new_tokens=20, temperature=0.8, seed=3, ignore_eos=True).token_ids
+        == sampled.token_ids
+    )
 
 
 def test_topk_above_one_drafts_a_single_chain(make_engine) -> None:
@@ -144,8 +158,15 @@ def test_topk_above_one_drafts_a_single_chain(make_engine) -> None:
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:
-        engine = make_engine("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2")
-    assert {"event": "speculative.single_chain", "speculative_eagle_topk": 2, "drafted_topk": 1, "log_level": "warning"} in logs
+        engine = make_engine(
+            "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2"
+        )
+    assert {
+        "event": "speculative.single_chain",
+        "speculative_eagle_topk": 2,
+        "drafted_topk": 1,
+        "log_level": "warning",
+    } in logs
     ref = reference_generate(engine.model, engine.tokenizer.encode(PROMPT), 12)
     assert engine.generate(PROMPT, max_new_tokens=12).token_ids == tuple(ref)
 
@@ -154,8 +175,10 @@ def test_prefetch_timeout_comes_from_the_memory_bag(make_engine) -> None:
     """The 'timeout' prefetch policy waits as long as --hicache-storage-prefetch-timeout-s says."""
     engine = make_engine(
         "--enable-hierarchical-cache",
-        "--hicache-storage-prefetch-policy", "timeout",
-        "--hicache-storage-prefetch-timeout-s", "0.25",
+        "--hicache-storage-prefetch-policy",
+        "timeout",
+        "--hicache-storage-prefetch-timeout-s",
+        "0.25",
     )
     assert engine.hicache is not None
     assert engine.hicache.controller.prefetch_policy == "timeout"
@@ -219,8 +242,15 @@ def test_speculative_greedy_with_penalties_equals_the_dense_oracle(make_engine) 
         logits = engine.model(torch.tensor(ids, dtype=torch.long), torch.arange(len(ids)), attn)[-1]
         out.append(int(penalised(logits, params, prompt, out).argmax()))
         ids.append(out[-1])
-    result = engine.generate(PROMPT, max_new_tokens=20, ignore_eos=True, temperature=0.7, top_k=1,
-                             repetition_penalty=1.5, frequency_penalty=0.5)
+    result = engine.generate(
+        PROMPT,
+        max_new_tokens=20,
+        ignore_eos=True,
+        temperature=0.7,
+        top_k=1,
+        repetition_penalty=1.5,
+        frequency_penalty=0.5,
+    )
     assert list(result.token_ids) == out
     assert result.stats.spec_verify_steps >= 1
 

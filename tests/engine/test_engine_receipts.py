@@ -44,7 +44,9 @@ def test_reverting_an_attach_detaches_the_backend_after_a_drain(make_engine) -> 
     """`receipt.revert()` of an attach goes through the engine: drained, detached, config None, all in one change."""
     engine = make_engine("--enable-hierarchical-cache")
     running_at_commit: list[int] = []
-    engine.context.subscribe(lambda ev: running_at_commit.append(engine.busy_counts()[1]), fields=["hicache_storage_backend"])
+    engine.context.subscribe(
+        lambda ev: running_at_commit.append(engine.busy_counts()[1]), fields=["hicache_storage_backend"]
+    )
     receipt = engine.attach_storage_backend("memory")
     assert receipt.owner_name == "engine" and "owner='engine'" in repr(receipt)
     assert backend_of(engine) == "memory"
@@ -89,7 +91,10 @@ def test_a_previous_backend_that_cannot_open_again_leaves_everything_as_it_was(m
         second.revert()
     assert get_memory().hicache_storage_backend == "memory" and backend_of(engine) == "memory"
     assert engine.context.generation == generation + 2  # the revert and its rollback
-    assert [r.source for r in engine.context.overrides_log()][-2:] == ["revert:hicache.attach", "rollback:revert:hicache.attach"]
+    assert [r.source for r in engine.context.overrides_log()][-2:] == [
+        "revert:hicache.attach",
+        "rollback:revert:hicache.attach",
+    ]
 
 
 def test_a_revert_that_bypasses_the_engine_is_refused(make_engine) -> None:

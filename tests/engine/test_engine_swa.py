@@ -68,9 +68,15 @@ def test_storage_keeps_pages_whose_window_was_released(make_engine) -> None:
 
     clear_shared_stores()
     argv = (
-        "--max-total-tokens", "256", "--enable-hierarchical-cache", "--hicache-storage-backend", "memory",
-        "--hicache-storage-backend-extra-config", '{"store": "swa-release"}',
-        "--hicache-storage-prefetch-policy", "wait_complete",
+        "--max-total-tokens",
+        "256",
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend",
+        "memory",
+        "--hicache-storage-backend-extra-config",
+        '{"store": "swa-release"}',
+        "--hicache-storage-prefetch-policy",
+        "wait_complete",
     )
     first_engine = make_engine(*argv)
     ids = first_engine.tokenizer.encode(PROMPT)
@@ -92,8 +98,13 @@ def test_best_effort_prefetch_never_waits_for_storage(make_engine) -> None:
 
     clear_shared_stores()
     argv = (
-        "--max-total-tokens", "256", "--enable-hierarchical-cache", "--hicache-storage-backend", "memory",
-        "--hicache-storage-backend-extra-config", '{"store": "best-effort"}',
+        "--max-total-tokens",
+        "256",
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend",
+        "memory",
+        "--hicache-storage-backend-extra-config",
+        '{"store": "best-effort"}',
     )
     writer = make_engine(*argv)
     ids = writer.tokenizer.encode(PROMPT)

@@ -28,7 +28,13 @@ def test_two_engines_in_two_threads_each_read_their_own_config(tmp_path) -> None
     contexts = {
         "a": create_context(_record(4, "--hicache-storage-backend", "memory"), role="scheduler"),
         "b": create_context(
-            _record(16, "--hicache-storage-backend", "file", "--hicache-storage-backend-extra-config", f'{{"dir": "{tmp_path}"}}'),
+            _record(
+                16,
+                "--hicache-storage-backend",
+                "file",
+                "--hicache-storage-backend-extra-config",
+                f'{{"dir": "{tmp_path}"}}',
+            ),
             role="scheduler",
         ),
     }

@@ -63,7 +63,10 @@ def test_attach_without_dir_sends_the_default_dir(server_args, tmp_path, monkeyp
     with pytest.raises(PropagationFailed):
         ReplicaGroupBackend(controller).attach({"hicache_storage_backend": "file"})
     assert controller.sent == [
-        ("hicache.attach", {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config": {"dir": str(tmp_path)}})
+        (
+            "hicache.attach",
+            {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config": {"dir": str(tmp_path)}},
+        )
     ]
 
 

@@ -25,7 +25,16 @@ def serve() -> Iterator:
 
     def start(*argv: str) -> tuple[Engine, TestClient]:
         engine = Engine.from_args(
-            ["--max-total-tokens", "1024", "--page-size", "4", "--enable-hierarchical-cache", "--admin-api-key", KEY, *argv]
+            [
+                "--max-total-tokens",
+                "1024",
+                "--page-size",
+                "4",
+                "--enable-hierarchical-cache",
+                "--admin-api-key",
+                KEY,
+                *argv,
+            ]
         )
         engines.append(engine)
         return engine, TestClient(create_app(EngineBackend(engine)))
@@ -36,7 +45,11 @@ def serve() -> Iterator:
 
 
 def attach_body(directory: Path, **extra: str) -> dict:
-    return {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": f'{{"dir": "{directory}"}}', **extra}
+    return {
+        "hicache_storage_backend": "file",
+        "hicache_storage_backend_extra_config_json": f'{{"dir": "{directory}"}}',
+        **extra,
+    }
 
 
 def test_attach_store_and_reuse_in_a_fresh_engine(serve, tmp_path: Path) -> None:
@@ -60,7 +73,11 @@ def test_attach_store_and_reuse_in_a_fresh_engine(serve, tmp_path: Path) -> None
     engine.shutdown()  # closing the controller flushes the pending writes
 
     engine2, client2 = serve()
-    r = client2.put("/hicache/storage-backend", json=attach_body(tmp_path, hicache_storage_prefetch_policy="wait_complete"), headers=AUTH)
+    r = client2.put(
+        "/hicache/storage-backend",
+        json=attach_body(tmp_path, hicache_storage_prefetch_policy="wait_complete"),
+        headers=AUTH,
+    )
     assert r.status_code == 200, r.text
     reused = client2.post("/generate", json={"text": PROMPT, "max_new_tokens": 12}).json()
     assert reused["output_ids"] == first["output_ids"]
@@ -70,7 +87,10 @@ def test_attach_store_and_reuse_in_a_fresh_engine(serve, tmp_path: Path) -> None
     assert r.status_code == 200 and r.json()["status"] == "detached"
     assert client2.get("/hicache/storage-backend", headers=AUTH).json()["hicache_storage_backend"] is None
     assert get_memory().hicache_storage_backend is None
-    assert [o["source"] for o in client2.get("/server_info").json()["overrides"]] == ["hicache.attach", "hicache.detach"]
+    assert [o["source"] for o in client2.get("/server_info").json()["overrides"]] == [
+        "hicache.attach",
+        "hicache.detach",
+    ]
     again = client2.delete("/hicache/storage-backend", headers=AUTH).json()
     assert again["status"] == "not_attached" and again["generation"] == 2
 
@@ -93,7 +113,9 @@ def test_auth_matrix(serve, method: str, path: str) -> None:
     assert missing.json() == {"detail": "admin routes needs 'Authorization: Bearer <key>'"}
     wrong = client.request(method, path, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 403
-    assert wrong.json() == {"detail": "the bearer key is not valid for admin routes -- use the key given with --admin-api-key"}
+    assert wrong.json() == {
+        "detail": "the bearer key is not valid for admin routes -- use the key given with --admin-api-key"
+    }
     assert engine.context.generation == 0
 
 
@@ -132,12 +154,17 @@ def test_drain_that_cannot_finish_answers_409_and_changes_nothing(serve, tmp_pat
     req = engine.submit(PROMPT, max_new_tokens=4)
     engine.step()
     queued = engine.submit(PROMPT, max_new_tokens=2)  # waits in the queue: a drain does not wait for it
-    for method, path, body in [("PUT", "/hicache/storage-backend", attach_body(tmp_path)), ("DELETE", "/hicache/storage-backend", None)]:
+    for method, path, body in [
+        ("PUT", "/hicache/storage-backend", attach_body(tmp_path)),
+        ("DELETE", "/hicache/storage-backend", None),
+    ]:
         r = client.request(method, path, json=body, headers=AUTH)
         assert r.status_code == 409, r.text
         assert r.headers["retry-after"] == "1"
         assert (r.json()["queued"], r.json()["running"]) == (1, 1)
-        assert "the drain did not come within 0.2 s (1 queued, 1 running requests); nothing changed" in r.json()["detail"]
+        assert (
+            "the drain did not come within 0.2 s (1 queued, 1 running requests); nothing changed" in r.json()["detail"]
+        )
     assert engine.context.generation == 0 and get_memory().hicache_storage_backend is None
     assert engine.scheduler.admission_paused == 0  # the withdrawn drains resumed admission
     engine.resume()
@@ -161,9 +188,13 @@ def test_bad_attach_bodies_change_nothing(serve, tmp_path: Path) -> None:
         "$.memory.hicache_write_policy: expected one of 'write_through', 'write_back', 'write_through_selective',"
         " got 'sometimes' (from override hicache.attach)",
     ]
-    r = client.put("/hicache/storage-backend", json={"hicache_storage_backend": "file", "hicache_write_polcy": "x"}, headers=AUTH)
+    r = client.put(
+        "/hicache/storage-backend", json={"hicache_storage_backend": "file", "hicache_write_polcy": "x"}, headers=AUTH
+    )
     assert r.status_code == 422
-    assert r.json()["errors"] == ["$.memory.hicache_write_polcy: unknown field 'hicache_write_polcy' -- did you mean 'hicache_write_policy'?"]
+    assert r.json()["errors"] == [
+        "$.memory.hicache_write_polcy: unknown field 'hicache_write_polcy' -- did you mean 'hicache_write_policy'?"
+    ]
     r = client.put("/hicache/storage-backend", content=b"{not json", headers=AUTH)
     assert r.status_code == 400
     blocker = tmp_path / "a-file"
@@ -246,7 +277,9 @@ def test_generate_validates_its_body(serve) -> None:
     ]
     r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
     assert r.status_code == 400
-    ok = client.post("/generate", json={"input_ids": [72, 105], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}})
+    ok = client.post(
+        "/generate", json={"input_ids": [72, 105], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
+    )
     assert ok.status_code == 200 and len(ok.json()["output_ids"]) == 3
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "running": 0}
 
@@ -281,7 +314,9 @@ def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
     }
 
 
-def test_attach_file_without_dir_uses_the_default_and_shows_it(serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_attach_file_without_dir_uses_the_default_and_shows_it(
+    serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PUT without a dir attaches under SGCONF_HICACHE_FILE_DIR; the status and /server_info name the directory."""
     monkeypatch.setenv("SGCONF_HICACHE_FILE_DIR", str(tmp_path / "kv"))
     engine, client = serve()
@@ -298,7 +333,11 @@ def test_server_info_lists_how_each_field_applies(serve) -> None:
     """`apply_modes` says step, drain or restart for every declared field."""
     _, client = serve()
     modes = client.get("/server_info").json()["apply_modes"]
-    assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == ("step", "drain", "restart")
+    assert (modes["schedule_policy"], modes["hicache_storage_backend"], modes["page_size"]) == (
+        "step",
+        "drain",
+        "restart",
+    )
     assert set(modes.values()) == {"step", "drain", "restart"}
 
 
@@ -321,7 +360,9 @@ def test_server_info_says_what_resolution_decided_and_the_budget_the_pools_were_
     _, client = serve()
     info = client.get("/server_info").json()
     assert info["resolution"]["kv_cache_memory_bytes"] == {
-        "step": "schedule_defaults", "reason": "default for cpu: no device memory is measured there", "value": 64 << 20,
+        "step": "schedule_defaults",
+        "reason": "default for cpu: no device memory is measured there",
+        "value": 64 << 20,
     }
     assert info["resolution"]["max_running_requests"]["reason"] == "default for cpu"
     assert "page_size" not in info["resolution"]  # given on the command line: not a decision

@@ -60,7 +60,11 @@ def test_generate_returns_tokens_and_is_deterministic(client: TestClient) -> Non
     ("body", "status", "line"),
     [
         ({"text": "a", "max_new_tokens": 0}, 422, "$.max_new_tokens: must be in [1, 1048576] (got 0)"),
-        ({"text": "a", "temprature": 0.5}, 422, "$.temprature: unknown parameter 'temprature' -- did you mean 'temperature'?"),
+        (
+            {"text": "a", "temprature": 0.5},
+            422,
+            "$.temprature: unknown parameter 'temprature' -- did you mean 'temperature'?",
+        ),
         ({"max_new_tokens": 2}, 422, "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
         ({"input_ids": [1, 999], "max_new_tokens": 2}, 400, None),
     ],
@@ -134,13 +138,19 @@ def test_attach_then_detach_storage(client: TestClient, tmp_path: Path) -> None:
     body = {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": f'{{"dir": "{tmp_path}"}}'}
     r = client.put("/hicache/storage-backend", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
-    assert (r.json()["status"], r.json()["hicache_storage_backend"], r.json()["generation"]) == ("attached", "file", before + 1)
+    assert (r.json()["status"], r.json()["hicache_storage_backend"], r.json()["generation"]) == (
+        "attached",
+        "file",
+        before + 1,
+    )
     status = client.get("/hicache/storage-backend", headers=AUTH).json()
     assert status["hicache_storage_backend"] == "file"
     info = client.get("/server_info").json()
     assert info["config"]["memory"]["hicache_storage_backend"] == "file"
     assert info["overrides"][-1]["source"] == "hicache.attach"
-    assert {row["values"]["hicache_storage_backend"] for row in info["ranks"] if row["rank"] or info["dp_size"] == 1} == {"file"}
+    assert {
+        row["values"]["hicache_storage_backend"] for row in info["ranks"] if row["rank"] or info["dp_size"] == 1
+    } == {"file"}
     r = client.delete("/hicache/storage-backend", headers=AUTH)
     assert (r.status_code, r.json()["status"], r.json()["generation"]) == (200, "detached", before + 2)
     assert client.get("/hicache/storage-backend", headers=AUTH).json()["hicache_storage_backend"] is None
@@ -152,11 +162,16 @@ def test_attach_then_detach_storage(client: TestClient, tmp_path: Path) -> None:
     ("body", "line"),
     [
         ({}, "$.memory.hicache_storage_backend: required -- name the backend to attach (file or memory)"),
-        ({"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": "{bad"},
-         "$.memory.hicache_storage_backend_extra_config: not valid JSON (Expecting property name enclosed in double quotes at position 1)"
-         " -- pass an object like {\"dir\": \"/path\"}"),
-        ({"hicache_storage_backnd": "file"},
-         "$.memory.hicache_storage_backnd: unknown field 'hicache_storage_backnd' -- did you mean 'hicache_storage_backend'?"),
+        (
+            {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": "{bad"},
+            "$.memory.hicache_storage_backend_extra_config: not valid JSON (Expecting property "
+            "name enclosed in double quotes at position 1)"
+            ' -- pass an object like {"dir": "/path"}',
+        ),
+        (
+            {"hicache_storage_backnd": "file"},
+            "$.memory.hicache_storage_backnd: unknown field 'hicache_storage_backnd' -- did you mean 'hicache_storage_backend'?",
+        ),
     ],
 )
 def test_bad_attach_bodies_change_nothing(client: TestClient, body: dict[str, Any], line: str) -> None:

@@ -24,7 +24,16 @@ def serve() -> Iterator:
 
     def start(*argv: str) -> tuple[Engine, TestClient]:
         engine = Engine.from_args(
-            ["--max-total-tokens", "1024", "--page-size", "4", "--enable-hierarchical-cache", "--admin-api-key", KEY, *argv]
+            [
+                "--max-total-tokens",
+                "1024",
+                "--page-size",
+                "4",
+                "--enable-hierarchical-cache",
+                "--admin-api-key",
+                KEY,
+                *argv,
+            ]
         )
         engines.append(engine)
         return engine, TestClient(create_app(EngineBackend(engine)))
@@ -35,8 +44,12 @@ def serve() -> Iterator:
 
 
 def attach(client: TestClient, directory: Path | str, **extra: str) -> dict:
-    body = {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": f'{{"dir": "{directory}"}}',
-            "hicache_storage_prefetch_policy": "wait_complete", **extra}
+    body = {
+        "hicache_storage_backend": "file",
+        "hicache_storage_backend_extra_config_json": f'{{"dir": "{directory}"}}',
+        "hicache_storage_prefetch_policy": "wait_complete",
+        **extra,
+    }
     r = client.put("/hicache/storage-backend", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
     return r.json()
@@ -114,8 +127,11 @@ def test_relative_dir_with_dotdot_is_shown_resolved(serve, tmp_path: Path, monke
     status = client.get("/hicache/storage-backend", headers=AUTH).json()
     assert status["storage"]["dir"] == resolved
     assert client.get("/server_info").json()["storage"]["dir"] == resolved
-    r = client.put("/hicache/storage-backend", headers=AUTH, json={
-        "hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": '{"dir": "kv\\u0000x"}'})
+    r = client.put(
+        "/hicache/storage-backend",
+        headers=AUTH,
+        json={"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": '{"dir": "kv\\u0000x"}'},
+    )
     assert r.status_code == 400
     assert r.json()["errors"] == [
         "$.memory.hicache_storage_backend_extra_config.dir: 'hicache_storage_backend_extra_config.dir' must not contain"

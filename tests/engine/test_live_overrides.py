@@ -92,7 +92,9 @@ def check_log_requests(make_engine: Callable[..., Engine], log_stream: io.String
 
 def check_stream_interval(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
     engine = make_engine()
-    assert [len(c.token_ids) for c in engine.stream(PROMPT, max_new_tokens=7, ignore_eos=True) if c.token_ids] == [1] * 7
+    assert [len(c.token_ids) for c in engine.stream(PROMPT, max_new_tokens=7, ignore_eos=True) if c.token_ids] == [
+        1
+    ] * 7
     engine.override_config("test", stream_interval=3)
     stream = engine.stream(PROMPT, max_new_tokens=7, ignore_eos=True)
     assert [len(c.token_ids) for c in stream if c.token_ids] == [3, 3, 1]
@@ -103,7 +105,10 @@ def admission_order(engine: Engine, policy: str, running: int = 1) -> list[int]:
     """Queue four requests on a paused engine and return the order they are admitted in, `running` at a time."""
     engine.override_config("test", schedule_policy=policy, max_running_requests=running)
     engine.pause()
-    reqs = [engine.submit(p, max_new_tokens=1) for p in ("zz unrelated prompt text", "A" * 40, "A" * 40 + "B", "yy other prompt")]
+    reqs = [
+        engine.submit(p, max_new_tokens=1)
+        for p in ("zz unrelated prompt text", "A" * 40, "A" * 40 + "B", "yy other prompt")
+    ]
     order: list[int] = []
     while len(order) < len(reqs):
         engine.step()
@@ -119,7 +124,10 @@ def check_schedule_policy(make_engine: Callable[..., Engine], log_stream: io.Str
     engine.generate("A" * 40, max_new_tokens=1)  # puts the "A" prefix in the prefix cache
     assert admission_order(engine, "fcfs") == [0, 1, 2, 3]
     assert admission_order(engine, "lpm") == [2, 1, 0, 3]  # 40 cached tokens (+1 page of B ...), then arrival order
-    assert admission_order(engine, "dfs-weight", running=2)[:2] == [1, 2]  # the heavier "A" subtree first, node before child
+    assert admission_order(engine, "dfs-weight", running=2)[:2] == [
+        1,
+        2,
+    ]  # the heavier "A" subtree first, node before child
     assert sorted(admission_order(engine, "random")) == [0, 1, 2, 3]
 
 
@@ -204,10 +212,14 @@ def check_speculative_num_draft_tokens(make_engine: Callable[..., Engine], log_s
 
 
 def check_speculative_eagle_topk(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
-    engine = make_engine("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2")
+    engine = make_engine(
+        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2"
+    )
     engine.override_config("test", speculative_eagle_topk=1, speculative_num_draft_tokens=3)
     engine.generate(PROMPT, max_new_tokens=3)
-    with pytest.raises(ConfigError, match="'speculative_eagle_topk' may be at most 2, the capacity planned at start-up"):
+    with pytest.raises(
+        ConfigError, match="'speculative_eagle_topk' may be at most 2, the capacity planned at start-up"
+    ):
         engine.override_config("test", speculative_eagle_topk=3, speculative_num_draft_tokens=7)
 
 
@@ -283,7 +295,12 @@ def _refused_after(field: str, value: int, body: dict[str, Any], make_engine: Ca
 
 
 def check_max_json_depth(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
-    _refused_after("max_json_depth", 2, {"text": "a", "sampling_params": {"max_new_tokens": 1, "stop_token_ids": [72]}}, make_engine)
+    _refused_after(
+        "max_json_depth",
+        2,
+        {"text": "a", "sampling_params": {"max_new_tokens": 1, "stop_token_ids": [72]}},
+        make_engine,
+    )
 
 
 def check_max_json_integer_digits(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
@@ -434,7 +451,9 @@ def test_attach_under_load_drains_then_applies(make_engine) -> None:
     """An attach while clients generate pauses admission, waits for running requests, applies with none running."""
     engine = make_engine("--enable-hierarchical-cache")
     running_at_commit: list[int] = []
-    engine.context.subscribe(lambda ev: running_at_commit.append(engine.busy_counts()[1]), fields=["hicache_storage_backend"])
+    engine.context.subscribe(
+        lambda ev: running_at_commit.append(engine.busy_counts()[1]), fields=["hicache_storage_backend"]
+    )
     start = threading.Barrier(9, timeout=60)
 
     def client(i: int) -> int:

@@ -22,14 +22,17 @@ def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def events(text: str) -> list[str]:
-    return [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
 
 
 def scrape(http: TestClient) -> dict[str, float]:
     r = http.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return {s.name + json.dumps(s.labels, sort_keys=True) if s.labels else s.name: s.value
-            for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+    return {
+        s.name + json.dumps(s.labels, sort_keys=True) if s.labels else s.name: s.value
+        for fam in text_string_to_metric_families(r.text)
+        for s in fam.samples
+    }
 
 
 def test_generate_stream_adds_up_to_the_whole_text(http: TestClient) -> None:

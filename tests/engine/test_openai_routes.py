@@ -55,8 +55,16 @@ def test_prompt_forms_and_n(client: openai.OpenAI) -> None:
 def test_stream_text_equals_the_whole_text(client: openai.OpenAI) -> None:
     """At temperature 0 the streamed pieces add up to the non-streamed text, with usage and a finish reason."""
     whole = client.completions.create(model="tiny", prompt="stream me", max_tokens=12, temperature=0)
-    chunks = list(client.completions.create(model="tiny", prompt="stream me", max_tokens=12, temperature=0,
-                                            stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt="stream me",
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == whole.choices[0].text
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
@@ -71,8 +79,15 @@ def test_chat_and_chat_stream_agree(client: openai.OpenAI) -> None:
     assert whole.object == "chat.completion" and whole.choices[0].message.role == "assistant"
     prompt = render_chat(messages, None)
     assert whole.usage is not None and whole.usage.prompt_tokens == len(prompt.encode())
-    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=0,  # type: ignore[arg-type]
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_tokens=8,
+            temperature=0,  # type: ignore[arg-type]
+            stream=True,
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
@@ -97,25 +112,31 @@ def test_top_p_and_penalties_are_honoured(client: openai.OpenAI) -> None:
 
 def test_stop_cuts_the_text(client: openai.OpenAI) -> None:
     """A stop string taken from the greedy text stops generation there, with finish_reason stop, streamed or not."""
-    whole = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, extra_body={
-        "ignore_eos": True})
+    whole = client.completions.create(
+        model="tiny", prompt="stop", max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+    )
     full = whole.choices[0].text
     stop = full[3:5]
-    cut = client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=[stop],
-                                    extra_body={"ignore_eos": True})
+    cut = client.completions.create(
+        model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=[stop], extra_body={"ignore_eos": True}
+    )
     assert cut.choices[0].text == full[: full.find(stop)] and cut.choices[0].finish_reason == "stop"
     assert cut.usage is not None and whole.usage is not None
     assert cut.usage.completion_tokens < whole.usage.completion_tokens  # it stopped, not cut afterwards
-    chunks = list(client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=stop,
-                                            stream=True))
+    chunks = list(
+        client.completions.create(model="tiny", prompt="stop", max_tokens=12, temperature=0, stop=stop, stream=True)
+    )
     assert "".join(c.choices[0].text for c in chunks) == cut.choices[0].text
 
 
 def test_n_choices_stream_each_with_its_index(client: openai.OpenAI) -> None:
     """n > 1 streams: every choice's pieces add up to its non-streamed text, and each ends with a finish reason."""
     whole = client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=6, temperature=0.8, n=2, seed=7)
-    chunks = list(client.completions.create(model="tiny", prompt=["ab", "cd"], max_tokens=6, temperature=0.8, n=2,
-                                            seed=7, stream=True))
+    chunks = list(
+        client.completions.create(
+            model="tiny", prompt=["ab", "cd"], max_tokens=6, temperature=0.8, n=2, seed=7, stream=True
+        )
+    )
     texts: dict[int, str] = {}
     reasons: dict[int, str] = {}
     for chunk in chunks:
@@ -125,8 +146,11 @@ def test_n_choices_stream_each_with_its_index(client: openai.OpenAI) -> None:
                 reasons[choice.index] = choice.finish_reason
     assert texts == {c.index: c.text for c in whole.choices}
     assert sorted(reasons) == [0, 1, 2, 3]
-    chat = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=3,
-                                               max_tokens=4, stream=True))
+    chat = list(
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], n=3, max_tokens=4, stream=True
+        )
+    )
     assert {c.choices[0].index for c in chat if c.choices} == {0, 1, 2}
 
 
@@ -182,7 +206,9 @@ def test_openapi_docs_are_served(http: TestClient) -> None:
         (["hello"], (), ["hello"]),
     ],
 )
-def test_stop_cutter_holds_back_only_a_possible_stop(pieces: list[str], stops: tuple[str, ...], sent: list[str]) -> None:
+def test_stop_cutter_holds_back_only_a_possible_stop(
+    pieces: list[str], stops: tuple[str, ...], sent: list[str]
+) -> None:
     """Text that could begin a stop string is held until it cannot; the match and after are never sent."""
     cutter = StopCutter(stops)
     out = [cutter.feed(p) for p in pieces]

@@ -28,8 +28,9 @@ KEY = "openapi-admin-key"
 @pytest.fixture(scope="module")
 def app() -> Iterator[object]:
     # a short context keeps the fuzzer's token budgets cheap: longer ones are refused at once
-    engine = Engine.from_args(["--max-total-tokens", "512", "--context-length", "48", "--admin-api-key", KEY,
-                               "--enable-hierarchical-cache"])
+    engine = Engine.from_args(
+        ["--max-total-tokens", "512", "--context-length", "48", "--admin-api-key", KEY, "--enable-hierarchical-cache"]
+    )
     try:
         yield create_app(EngineBackend(engine))
     finally:

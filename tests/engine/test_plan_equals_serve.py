@@ -42,7 +42,9 @@ def test_every_shipped_model_is_in_the_table() -> None:
 
 @pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: " ".join(f) or "defaults")
 @pytest.mark.parametrize("model", RUNNABLE)
-def test_plan_numbers_are_what_serve_builds(capsys: pytest.CaptureFixture[str], model: str, flags: tuple[str, ...]) -> None:
+def test_plan_numbers_are_what_serve_builds(
+    capsys: pytest.CaptureFixture[str], model: str, flags: tuple[str, ...]
+) -> None:
     """Pool bytes, tokens and max running requests of `plan` equal those of the engine `serve` starts."""
     argv = ["--model", model, *flags]
     plan = _plan(capsys, argv)

@@ -96,8 +96,9 @@ def test_openai_routes_refuse_naming_the_parameter(served, field: str, value: An
     """/v1 answers 400 in OpenAI's error body, `param` the name the client sent, the same reason."""
     _, client = served
     name = OURS_TO_OPENAI.get(field, field)
-    body: dict[str, Any] = {"prompt": "x"} if route == "/v1/completions" else {
-        "messages": [{"role": "user", "content": "x"}]}
+    body: dict[str, Any] = (
+        {"prompt": "x"} if route == "/v1/completions" else {"messages": [{"role": "user", "content": "x"}]}
+    )
     r = _post(client, route, {**body, name: value})
     err = r.json()["error"]
     assert r.status_code == 400, r.text
@@ -112,7 +113,10 @@ def test_every_problem_of_a_request_is_listed() -> None:
     """Several bad fields give one error with a line each, in the order given."""
     with pytest.raises(InvalidRequest) as info:
         structure_params([("$.a.temperature", "temperature", -1), ("$.seed", "seed", "x")])
-    assert info.value.lines() == ["$.a.temperature: must be in [0, 100] (got -1)", "$.seed: expected an integer (got 'x')"]
+    assert info.value.lines() == [
+        "$.a.temperature: must be in [0, 100] (got -1)",
+        "$.seed: expected an integer (got 'x')",
+    ]
     assert info.value.header == "invalid request parameters: seed, temperature"
 
 
@@ -128,8 +132,9 @@ def test_a_tiny_temperature_decodes_greedily(served) -> None:
     engine, client = served
     greedy = engine.generate("tiny t", max_new_tokens=8, ignore_eos=True).token_ids
     assert engine.generate("tiny t", max_new_tokens=8, ignore_eos=True, temperature=1e-300, seed=3).token_ids == greedy
-    r = client.post("/v1/completions", json={"prompt": "tiny t", "max_tokens": 8, "temperature": 1e-300,
-                                             "ignore_eos": True})
+    r = client.post(
+        "/v1/completions", json={"prompt": "tiny t", "max_tokens": 8, "temperature": 1e-300, "ignore_eos": True}
+    )
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == engine.tokenizer.decode(list(greedy))
 
 

@@ -114,8 +114,14 @@ def test_generate_stop_strings_stop_at_the_first_occurrence(http: TestClient) ->
     assert out["text"] == whole["text"][: whole["text"].find(stop)]
     assert out["meta_info"]["finish_reason"] == "stop"
     assert len(out["output_ids"]) < len(whole["output_ids"])
-    r = http.post("/generate", json={"text": "sampling", "stream": True,
-                                     "sampling_params": {"max_new_tokens": 12, "ignore_eos": True, "stop": [stop]}})
+    r = http.post(
+        "/generate",
+        json={
+            "text": "sampling",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": 12, "ignore_eos": True, "stop": [stop]},
+        },
+    )
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     assert "".join(e.get("delta", "") for e in events) == out["text"]
 

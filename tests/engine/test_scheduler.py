@@ -32,7 +32,11 @@ def make_scheduler() -> Iterator[MakeScheduler]:
 
 def submit(sched: Scheduler, prompt_len: int, max_new_tokens: int = 4) -> Req:
     req = sched.new_request(
-        [(i * 5) % 250 + 1 for i in range(prompt_len)], max_new_tokens=max_new_tokens, temperature=0.0, seed=0, ignore_eos=True
+        [(i * 5) % 250 + 1 for i in range(prompt_len)],
+        max_new_tokens=max_new_tokens,
+        temperature=0.0,
+        seed=0,
+        ignore_eos=True,
     )
     sched.submit(req)
     return req

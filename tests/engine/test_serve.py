@@ -39,7 +39,9 @@ def test_serve_default_is_shown_and_credited_truthfully(capsys) -> None:
     flat = " ".join(capsys.readouterr().out.split())
     assert "enable the HiCache host tier (default: true for sgconf serve, unless --disable-radix-cache)" in flat
     ns = serve_parser().parse_args([])
-    assert load_from_args(ns, {}, schema=SERVING).record.enable_hierarchical_cache is False  # the declared default elsewhere
+    assert (
+        load_from_args(ns, {}, schema=SERVING).record.enable_hierarchical_cache is False
+    )  # the declared default elsewhere
     from sgconf import explain, resolve_once
 
     record = load_serve_record([], env={})
@@ -51,7 +53,9 @@ def test_serve_takes_aliases_and_shipped_model_names() -> None:
     """`--tp`, `--dp`, `--model` with a shipped example name reach the serve record, and the engine runs it."""
     from engine import Engine
 
-    record = load_serve_record(["--model", "small-dense", "--tp", "1", "--dp", "1", "--max-total-tokens", "256"], env={})
+    record = load_serve_record(
+        ["--model", "small-dense", "--tp", "1", "--dp", "1", "--max-total-tokens", "256"], env={}
+    )
     assert (record.model_path, record.tp_size, record.dp_size) == ("small-dense", 1, 1)
     with Engine(record) as engine:
         assert engine.shape.num_hidden_layers == 4
@@ -65,7 +69,10 @@ def test_real_uvicorn_server_with_json_logs() -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -88,15 +95,27 @@ def test_real_uvicorn_server_with_json_logs() -> None:
         out, _ = proc.communicate(timeout=30)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     requests = [e for e in events if e["event"] == "http.request"]
-    assert {(e["method"], e["path"], e["status"]) for e in requests} >= {("POST", "/generate", 200), ("GET", "/server_info", 200)}
+    assert {(e["method"], e["path"], e["status"]) for e in requests} >= {
+        ("POST", "/generate", 200),
+        ("GET", "/server_info", 200),
+    }
     assert all("timestamp" in e and "level" in e for e in requests)
 
 
 def test_bad_flags_exit_2_without_traceback() -> None:
     """A bad value is reported with its path and flag, exit status 2, no traceback."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve", "--page-size", "3"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))",
+            "serve",
+            "--page-size",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "$.schedule.page_size" in proc.stderr

@@ -33,7 +33,10 @@ def _serve(tmp_path: Path, *args: str) -> tuple[str, str]:
         # files, not pipes: a full pipe would block the server while the test waits on it
         proc = subprocess.Popen(
             [sys.executable, "-m", "sgconf", "serve", "--port", str(port), "--max-total-tokens", "512", *args],
-            stdout=out, stderr=err, cwd=tmp_path, env=env,
+            stdout=out,
+            stderr=err,
+            cwd=tmp_path,
+            env=env,
         )
         try:
             base = f"http://127.0.0.1:{port}"

@@ -30,9 +30,18 @@ def free_port() -> int:
 
 
 def start(*args: str, **env: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve", *args]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))",
+        "serve",
+        *args,
+    ]
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
     )
 
@@ -80,8 +89,19 @@ def test_sigterm_flushes_write_back_and_exits_0_with_a_separate_admin_listener(t
     """Admin routes live only on the admin port; SIGTERM stores the pages waiting for write-back and exits 0."""
     port, admin_port = free_port(), free_port()
     proc = start(
-        "--port", str(port), "--admin-host", "127.0.0.1", "--admin-port", str(admin_port), "--log-format", "json",
-        "--max-total-tokens", "1024", "--page-size", "4", SGCONF_ADMIN_API_KEY=KEY,
+        "--port",
+        str(port),
+        "--admin-host",
+        "127.0.0.1",
+        "--admin-port",
+        str(admin_port),
+        "--log-format",
+        "json",
+        "--max-total-tokens",
+        "1024",
+        "--page-size",
+        "4",
+        SGCONF_ADMIN_API_KEY=KEY,
     )
     try:
         base, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
@@ -113,14 +133,26 @@ def test_sigterm_flushes_write_back_and_exits_0_with_a_separate_admin_listener(t
 def test_a_request_in_flight_finishes_within_the_grace_period() -> None:
     """SIGINT while a request runs: /health says stopping, new requests get 503, the running one completes, exit 0."""
     port = free_port()
-    proc = start("--port", str(port), "--log-format", "json", "--max-total-tokens", "2048", "--shutdown-grace-s", "120", "--log-requests")
+    proc = start(
+        "--port",
+        str(port),
+        "--log-format",
+        "json",
+        "--max-total-tokens",
+        "2048",
+        "--shutdown-grace-s",
+        "120",
+        "--log-requests",
+    )
     result: dict = {}
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(proc, base)
 
         def long_request() -> None:
-            r = httpx.post(f"{base}/generate", json={"text": "go", "max_new_tokens": 1500, "ignore_eos": True}, timeout=300)
+            r = httpx.post(
+                f"{base}/generate", json={"text": "go", "max_new_tokens": 1500, "ignore_eos": True}, timeout=300
+            )
             result["status"], result["tokens"] = r.status_code, len(r.json().get("output_ids", []))
 
         worker = threading.Thread(target=long_request)
@@ -134,7 +166,10 @@ def test_a_request_in_flight_finishes_within_the_grace_period() -> None:
             assert time.monotonic() < deadline + START_TIMEOUT_S, "the server never said it was stopping"
         assert (health.status_code, health.json()["status"], health.json()["inflight"]) == (503, "stopping", 1)
         refused = httpx.post(f"{base}/generate", json={"text": "late", "max_new_tokens": 1}, timeout=10)
-        assert (refused.status_code, refused.json()["detail"]) == (503, "the server is stopping -- retry on another server")
+        assert (refused.status_code, refused.json()["detail"]) == (
+            503,
+            "the server is stopping -- retry on another server",
+        )
         worker.join(timeout=300)
         closed_by = time.monotonic() + START_TIMEOUT_S
         while True:  # once nothing is in flight the listener closes
@@ -164,7 +199,9 @@ def test_a_request_past_the_grace_period_is_answered_503() -> None:
         wait_healthy(proc, base)
 
         def long_request() -> None:
-            r = httpx.post(f"{base}/generate", json={"text": "go", "max_new_tokens": 1900, "ignore_eos": True}, timeout=300)
+            r = httpx.post(
+                f"{base}/generate", json={"text": "go", "max_new_tokens": 1900, "ignore_eos": True}, timeout=300
+            )
             result["status"], result["detail"] = r.status_code, r.json().get("detail")
 
         worker = threading.Thread(target=long_request)

@@ -21,8 +21,13 @@ from tests.engine.serving import MODES, serve_in_mode, wait_for
 pytestmark = pytest.mark.server_args_shared
 ADMIN = {"Authorization": "Bearer admin-key"}
 LOG_LIMIT = 3  # the overrides log forgets quickly: the counter must not
-FLAGS = {"max_total_tokens": 1024, "page_size": 4, "admin_api_key": "admin-key", "overrides_log_limit": LOG_LIMIT,
-         "replica_heartbeat_interval_s": 0.1}
+FLAGS = {
+    "max_total_tokens": 1024,
+    "page_size": 4,
+    "admin_api_key": "admin-key",
+    "overrides_log_limit": LOG_LIMIT,
+    "replica_heartbeat_interval_s": 0.1,
+}
 LOAD_SERIES = ("sgconf:num_running_reqs", "sgconf:num_queue_reqs", "sgconf:token_usage", "sgconf:cache_hit_rate")
 
 
@@ -39,8 +44,11 @@ def samples(http: TestClient) -> list[tuple[str, dict[str, str], float]]:
 
 
 def overrides(http: TestClient) -> dict[tuple[str, str], float]:
-    return {(labels["source"], labels["result"]): value for name, labels, value in samples(http)
-            if name == "sgconf:config_overrides_total"}
+    return {
+        (labels["source"], labels["result"]): value
+        for name, labels, value in samples(http)
+        if name == "sgconf:config_overrides_total"
+    }
 
 
 def test_every_engine_series_is_exported_labelled_by_replica_in_a_group(http: TestClient) -> None:
@@ -54,8 +62,10 @@ def test_every_engine_series_is_exported_labelled_by_replica_in_a_group(http: Te
         for name, labels, value in samples(http):
             if name in LOAD_SERIES:
                 got.setdefault(name, []).append((labels, value))
-        complete = all(sorted(labels.items() for labels, _ in got.get(n, [])) == sorted(e.items() for e in expected)
-                       for n in LOAD_SERIES)
+        complete = all(
+            sorted(labels.items() for labels, _ in got.get(n, [])) == sorted(e.items() for e in expected)
+            for n in LOAD_SERIES
+        )
         idle = all(v == 0 for n in LOAD_SERIES[:2] for _, v in got.get(n, []))
         return got if complete and idle else None
 
@@ -63,8 +73,13 @@ def test_every_engine_series_is_exported_labelled_by_replica_in_a_group(http: Te
     for _, value in got["sgconf:token_usage"] + got["sgconf:cache_hit_rate"]:
         assert 0.0 <= value <= 1.0
     names = {name for name, _, _ in samples(http)}
-    for name in ("sgconf:num_requests_total", "sgconf:prompt_tokens_total", "sgconf:generation_tokens_total",
-                 "sgconf:e2e_request_latency_seconds_count", "sgconf:config_generation"):
+    for name in (
+        "sgconf:num_requests_total",
+        "sgconf:prompt_tokens_total",
+        "sgconf:generation_tokens_total",
+        "sgconf:e2e_request_latency_seconds_count",
+        "sgconf:config_generation",
+    ):
         assert name in names
 
 
@@ -86,7 +101,8 @@ def test_config_overrides_total_counts_refusals_and_never_falls(http: TestClient
     assert r.status_code == 422
     assert r.json()["errors"][-1].endswith(
         "$.memory.enable_hierarchical_cache: --hicache-storage-backend requires --enable-hierarchical-cache"
-        " -- enable the hierarchical cache at launch (from override hicache.attach)")
+        " -- enable the hierarchical cache at launch (from override hicache.attach)"
+    )
     assert http.delete("/hicache/storage-backend", headers=ADMIN).json()["status"] == "not_attached"
     after = overrides(http)
     assert after[(source, "refused")] == before.get((source, "refused"), 0.0) + 2
@@ -111,7 +127,10 @@ def test_a_stopping_server_says_so_and_refuses_new_requests(http: TestClient) ->
     assert r.json()["detail"] == "the server is stopping -- retry on another server; 0 request(s) still in flight"
     r = client.post("/generate", json={"text": "late", "max_new_tokens": 1})
     assert (r.status_code, r.json(), r.headers["connection"]) == (
-        503, {"detail": "the server is stopping -- retry on another server"}, "close")
+        503,
+        {"detail": "the server is stopping -- retry on another server"},
+        "close",
+    )
     assert client.post("/v1/completions", json={"model": "tiny", "prompt": "x"}).status_code == 503
     assert client.get("/metrics").status_code == 200
 
@@ -120,11 +139,12 @@ def test_a_stream_counts_as_in_flight_until_its_last_event(http: TestClient) -> 
     """The lifecycle counts a streamed answer until it ends, so a stopping server waits for the whole stream."""
     lifecycle = http.app.state.lifecycle  # type: ignore[attr-defined]
     assert lifecycle.inflight == 0
-    with http.stream("POST", "/generate", json={"text": "s", "max_new_tokens": 6, "ignore_eos": True,
-                                                "stream": True}) as r:
+    with http.stream(
+        "POST", "/generate", json={"text": "s", "max_new_tokens": 6, "ignore_eos": True, "stream": True}
+    ) as r:
         lines = r.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
-        assert "delta" in json.loads(first[len("data: "):])
+        assert "delta" in json.loads(first[len("data: ") :])
         assert lifecycle.inflight == 1
         rest = [line for line in lines if line.startswith("data: ")]
     assert rest[-1] == "data: [DONE]"

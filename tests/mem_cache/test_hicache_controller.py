@@ -244,7 +244,13 @@ def test_best_effort_returns_without_waiting(controllers, gated):
     dst = controllers(prefetch_policy="best_effort")
     dst.attach_storage_backend("gated")
     res = dst.prefetch(PROMPT)
-    assert (res.ready_tokens, res.requested_pages, res.fetched_pages, res.pending_pages, res.timed_out) == (0, 3, 0, 3, False)
+    assert (res.ready_tokens, res.requested_pages, res.fetched_pages, res.pending_pages, res.timed_out) == (
+        0,
+        3,
+        0,
+        3,
+        False,
+    )
     assert dst.stats.pending_prefetches == 3
     gated.set()
     assert dst.wait_idle(10)
@@ -282,7 +288,9 @@ def test_wait_complete_waits_for_every_page(controllers, gated):
 
 def test_unknown_prefetch_policy_is_refused(controllers):
     """A policy outside the three is a ValueError naming the field."""
-    with pytest.raises(ValueError, match="'hicache_storage_prefetch_policy' must be one of best_effort, wait_complete, timeout"):
+    with pytest.raises(
+        ValueError, match="'hicache_storage_prefetch_policy' must be one of best_effort, wait_complete, timeout"
+    ):
         controllers().prefetch(PROMPT, policy="eager")
 
 
@@ -365,7 +373,10 @@ def test_prepared_attach_commits_once(controllers, tmp_path):
     prepared = c.prepare_attach("file", {"dir": str(tmp_path)}, prefetch_policy="timeout", write_policy="write_back")
     status = c.commit_attach(prepared)
     assert (status.backend, status.extra_config, status.prefetch_policy, status.write_policy) == (
-        "file", {"dir": str(tmp_path)}, "timeout", "write_back",
+        "file",
+        {"dir": str(tmp_path)},
+        "timeout",
+        "write_back",
     )
     with pytest.raises(AttachStateError):
         c.commit_attach(prepared)
@@ -421,8 +432,13 @@ def test_attach_and_detach_log_events(controllers):
         c.detach_storage_backend()
     events = [e for e in logs if e["event"] in ("hicache.attach", "hicache.detach")]
     assert events == [
-        {"event": "hicache.attach", "log_level": "info", "backend": "memory",
-         "prefetch_policy": "wait_complete", "write_policy": "write_through"},
+        {
+            "event": "hicache.attach",
+            "log_level": "info",
+            "backend": "memory",
+            "prefetch_policy": "wait_complete",
+            "write_policy": "write_through",
+        },
         {"event": "hicache.detach", "log_level": "info", "backend": "memory"},
     ]
 

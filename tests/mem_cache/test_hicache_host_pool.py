@@ -23,8 +23,17 @@ def _layout(page: int = 2, dtype: torch.dtype = torch.float32) -> KVLayout:
 def test_layout_of_reads_every_layers_geometry():
     """An SWA pool with its own geometry yields per-layer shapes and SWA flags."""
     pool = SWAKVPool(
-        16, 8, 2, "bfloat16", 2, 4, 4, swa_attention_layer_ids=[1], full_attention_layer_ids=[0, 2],
-        swa_head_num=1, swa_head_dim=8,
+        16,
+        8,
+        2,
+        "bfloat16",
+        2,
+        4,
+        4,
+        swa_attention_layer_ids=[1],
+        full_attention_layer_ids=[0, 2],
+        swa_head_num=1,
+        swa_head_dim=8,
     )
     layout = layout_of(pool)
     assert layout.layers == (

@@ -43,8 +43,10 @@ def test_codec_round_trip():
         (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "page abc: checksum mismatch"),
         (lambda b: b"XXXX" + b[4:], "page abc: bad magic b'XXXX' (expected b'SGKV')"),
         (lambda b: b[:30] + bytes([b[30] ^ 1]) + b[31:], "page abc: checksum mismatch"),  # in the MAC field
-        (lambda b: b[:4] + b"\x01\x00" + b[6:],
-         "page abc: unsupported format version 1 (expected 2; older pages carry no MAC)"),
+        (
+            lambda b: b[:4] + b"\x01\x00" + b[6:],
+            "page abc: unsupported format version 1 (expected 2; older pages carry no MAC)",
+        ),
     ],
 )
 def test_codec_detects_damage(damage, message):

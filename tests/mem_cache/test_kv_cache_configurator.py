@@ -42,7 +42,9 @@ def _build(shape, budget, draft=None, **fields):
     target = KVCacheConfigurator(shape, budget, draft_shape=draft, device="meta").build()
     draft_mem = None
     if draft is not None:
-        draft_mem = KVCacheConfigurator(shape, budget, draft_shape=draft, device="meta", is_draft_worker=True, target=target).build()
+        draft_mem = KVCacheConfigurator(
+            shape, budget, draft_shape=draft, device="meta", is_draft_worker=True, target=target
+        ).build()
     return target, draft_mem
 
 
@@ -52,7 +54,13 @@ def test_built_pools_fit_the_budget(name: str) -> None:
     budget = (64 << 20) if name in SMALL else (16 << 30)
     shape = _shape(name)
     for spec, page, ratio in itertools.product(SPEC, (1, 16), (0.25, 0.5, 0.8, 1.0)):
-        fields = {"page_size": page, "swa_full_tokens_ratio": ratio, "context_length": 1024, "kv_cache_dtype": "bfloat16", **SPEC[spec]}
+        fields = {
+            "page_size": page,
+            "swa_full_tokens_ratio": ratio,
+            "context_length": 1024,
+            "kv_cache_dtype": "bfloat16",
+            **SPEC[spec],
+        }
         with override_server_args(**fields):
             draft = _draft(name, spec)
             target, draft_mem = _build(shape, budget, draft)
@@ -77,7 +85,15 @@ def test_per_depth_draft_workers_share_one_identity_map() -> None:
     with override_server_args(context_length=1024, kv_cache_dtype="bfloat16", speculative_algorithm="EAGLE"):
         target = KVCacheConfigurator(shape, 64 << 20, draft_shape=draft, device="meta").build()
         depths = [
-            KVCacheConfigurator(shape, 64 << 20, draft_shape=draft, device="meta", is_draft_worker=True, target=target, draft_model_idx=i).build()
+            KVCacheConfigurator(
+                shape,
+                64 << 20,
+                draft_shape=draft,
+                device="meta",
+                is_draft_worker=True,
+                target=target,
+                draft_model_idx=i,
+            ).build()
             for i in range(draft.num_hidden_layers)
         ]
     plan = target.plan
@@ -100,7 +116,13 @@ def test_eagle_draft_takes_exactly_its_share() -> None:
         fixed = table + page * (f * F + s * S + f * draft_layers) + 8 * (page + 1)
         return int((budget - fixed) // (f * F + f * draft_layers + 8 + ratio * s * S))
 
-    common = {"page_size": page, "swa_full_tokens_ratio": ratio, "context_length": 1024, "kv_cache_dtype": "bfloat16", "max_running_requests": reqs}
+    common = {
+        "page_size": page,
+        "swa_full_tokens_ratio": ratio,
+        "context_length": 1024,
+        "kv_cache_dtype": "bfloat16",
+        "max_running_requests": reqs,
+    }
     with override_server_args(**common):
         plain = KVCacheConfigurator(shape, budget, device="meta").plan()
     with override_server_args(speculative_algorithm="EAGLE", **common):
@@ -114,10 +136,14 @@ def test_configurator_choice() -> None:
     """Dense models get the default, hybrids hybrid SWA, and no radix cache with limits gives the chunk cap."""
     with override_server_args(context_length=1024):
         assert KVCacheConfigurator(_shape("small-dense"), 8 << 20, device="meta").plan().configurator == "default"
-        assert KVCacheConfigurator(_shape("small-hybrid-5to1"), 8 << 20, device="meta").plan().configurator == "hybrid_swa"
+        assert (
+            KVCacheConfigurator(_shape("small-hybrid-5to1"), 8 << 20, device="meta").plan().configurator == "hybrid_swa"
+        )
     with override_server_args(context_length=1024, disable_hybrid_swa_memory=True):
         assert KVCacheConfigurator(_shape("small-hybrid-5to1"), 8 << 20, device="meta").plan().configurator == "default"
-    with override_server_args(context_length=1024, disable_radix_cache=True, max_running_requests=4, chunked_prefill_size=128, page_size=16):
+    with override_server_args(
+        context_length=1024, disable_radix_cache=True, max_running_requests=4, chunked_prefill_size=128, page_size=16
+    ):
         plan = KVCacheConfigurator(_shape("small-hybrid-5to1"), 8 << 20, device="meta").plan()
     assert plan.configurator == "swa_chunk_cap"
     # per request: window 64 + page 16 + one decode slot = 81; 81*4 + chunk 128 + page 16 = 468, page-aligned up
@@ -128,7 +154,9 @@ def test_not_enough_memory_names_the_fraction() -> None:
     """A budget of measured device memory too small raises with the smallest mem_fraction_static that fits."""
     # one token of 4 float32 layers (2048 B) + its padding page + a 2-row table of 1028 columns = 12320 B
     # (cuda: only a measured device's budget scales with the fraction; nothing is allocated by a plan)
-    with override_server_args(device="cuda", dtype="float32", context_length=1024, mem_fraction_static=0.5, max_running_requests=1):
+    with override_server_args(
+        device="cuda", dtype="float32", context_length=1024, mem_fraction_static=0.5, max_running_requests=1
+    ):
         with pytest.raises(InsufficientMemoryError) as info:
             KVCacheConfigurator(_shape("small-dense"), 12000, device="meta").plan()
         assert KVCacheConfigurator(_shape("small-dense"), 12320, device="meta").plan().max_total_num_tokens == 1
@@ -160,7 +188,10 @@ def test_gib_at_least_rounds_up(n: int, text: str) -> None:
 def test_small_swa_pool_names_the_ratio() -> None:
     """An SWA pool that cannot hold a window plus a page is refused naming swa_full_tokens_ratio."""
     with override_server_args(context_length=1024, swa_full_tokens_ratio=0.05, max_total_tokens=1000):
-        with pytest.raises(PlanError, match=r"cannot hold one sliding window \(64\) plus a page \(1\) -- raise swa_full_tokens_ratio \(now 0.05\)"):
+        with pytest.raises(
+            PlanError,
+            match=r"cannot hold one sliding window \(64\) plus a page \(1\) -- raise swa_full_tokens_ratio \(now 0.05\)",
+        ):
             KVCacheConfigurator(_shape("small-hybrid-5to1"), 64 << 20, device="meta").plan()
 
 
@@ -170,22 +201,39 @@ def test_draft_pools_by_metadata() -> None:
     with override_server_args(context_length=1024, speculative_algorithm="EAGLE"):
         target = KVCacheConfigurator(shape, 16 << 20, device="meta").build()
         full = target.plan.full_max_total_num_tokens
-        band = KVCacheConfigurator(shape, 16 << 20, device="meta", is_draft_worker=True, draft_model_idx=2, target=target).build()
-        dense = KVCacheConfigurator(shape, 16 << 20, device="meta", is_draft_worker=True, draft_model_idx=1, target=target).build()
+        band = KVCacheConfigurator(
+            shape, 16 << 20, device="meta", is_draft_worker=True, draft_model_idx=2, target=target
+        ).build()
+        dense = KVCacheConfigurator(
+            shape, 16 << 20, device="meta", is_draft_worker=True, draft_model_idx=1, target=target
+        ).build()
     assert isinstance(band.kv_pool, SWAKVPool) and band.kv_pool.identity_map and band.kv_pool.size_swa == full
     assert isinstance(dense.kv_pool, MHATokenToKVPool) and dense.kv_pool.size == full
     assert band.allocator is target.allocator and band.req_to_token_pool is target.req_to_token_pool
     eagle3_draft = model_shape_from_config(load_example("small-dense"))
     with override_server_args(context_length=1024, speculative_algorithm="EAGLE3"):
         t3 = KVCacheConfigurator(_shape("small-hybrid-5to1"), 16 << 20, draft_shape=eagle3_draft, device="meta").build()
-        d3 = KVCacheConfigurator(_shape("small-hybrid-5to1"), 16 << 20, draft_shape=eagle3_draft, device="meta", is_draft_worker=True, target=t3).build()
+        d3 = KVCacheConfigurator(
+            _shape("small-hybrid-5to1"),
+            16 << 20,
+            draft_shape=eagle3_draft,
+            device="meta",
+            is_draft_worker=True,
+            target=t3,
+        ).build()
     assert isinstance(d3.kv_pool, MHATokenToKVPool) and d3.kv_pool.size == t3.plan.full_max_total_num_tokens
 
 
 def test_replan_follows_overrides() -> None:
     """After speculative and mamba overrides a new plan reflects them; rows and buffers share one draft bound."""
     shape = _shape("small-dense")
-    with override_server_args(context_length=1024, speculative_algorithm="EAGLE", speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4):
+    with override_server_args(
+        context_length=1024,
+        speculative_algorithm="EAGLE",
+        speculative_num_steps=3,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=4,
+    ):
         before = KVCacheConfigurator(shape, 8 << 20, device="meta").build()
         get_context().override("test", speculative_num_steps=7, speculative_num_draft_tokens=8)
         get_context().override("mamba_pool.memory_budget", max_mamba_cache_size=12)
@@ -197,7 +245,9 @@ def test_replan_follows_overrides() -> None:
 
 def test_decode_disaggregation_adds_rows() -> None:
     """A decode server's request table gets the extra slots."""
-    with override_server_args(context_length=1024, max_running_requests=5, disaggregation_mode="decode", disaggregation_decode_extra_slots=3):
+    with override_server_args(
+        context_length=1024, max_running_requests=5, disaggregation_mode="decode", disaggregation_decode_extra_slots=3
+    ):
         mem = KVCacheConfigurator(_shape("small-dense"), 8 << 20, device="meta").build()
     assert mem.req_to_token_pool.req_to_token.shape == (5 + 3 + 1, 1028)
 
@@ -216,8 +266,12 @@ def test_chunk_cap_budgets_the_draft() -> None:
         return (budget - fixed - s * S * cap) // per_full // page * page, cap
 
     common = {
-        "page_size": page, "context_length": 1024, "kv_cache_dtype": "bfloat16", "max_running_requests": reqs,
-        "chunked_prefill_size": chunk, "disable_radix_cache": True,
+        "page_size": page,
+        "context_length": 1024,
+        "kv_cache_dtype": "bfloat16",
+        "max_running_requests": reqs,
+        "chunked_prefill_size": chunk,
+        "disable_radix_cache": True,
     }
     with override_server_args(**common):
         plain = KVCacheConfigurator(shape, budget, draft_shape=shape.mtp_draft_shape(1), device="meta").plan()
@@ -232,13 +286,21 @@ def test_chunk_cap_budgets_the_draft() -> None:
 
 @pytest.mark.parametrize(
     ("name", "full", "swa", "configurator"),
-    [("small-dense", 992, 0, "default"), ("small-hybrid-5to1", 992, 496, "hybrid_swa"), ("small-all-swa", 0, 992, "hybrid_swa")],
+    [
+        ("small-dense", 992, 0, "default"),
+        ("small-hybrid-5to1", 992, 496, "hybrid_swa"),
+        ("small-all-swa", 0, 992, "hybrid_swa"),
+    ],
 )
 def test_max_total_tokens_caps_the_pools(name: str, full: int, swa: int, configurator: str) -> None:
     """A max_total_tokens below what fits sizes the pools from the cap, page-aligned, and marks the plan capped."""
     with override_server_args(context_length=1024, page_size=16, swa_full_tokens_ratio=0.5, max_total_tokens=1000):
         plan = KVCacheConfigurator(_shape(name), 64 << 20, device="meta").plan()
-    assert (plan.configurator, plan.full_max_total_num_tokens, plan.swa_max_total_num_tokens) == (configurator, full, swa)
+    assert (plan.configurator, plan.full_max_total_num_tokens, plan.swa_max_total_num_tokens) == (
+        configurator,
+        full,
+        swa,
+    )
     assert plan.capped and plan.max_total_num_tokens == 992 and plan.total_bytes < 64 << 20
 
 
@@ -250,7 +312,9 @@ def test_cuda_budget_is_measured_free_memory_times_the_fraction(monkeypatch: pyt
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10_000_000, 80_000_000))
-    with override_server_args(device="cuda", mem_fraction_static=0.5, context_length=1024, max_running_requests=1) as ctx:
+    with override_server_args(
+        device="cuda", mem_fraction_static=0.5, context_length=1024, max_running_requests=1
+    ) as ctx:
         budget = kv_budget(ctx.snapshot())
         assert (budget.bytes, budget.flag) == (5_000_000, None)
         assert budget.source == "free cuda:0 memory 10,000,000 bytes times mem_fraction_static 0.5"

@@ -81,7 +81,9 @@ def test_mtp_draft_routing_is_by_metadata() -> None:
 def test_malformed_values_are_problems_not_crashes() -> None:
     """Lists where strings belong are reported against their key, never raised as a TypeError."""
     with pytest.raises(ModelShapeError) as info:
-        model_shape_from_config({**BASE, "layer_types": [["x"], "full_attention", 3, 3, FULL, FULL], "torch_dtype": ["bf16"]})
+        model_shape_from_config(
+            {**BASE, "layer_types": [["x"], "full_attention", 3, 3, FULL, FULL], "torch_dtype": ["bf16"]}
+        )
     assert info.value.lines() == [
         "$.torch_dtype: unknown dtype ['bf16'] -- use one of " + str(sorted(DTYPE_BYTES)),
         "$.layer_types: unknown layer types 3, ['x'] -- use 'sliding_attention' or 'full_attention'",

@@ -35,7 +35,10 @@ def test_table_plan(capsys: pytest.CaptureFixture[str]) -> None:
     ("argv", "message"),
     [
         (["--available-memory", "lots"], "'--available-memory' must be a positive size like 24GiB"),
-        (["--model-config", "smal-dense"], "'smal-dense' is neither a file nor a shipped model -- did you mean 'small-dense'?"),
+        (
+            ["--model-config", "smal-dense"],
+            "'smal-dense' is neither a file nor a shipped model -- did you mean 'small-dense'?",
+        ),
         (["--model-config", "small-dense", "--available-memory", "1KiB"], "not enough memory for the KV cache"),
     ],
 )
@@ -66,9 +69,20 @@ def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.Capture
         ),
     ],
 )
-def test_not_enough_memory_names_the_setting_that_sets_the_budget(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_enough_memory_names_the_setting_that_sets_the_budget(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A budget too small asks for more of the flag it was typed as; on cpu that is the budget setting, never a fraction."""
-    base = ["--model-config", "small-dense", "--device", "cpu", "--context-length", "1000000", "--max-running-requests", "64"]
+    base = [
+        "--model-config",
+        "small-dense",
+        "--device",
+        "cpu",
+        "--context-length",
+        "1000000",
+        "--max-running-requests",
+        "64",
+    ]
     assert main([*base, *argv]) == 2
     assert capsys.readouterr().err.splitlines() == ["sgconf: not enough memory for the KV cache", f"  {line}"]
 
@@ -83,15 +97,19 @@ def test_parse_size() -> None:
     [
         (
             ["--device", "cpu", "--gpu-memory-utilization", "0.5"],
-            ["sgconf: resolution failed",
-             "  $.schedule.mem_fraction_static: --mem-fraction-static 0.5 and --kv-cache-memory-bytes 67108864 both size "
-             "the KV cache; on cpu no device memory is measured, so --kv-cache-memory-bytes is the budget there (64MiB "
-             "unless set) -- set one of them (from --gpu-memory-utilization; from resolution:schedule_defaults; from --device)"],
+            [
+                "sgconf: resolution failed",
+                "  $.schedule.mem_fraction_static: --mem-fraction-static 0.5 and --kv-cache-memory-bytes 67108864 both size "
+                "the KV cache; on cpu no device memory is measured, so --kv-cache-memory-bytes is the budget there (64MiB "
+                "unless set) -- set one of them (from --gpu-memory-utilization; from resolution:schedule_defaults; from --device)",
+            ],
         ),
         (
             ["--available-memory", "1GiB", "--kv-cache-memory-bytes", "1024"],
-            ["sgconf: invalid configuration: 1 problem",
-             "  $: '--available-memory' and '--kv-cache-memory-bytes' both set the KV budget -- give one"],
+            [
+                "sgconf: invalid configuration: 1 problem",
+                "  $: '--available-memory' and '--kv-cache-memory-bytes' both set the KV budget -- give one",
+            ],
         ),
     ],
 )

@@ -27,7 +27,9 @@ from mem_cache.pool_configurator import (
 )
 
 
-def shape(*, full: tuple[int, ...] = (0, 1), swa: tuple[int, ...] = (), window: int | None = None, **kw: Any) -> ModelShape:
+def shape(
+    *, full: tuple[int, ...] = (0, 1), swa: tuple[int, ...] = (), window: int | None = None, **kw: Any
+) -> ModelShape:
     return ModelShape(
         num_hidden_layers=len(full) + len(swa),
         num_attention_heads=1,
@@ -42,7 +44,13 @@ def shape(*, full: tuple[int, ...] = (0, 1), swa: tuple[int, ...] = (), window: 
 
 
 def inputs(**kw: Any) -> PlanInputs:
-    base: dict[str, Any] = {"page_size": 1, "kv_cache_dtype": "bfloat16", "context_len": 96, "swa_full_tokens_ratio": 0.5, "mem_fraction_static": 0.5}
+    base: dict[str, Any] = {
+        "page_size": 1,
+        "kv_cache_dtype": "bfloat16",
+        "context_len": 96,
+        "swa_full_tokens_ratio": 0.5,
+        "mem_fraction_static": 0.5,
+    }
     return PlanInputs(**{**base, **kw})
 
 
@@ -112,7 +120,10 @@ def test_default_plan_one_byte_short_of_a_page() -> None:
         plan(DefaultPoolConfigurator, DENSE, 160, page_size=4, max_running_requests=3)
     # 0.5 * 1760 / 160 = 5.5: no fraction fits
     assert info.value.min_mem_fraction_static == 5.5
-    assert "-- no mem_fraction_static fits: use a device with more memory, a smaller --context-length or --kv-cache-dtype" in str(info.value)
+    assert (
+        "-- no mem_fraction_static fits: use a device with more memory, a smaller --context-length or --kv-cache-dtype"
+        in str(info.value)
+    )
 
 
 def test_max_total_tokens_caps_the_plan() -> None:
@@ -133,7 +144,14 @@ REQS = [
     ({"context_len": 1020}, DENSE, 16 * 4096 * 11, 1, 10, (720896 - 11 * 4096 - 20) // 20),
     # by context: 40000 B a token: 1 request leaves (40e6 - 8192 - 40000) // 40000 = 998 tokens,
     # 998 * 512 // 1020 = 500 beats by bytes 40e6 // 16 // 4096 - 1 = 609
-    ({"context_len": 1020}, LayerCosts(f=20000, s=0, F=2, S=0), 40_000_000, 1, 500, (40_000_000 - 501 * 4096 - 40000) // 40000),
+    (
+        {"context_len": 1020},
+        LayerCosts(f=20000, s=0, F=2, S=0),
+        40_000_000,
+        1,
+        500,
+        (40_000_000 - 501 * 4096 - 40000) // 40000,
+    ),
     # by pages: page 16, ctx 92 (96 cols): 1 request leaves align(3359232 // 40000 = 83) = 80 tokens = 5 pages
     ({"context_len": 92, "page_size": 16}, LayerCosts(f=20000, s=0, F=2, S=0), 4_000_000, 16, 5, 80),
     # at most 4096: by bytes would be 64 MiB // 16 // 384 - 1 = 10921
@@ -141,12 +159,21 @@ REQS = [
     # at least 1: by bytes is 3620 // 16 // 400 - 1 = -1
     ({}, DENSE, 3620, 1, 1, (3620 - 800 - 20) // 20),
     # decode extra rows count against by bytes: 16 * 4096 * 11 // 16 // 4096 - 1 - 2 = 8, and the table has 8 + 2 + 1 rows
-    ({"context_len": 1020, "disaggregation_mode": "decode", "decode_extra_slots": 2}, DENSE, 16 * 4096 * 11, 1, 8, (720896 - 11 * 4096 - 20) // 20),
+    (
+        {"context_len": 1020, "disaggregation_mode": "decode", "decode_extra_slots": 2},
+        DENSE,
+        16 * 4096 * 11,
+        1,
+        8,
+        (720896 - 11 * 4096 - 20) // 20,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("kw", "costs", "budget", "page", "reqs", "full"), REQS)
-def test_default_request_count(kw: dict[str, Any], costs: LayerCosts, budget: int, page: int, reqs: int, full: int) -> None:
+def test_default_request_count(
+    kw: dict[str, Any], costs: LayerCosts, budget: int, page: int, reqs: int, full: int
+) -> None:
     """Without max_running_requests the rows are the smallest of: per context, the table's 1/16 share, pages, 4096; at least 1."""
     p = plan(DefaultPoolConfigurator, costs, budget, **kw)
     assert (p.max_num_reqs, p.max_total_num_tokens) == (reqs, full)
@@ -184,7 +211,13 @@ def test_hybrid_plan_with_draft_layers() -> None:
     costs = LayerCosts(f=10, s=10, F=1, S=3, f_d=4, s_d=6, Df=1, Ds=1, Dsf=2)
     # per full token 10 + 4 + 2*6 + 8*(1 + 1) = 42; per SWA token 30 + 6 = 36; r 0.5 -> 60 a full token;
     # fixed: the table, one padding page of each pool (10, 30, 4, 12, 6) and two entries of each map
-    p = plan(HybridSWAPoolConfigurator, costs, 800 + 10 + 30 + 16 + 4 + 12 + 6 + 16 + 60 * 100, window=8, max_running_requests=1)
+    p = plan(
+        HybridSWAPoolConfigurator,
+        costs,
+        800 + 10 + 30 + 16 + 4 + 12 + 6 + 16 + 60 * 100,
+        window=8,
+        max_running_requests=1,
+    )
     assert (p.full_max_total_num_tokens, p.swa_max_total_num_tokens) == (100, 50)
     assert p.bytes_by_pool() == {
         "req_to_token": 800,
@@ -202,14 +235,25 @@ def test_all_swa_plan() -> None:
     """An all-SWA model has one pool: swa is the whole plan and full is 0."""
     costs = LayerCosts(f=10, s=10, F=0, S=3)
     # per token 30 + 8 (map); fixed 800 + 30 + 2 * 8 = 846; (846 + 38 * 100 - 846) // 38 = 100
-    p = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1)).plan(846 + 3800)
+    p = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1)).plan(
+        846 + 3800
+    )
     assert (p.max_total_num_tokens, p.full_max_total_num_tokens, p.swa_max_total_num_tokens) == (100, 0, 100)
     assert p.bytes_by_pool()["kv_swa"] == 101 * 30 and p.bytes_by_pool()["swa_index_map"] == 102 * 8
-    p = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1)).plan(846 + 3799)
+    p = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1)).plan(
+        846 + 3799
+    )
     assert p.max_total_num_tokens == 99
-    p = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1, max_total_tokens=40, page_size=4))
+    p = HybridSWAPoolConfigurator(
+        shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1, max_total_tokens=40, page_size=4)
+    )
     capped = p.plan(10_000)
-    assert (capped.max_total_num_tokens, capped.swa_max_total_num_tokens, capped.full_max_total_num_tokens, capped.capped) == (40, 40, 0, True)
+    assert (
+        capped.max_total_num_tokens,
+        capped.swa_max_total_num_tokens,
+        capped.full_max_total_num_tokens,
+        capped.capped,
+    ) == (40, 40, 0, True)
 
 
 def test_hybrid_cap_keeps_the_ratio() -> None:
@@ -220,7 +264,9 @@ def test_hybrid_cap_keeps_the_ratio() -> None:
 
 def test_hybrid_window_boundary() -> None:
     """The SWA pool must exceed one window plus a page: 50 tokens hold a window of 48, not 49."""
-    assert plan(HybridSWAPoolConfigurator, HYBRID, 4156, window=48, max_running_requests=1).swa_max_total_num_tokens == 50
+    assert (
+        plan(HybridSWAPoolConfigurator, HYBRID, 4156, window=48, max_running_requests=1).swa_max_total_num_tokens == 50
+    )
     # 49 + 1 >= 50, and the smallest plan (swa 51, full 102: 856 + 102*18 + 51*30 = 4222 B) does not fit 4156 B
     with pytest.raises(InsufficientMemoryError) as info:
         plan(HybridSWAPoolConfigurator, HYBRID, 4156, window=49, max_running_requests=1, flag="--available-memory")
@@ -237,14 +283,20 @@ def test_hybrid_window_boundary() -> None:
 
 def test_hybrid_smallest_plan_grows_full_until_the_ratio_reaches_the_window() -> None:
     """At ratio 0.29, 100 full tokens give int(28.99..) = 28 SWA tokens, so the smallest plan needs 101."""
-    cfg = HybridSWAPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=27), HYBRID, inputs(swa_full_tokens_ratio=0.29, max_running_requests=1))
+    cfg = HybridSWAPoolConfigurator(
+        shape(full=(0,), swa=(1, 2, 3), window=27), HYBRID, inputs(swa_full_tokens_ratio=0.29, max_running_requests=1)
+    )
     # swa >= 27 + 1 + 1 = 29; full = ceil(29 / 0.29) = 100 -> 28, so 101 -> 29
     need = 856 + 101 * 18 + 29 * 30
     with pytest.raises(InsufficientMemoryError) as info:
         cfg.plan(need - 1, budget_flag="--available-memory")
     assert info.value.min_budget_bytes == need
     # page 16, window 100, ratio 0.3: swa = align_up(117, 16) = 128; full = align_up(427, 16) = 432 -> 129 -> 128
-    cfg = HybridSWAPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=100), HYBRID, inputs(swa_full_tokens_ratio=0.3, page_size=16, max_running_requests=1))
+    cfg = HybridSWAPoolConfigurator(
+        shape(full=(0,), swa=(1, 2, 3), window=100),
+        HYBRID,
+        inputs(swa_full_tokens_ratio=0.3, page_size=16, max_running_requests=1),
+    )
     with pytest.raises(InsufficientMemoryError) as info:
         cfg.plan(1000, budget_flag="--available-memory")
     assert info.value.min_budget_bytes == 800 + 16 * 10 + 16 * 30 + 17 * 8 + 432 * 18 + 128 * 30
@@ -252,7 +304,11 @@ def test_hybrid_smallest_plan_grows_full_until_the_ratio_reaches_the_window() ->
 
 def test_all_swa_smallest_plan() -> None:
     """An all-SWA model's smallest plan is a window plus a page plus one, page-aligned up."""
-    cfg = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), LayerCosts(f=10, s=10, F=0, S=3), inputs(page_size=4, max_running_requests=1))
+    cfg = HybridSWAPoolConfigurator(
+        shape(full=(), swa=(0, 1, 2), window=8),
+        LayerCosts(f=10, s=10, F=0, S=3),
+        inputs(page_size=4, max_running_requests=1),
+    )
     # swa = align_up(8 + 4 + 1, 4) = 16: 800 + 4*30 + 5*8 + 16*38
     with pytest.raises(InsufficientMemoryError) as info:
         cfg.plan(100, budget_flag="--available-memory")
@@ -288,9 +344,17 @@ def test_chunk_cap_decode_extra_slots_and_speculation() -> None:
     """Decode mode adds (window + page) a extra slot; speculation adds the draft tokens and a decode's allocation."""
     cfg = SWAChunkCapPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=8), HYBRID, inputs(**CHUNK))
     assert cfg.swa_cap() == 37
-    decode = SWAChunkCapPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=8), HYBRID, inputs(**CHUNK, disaggregation_mode="decode", decode_extra_slots=2))
+    decode = SWAChunkCapPoolConfigurator(
+        shape(full=(0,), swa=(1, 2, 3), window=8),
+        HYBRID,
+        inputs(**CHUNK, disaggregation_mode="decode", decode_extra_slots=2),
+    )
     assert decode.swa_cap() == 37 + 9 * 2
-    extra_elsewhere = SWAChunkCapPoolConfigurator(shape(full=(0,), swa=(1, 2, 3), window=8), HYBRID, inputs(**CHUNK, disaggregation_mode="prefill", decode_extra_slots=2))
+    extra_elsewhere = SWAChunkCapPoolConfigurator(
+        shape(full=(0,), swa=(1, 2, 3), window=8),
+        HYBRID,
+        inputs(**CHUNK, disaggregation_mode="prefill", decode_extra_slots=2),
+    )
     assert extra_elsewhere.swa_cap() == 37
     # EAGLE steps 2 topk 1, Dt 3: per decode max(2, 3) = 3; per request 8 + 3 + 1 + 3 = 15; 30 + 16 + 1 = 47
     spec = SWAChunkCapPoolConfigurator(
@@ -349,14 +413,21 @@ def test_layer_costs_of_target_and_draft() -> None:
     assert LayerCosts.of(hybrid, None, eagle) == LayerCosts(f=8, s=16, F=1, S=2)
     dense_draft = shape(full=(0,))
     assert LayerCosts.of(hybrid, dense_draft, inputs()) == LayerCosts(f=8, s=16, F=1, S=2)
-    assert LayerCosts.of(hybrid, dense_draft, inputs(speculative_algorithm="FROZEN_KV_MTP")) == LayerCosts(f=8, s=16, F=1, S=2)
+    assert LayerCosts.of(hybrid, dense_draft, inputs(speculative_algorithm="FROZEN_KV_MTP")) == LayerCosts(
+        f=8, s=16, F=1, S=2
+    )
     assert LayerCosts.of(hybrid, dense_draft, eagle) == LayerCosts(f=8, s=16, F=1, S=2, f_d=8, s_d=8, Df=1)
     sliding_draft = shape(full=(0,), swa=(1, 2), window=8)
     assert LayerCosts.of(hybrid, sliding_draft, eagle) == LayerCosts(f=8, s=16, F=1, S=2, f_d=8, s_d=8, Df=1, Ds=2)
     banded = shape(full=(0,), swa=(1, 2), mtp_local_layer_ids=(1, 2))
     costs = LayerCosts.of(hybrid, banded, eagle)
     assert costs == LayerCosts(f=8, s=16, F=1, S=2, f_d=8, s_d=8, Df=1, Dsf=2)
-    assert (costs.full_per_token, costs.swa_per_token, costs.draft_per_token, costs.draft_index_maps) == (8, 32, 8 + 16, 1)
+    assert (costs.full_per_token, costs.swa_per_token, costs.draft_per_token, costs.draft_index_maps) == (
+        8,
+        32,
+        8 + 16,
+        1,
+    )
     # an all-SWA target shares its map: no full-capacity rings
     all_swa = shape(full=(), swa=(0, 1), window=8)
     assert LayerCosts.of(all_swa, banded, eagle) == LayerCosts(f=8, s=8, F=0, S=2, f_d=8, s_d=8, Df=1, Ds=2)
@@ -377,8 +448,16 @@ def test_layer_costs_of_target_and_draft() -> None:
 def test_plan_inputs_properties() -> None:
     """Element size, draft KV, decode-only extra rows and the row width."""
     assert inputs(kv_cache_dtype="float32").elt == 4 and inputs(kv_cache_dtype="fp8_e4m3").elt == 1
-    assert [inputs(speculative_algorithm=a).has_draft_kv for a in ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN", "FROZEN_KV_MTP", None)] == [
-        True, True, True, True, False, False,
+    assert [
+        inputs(speculative_algorithm=a).has_draft_kv
+        for a in ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN", "FROZEN_KV_MTP", None)
+    ] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
     ]
     assert inputs(disaggregation_mode="decode", decode_extra_slots=3).extra_rows == 3
     assert inputs(disaggregation_mode="prefill", decode_extra_slots=3).extra_rows == 0
@@ -389,31 +468,40 @@ def test_plan_inputs_properties() -> None:
 def test_describe() -> None:
     """The plan as plain data, with zero-byte pools left out (keys added later may come on top)."""
     p = plan(DefaultPoolConfigurator, DENSE, 3620, max_running_requests=3)
-    assert p.describe().items() >= {
-        "configurator": "default",
-        "page_size": 1,
-        "kv_cache_dtype": "bfloat16",
-        "bytes_per_token": {"full": 20, "swa": 0, "draft": 0},
-        "draft_layers": {"full": 0, "swa": 0, "swa_full_capacity": 0},
-        "max_total_num_tokens": 100,
-        "full_max_total_num_tokens": 100,
-        "swa_max_total_num_tokens": 0,
-        "max_num_reqs": 3,
-        "req_to_token_shape": [4, 100],
-        "max_draft_tokens": 0,
-        "alloc_len_per_decode": 1,
-        "pool_bytes": {"req_to_token": 1600, "kv_full": 2020},
-        "total_bytes": 3620,
-        "budget_bytes": 3620,
-        "capped_by_max_total_tokens": False,
-    }.items()
+    assert (
+        p.describe().items()
+        >= {
+            "configurator": "default",
+            "page_size": 1,
+            "kv_cache_dtype": "bfloat16",
+            "bytes_per_token": {"full": 20, "swa": 0, "draft": 0},
+            "draft_layers": {"full": 0, "swa": 0, "swa_full_capacity": 0},
+            "max_total_num_tokens": 100,
+            "full_max_total_num_tokens": 100,
+            "swa_max_total_num_tokens": 0,
+            "max_num_reqs": 3,
+            "req_to_token_shape": [4, 100],
+            "max_draft_tokens": 0,
+            "alloc_len_per_decode": 1,
+            "pool_bytes": {"req_to_token": 1600, "kv_full": 2020},
+            "total_bytes": 3620,
+            "budget_bytes": 3620,
+            "capped_by_max_total_tokens": False,
+        }.items()
+    )
 
 
 def test_helpers() -> None:
     """Alignment both ways, GiB rounded up to the hundredth, and the window check's boundary."""
     assert [align(n, 4) for n in (-3, 0, 3, 4, 7.9, 8)] == [0, 0, 0, 4, 4, 8]
     assert [align_up(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]
-    assert [gib_at_least(n) for n in (0, 1, 1 << 30, (1 << 30) + 1, 3 << 29)] == ["0.00", "0.01", "1.00", "1.01", "1.50"]
+    assert [gib_at_least(n) for n in (0, 1, 1 << 30, (1 << 30) + 1, 3 << 29)] == [
+        "0.00",
+        "0.01",
+        "1.00",
+        "1.01",
+        "1.50",
+    ]
     validate_swa_pool_size(10, 8, 1, 0.5)
     with pytest.raises(PlanError, match="the SWA pool of 9 tokens cannot hold one sliding window"):
         validate_swa_pool_size(9, 8, 1, 0.5)
@@ -432,8 +520,15 @@ def test_min_mem_fraction_static_rounds_up() -> None:
 # ---- edges the plans above do not reach -------------------------------------------------------
 def test_defaults_of_plan_inputs_and_layer_costs() -> None:
     """Unset inputs mean: radix cache on, no extra decode slots; unset draft costs are zero."""
-    i = PlanInputs(page_size=1, kv_cache_dtype="bfloat16", context_len=96, swa_full_tokens_ratio=0.5, mem_fraction_static=0.5)
-    assert (i.disable_radix_cache, i.decode_extra_slots, i.disaggregation_mode, i.max_draft_tokens) == (False, 0, "null", 0)
+    i = PlanInputs(
+        page_size=1, kv_cache_dtype="bfloat16", context_len=96, swa_full_tokens_ratio=0.5, mem_fraction_static=0.5
+    )
+    assert (i.disable_radix_cache, i.decode_extra_slots, i.disaggregation_mode, i.max_draft_tokens) == (
+        False,
+        0,
+        "null",
+        0,
+    )
     c = LayerCosts(f=1, s=1, F=1, S=1)
     assert (c.f_d, c.s_d, c.Df, c.Ds, c.Dsf) == (0, 0, 0, 0, 0)
     # so without a word about the radix cache a hybrid with limits is not chunk-capped
@@ -448,7 +543,13 @@ def test_all_swa_plan_with_draft_layers() -> None:
     cfg = HybridSWAPoolConfigurator(shape(full=(), swa=(0, 1, 2), window=8), costs, inputs(max_running_requests=1))
     p = cfg.plan(862 + 54 * 100)
     assert p.swa_max_total_num_tokens == 100
-    assert p.bytes_by_pool() == {"req_to_token": 800, "kv_swa": 101 * 30, "swa_index_map": 102 * 8, "draft_kv_full": 101 * 4, "draft_kv_swa": 101 * 12}
+    assert p.bytes_by_pool() == {
+        "req_to_token": 800,
+        "kv_swa": 101 * 30,
+        "swa_index_map": 102 * 8,
+        "draft_kv_full": 101 * 4,
+        "draft_kv_swa": 101 * 12,
+    }
     assert cfg.plan(862 + 54 * 100 - 1).swa_max_total_num_tokens == 99
 
 

@@ -15,7 +15,22 @@ ROW_BYTES = (CONTEXT + 4) * 4  # one req-to-token row: context + 4 spare columns
 
 
 def plan(capsys: pytest.CaptureFixture[str], model: str, *flags: str) -> dict:
-    assert plan_main(["--model-config", model, "--available-memory", "1GiB", "--max-running-requests", "8", *flags, "--format", "json"]) == 0
+    assert (
+        plan_main(
+            [
+                "--model-config",
+                model,
+                "--available-memory",
+                "1GiB",
+                "--max-running-requests",
+                "8",
+                *flags,
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
@@ -28,13 +43,18 @@ def plan(capsys: pytest.CaptureFixture[str], model: str, *flags: str) -> dict:
         ("16", 1, True),  # fewer KV heads than ranks: one head per rank, each head on two ranks
     ],
 )
-def test_llama_bytes_tokens_and_pools_are_per_rank(capsys: pytest.CaptureFixture[str], tp: str, heads_per_rank: int, replicated: bool) -> None:
+def test_llama_bytes_tokens_and_pools_are_per_rank(
+    capsys: pytest.CaptureFixture[str], tp: str, heads_per_rank: int, replicated: bool
+) -> None:
     """llama-3.1-8b (32 layers, 8 KV heads of 128, bf16): bytes per token and pool sizes follow the heads a rank holds."""
     out = plan(capsys, "llama-3.1-8b", "--tp-size", tp)
     per_token = heads_per_rank * (128 + 128) * 2 * 32
     assert out["bytes_per_token"]["full"] == per_token
     assert out["tensor_parallel"] == {
-        "tp_size": int(tp), "kv_heads_total": 8, "kv_heads_per_rank": heads_per_rank, "replicated": replicated,
+        "tp_size": int(tp),
+        "kv_heads_total": 8,
+        "kv_heads_per_rank": heads_per_rank,
+        "replicated": replicated,
         "sizes_are": "per rank",
     }
     req_bytes = 9 * ROW_BYTES  # 8 requests and the dummy row 0
@@ -70,7 +90,10 @@ def test_heads_that_do_not_split_are_refused(capsys: pytest.CaptureFixture[str])
 def test_table_names_the_split(capsys: pytest.CaptureFixture[str]) -> None:
     """The text plan says how many heads a rank holds and that sizes are per rank."""
     assert plan_main(["--model-config", "llama-3.1-8b", "--available-memory", "1GiB", "--tp-size", "2"]) == 0
-    assert "tensor parallel     2 ranks, 4 of 8 KV heads per rank (split); sizes below are per rank" in capsys.readouterr().out
+    assert (
+        "tensor parallel     2 ranks, 4 of 8 KV heads per rank (split); sizes below are per rank"
+        in capsys.readouterr().out
+    )
 
 
 def test_per_rank_shape_keeps_one_head_at_least() -> None:
@@ -78,7 +101,13 @@ def test_per_rank_shape_keeps_one_head_at_least() -> None:
     from mem_cache.model_shape import model_shape_from_config
 
     shape = model_shape_from_config(
-        {"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64}
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 64,
+        }
     )
     assert shape.per_rank(2).num_key_value_heads == 1
     assert shape.per_rank(4).num_key_value_heads == 1
@@ -87,7 +116,9 @@ def test_per_rank_shape_keeps_one_head_at_least() -> None:
         shape.per_rank(3)
 
 
-@pytest.mark.parametrize(("device", "base", "expected"), [("cpu", 0, "cpu"), ("cuda", 0, "cuda:0"), ("cuda", 3, "cuda:3")])
+@pytest.mark.parametrize(
+    ("device", "base", "expected"), [("cpu", 0, "cpu"), ("cuda", 0, "cuda:0"), ("cuda", 3, "cuda:3")]
+)
 def test_device_of_honours_base_gpu_id(device: str, base: int, expected: str) -> None:
     """Pools go on cuda:<base_gpu_id>; base_gpu_id means nothing on cpu."""
     import types

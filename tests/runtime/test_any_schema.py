@@ -114,7 +114,6 @@ def test_nested_namespaces_get_a_group() -> None:
     assert attrs.has(schema.namespace_class("exec"))
 
 
-
 def test_runtime_and_tools_list_no_namespace_names() -> None:
     """No module of runtime/ or tools/ spells a namespace of the serving schema: they all come from the schema."""
     import ast
@@ -142,10 +141,14 @@ def test_roles_of_a_schema_are_registered_and_enforced(myrt: Schema, monkeypatch
     """`schema.role()` adds a role at any time; enforce mode refuses reads outside it; unknown namespaces are refused."""
     from runtime import RoleViolation, reset
 
-    with pytest.raises(DeclarationError, match="role 'bad' names namespace\\(s\\) 'lroa' that schema 'myrt' does not have"):
+    with pytest.raises(
+        DeclarationError, match="role 'bad' names namespace\\(s\\) 'lroa' that schema 'myrt' does not have"
+    ):
         myrt.role("bad", namespaces=["lroa"])
     myrt.role("api_only", namespaces=["api"])
-    assert myrt.roles()["api_only"] == frozenset({"api"}) and myrt.roles()["test"] == frozenset({"lora", "cache", "api"})
+    assert myrt.roles()["api_only"] == frozenset({"api"}) and myrt.roles()["test"] == frozenset(
+        {"lora", "cache", "api"}
+    )
     monkeypatch.setenv("SGCONF_ROLE_NAMESPACES", "enforce")
     publish(myrt.record(), role="api_only")
     try:

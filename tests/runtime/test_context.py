@@ -335,7 +335,9 @@ def test_validate_override_is_a_dry_run_and_commit_applies(ctx):
 
 def test_validate_catch_up_lands_at_the_group_generation(ctx):
     """A catch-up commits all its values as one override at the given generation, and never goes back."""
-    proposal = ctx.validate_catch_up("config_group.resync(http)", generation=4, stream_interval="6", schedule_policy="lpm")
+    proposal = ctx.validate_catch_up(
+        "config_group.resync(http)", generation=4, stream_interval="6", schedule_policy="lpm"
+    )
     assert ctx.generation == 0 and get_serving().stream_interval == 1
     receipt = ctx.commit(proposal)
     assert receipt.generation == 4 and ctx.generation == 4
@@ -452,7 +454,18 @@ def test_resolved_dict_nests_and_applies_overrides(ctx):
     """resolved_dict() nests by namespace (exec children too) and shows overrides."""
     ctx.override("http", stream_interval=6)
     out = ctx.resolved_dict()
-    assert list(out) == ["model", "device", "parallel", "memory", "schedule", "spec", "disagg", "serving", "observability", "exec"]
+    assert list(out) == [
+        "model",
+        "device",
+        "parallel",
+        "memory",
+        "schedule",
+        "spec",
+        "disagg",
+        "serving",
+        "observability",
+        "exec",
+    ]
     assert out["serving"]["stream_interval"] == 6
     assert out["schedule"]["page_size"] == 1
     assert list(out["exec"]) == ["kernel", "graph", "mamba"]

@@ -194,7 +194,11 @@ def test_explain_and_counts_inside_and_past_the_log_window() -> None:
         with capture_logs():
             context.override("a", stream_interval=2)
             assert context.dropped_overrides() == 0
-            assert [(o.layer, o.detail, o.value) for o in context.explain("stream_interval")][-1] == ("override", "a", 2)
+            assert [(o.layer, o.detail, o.value) for o in context.explain("stream_interval")][-1] == (
+                "override",
+                "a",
+                2,
+            )
             context.override("b", stream_interval=3)
             for policy in ("lpm", "fcfs", "lpm"):
                 context.override("c", schedule_policy=policy)

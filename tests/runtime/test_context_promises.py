@@ -58,7 +58,9 @@ def raising_sink() -> Iterator[None]:
 # -- commit is the last step that can fail ------------------------------------------------
 
 
-def test_a_raising_log_sink_neither_fails_the_override_nor_starves_subscribers(ctx: Any, raising_sink: None, capsys: Any) -> None:
+def test_a_raising_log_sink_neither_fails_the_override_nor_starves_subscribers(
+    ctx: Any, raising_sink: None, capsys: Any
+) -> None:
     """A log sink that raises after the swap leaves the new state live, returns the receipt, notifies everyone."""
     heard = []
     ctx.subscribe(lambda e: heard.append(e.generation))
@@ -155,7 +157,9 @@ def test_scopes_closed_out_of_order_in_threads_leave_exactly_the_later_scope(ctx
     a_in, b_in, a_out, b_go = (threading.Event() for _ in range(4))
     errors: list[BaseException] = []
 
-    def run(values: dict[str, Any], entered: threading.Event, wait_for: threading.Event, done: threading.Event | None) -> None:
+    def run(
+        values: dict[str, Any], entered: threading.Event, wait_for: threading.Event, done: threading.Event | None
+    ) -> None:
         try:
             with ctx.scoped(**values):
                 entered.set()
@@ -251,7 +255,14 @@ def test_generations_strictly_increase_through_scopes_and_reverts(ctx: Any) -> N
     assert [g for _, g in events] == list(range(1, 9))
     assert ctx.generation == 8
     assert [s for s, _ in events] == [
-        "scoped", "http", "scoped.restore", "http", "revert:http", "revert:http", "scoped", "scoped.restore"
+        "scoped",
+        "http",
+        "scoped.restore",
+        "http",
+        "revert:http",
+        "revert:http",
+        "scoped",
+        "scoped.restore",
     ]
 
 
@@ -331,7 +342,10 @@ def test_nothing_handed_out_or_taken_in_is_aliased() -> None:
         context.overrides_log()[0].as_dict()["fields"]["hicache_storage_backend_extra_config"]["new"]["tiers"].append(9)
         assert context.value("hicache_storage_backend_extra_config") == {"dir": "/tmp/kv", "tiers": (1,)}
         assert context.resolved_dict() == {**dumped, "memory": context.resolved_dict()["memory"]}
-        assert context.resolved_dict()["memory"]["hicache_storage_backend_extra_config"] == {"dir": "/tmp/kv", "tiers": [1]}
+        assert context.resolved_dict()["memory"]["hicache_storage_backend_extra_config"] == {
+            "dir": "/tmp/kv",
+            "tiers": [1],
+        }
         assert context.fingerprint() == fingerprint and context.generation == 1
     finally:
         reset()
@@ -347,7 +361,9 @@ NUMBERS = st.integers(1, 1000) | st.floats(1, 1000, allow_nan=False).filter(floa
 @given(ratio=NUMBERS, conservative=st.sampled_from([0, 1, 2]), flag=st.sampled_from([0, 1]))
 def test_equal_records_have_equal_fingerprints(ratio: float, conservative: int, flag: int) -> None:
     """An int and an equal float, or a bool and an equal int, compare equal, so they fingerprint equal."""
-    left = ServerArgs(hicache_ratio=float(ratio), schedule_conservativeness=float(conservative), disable_radix_cache=bool(flag))
+    left = ServerArgs(
+        hicache_ratio=float(ratio), schedule_conservativeness=float(conservative), disable_radix_cache=bool(flag)
+    )
     right = ServerArgs(hicache_ratio=int(ratio), schedule_conservativeness=conservative, disable_radix_cache=flag)
     assert left == right
     assert fingerprint_of(record_to_dict(left), SERVING) == fingerprint_of(record_to_dict(right), SERVING)

@@ -106,7 +106,9 @@ class ContextMachine(RuleBasedStateMachine):
     def changed(self, receipt: Any, writes: tuple[tuple[Any, dict[str, Any], int], ...]) -> None:
         m = self.model
         receipts = m.receipts if receipt is None else (*m.receipts, receipt)
-        self.model = attrs.evolve(m, writes=writes, generation=m.generation + 1, log_len=m.log_len + 1, receipts=receipts)
+        self.model = attrs.evolve(
+            m, writes=writes, generation=m.generation + 1, log_len=m.log_len + 1, receipts=receipts
+        )
         if receipt is not None:
             assert receipt.generation == self.model.generation
 

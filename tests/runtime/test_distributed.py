@@ -97,7 +97,11 @@ def follower_main(argv: list[str]) -> None:
         group = ConfigGroup(None, rank, size, address=(host, int(board)))
     else:
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60)
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=60),
         )
         group = ConfigGroup(None, rank, size)
     effect = DirAttach(Path.cwd(), rank)
@@ -144,7 +148,11 @@ class World:
         self.commands = 0
         self.size = size
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=size, timeout=datetime.timedelta(seconds=60)
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=0,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=60),
         )
         self.group = ConfigGroup(None, 0, size)
         self.group.add_effect(DirAttach(self.dirs[0], 0))
@@ -590,7 +598,7 @@ def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None
         assert info.value.refusals[victim] == (
             "$generation: this rank is at generation 0, the coordinator at 2 -- the ranks diverged; "
             "resync this rank from the coordinator (POST /replicas/<index>/resync on a data-parallel server)"
-        " or publish the same config on every rank",
+            " or publish the same config on every rank",
         )
         state = world.group.resync(victim)
         assert (state.generation, state.fingerprint) == (2, get_context().fingerprint())

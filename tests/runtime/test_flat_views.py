@@ -151,8 +151,10 @@ def test_every_leaf_has_one_written_form_per_equality_class() -> None:
     assert fragment("a", None) == '["a",null]' and fragment("a", 'q"\u00e9') == '["a","q\\"\\u00e9"]'
     assert fragment("a", 2.0) == fragment("a", 2) == '["a",2]' and fragment("a", 2.5) == '["a","2.5"]'
     mixed = [None, "s", True, 3, 2.0, 0.25, {"k": (1, 2), 7: None}, {3, 1}, _Opaque()]
-    assert fragment("m", mixed) == fragment("m", tuple(mixed)) == (
-        '["m",[null,"s",1,3,2,"0.25",{"{}":[["7",null],["k",[1,2]]]},{"set":["1","3"]},{"repr":"<opaque>"}]]'
+    assert (
+        fragment("m", mixed)
+        == fragment("m", tuple(mixed))
+        == ('["m",[null,"s",1,3,2,"0.25",{"{}":[["7",null],["k",[1,2]]]},{"set":["1","3"]},{"repr":"<opaque>"}]]')
     )
 
 

@@ -15,7 +15,11 @@ from sgconf import Schema, setting
 
 # JSON-like values: what a dict- or list-valued setting may hold
 _leaf = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3)
-_json = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8)
+_json = st.recursive(
+    _leaf,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
 
 
 def _schema() -> Schema:
@@ -127,6 +131,8 @@ def test_a_frozen_dict_refuses_every_reachable_mutation(how: str) -> None:
         before = hash(held)
         with pytest.raises(TypeError, match="config values are read-only"):
             _reachable_calls(held)[how]()
-        assert get_memory().hicache_storage_backend_extra_config == {"dir": "/a"} and type(held).__name__ == "FrozenDict"
+        assert (
+            get_memory().hicache_storage_backend_extra_config == {"dir": "/a"} and type(held).__name__ == "FrozenDict"
+        )
         assert hash(held) == before == hash(type(held)({"dir": "/a"}))
         assert (ctx.fingerprint(), ctx.generation) == (fp, generation)

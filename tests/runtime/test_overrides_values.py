@@ -24,13 +24,19 @@ from sgconf import SERVING
 def test_inner_source_strips_every_revert_prefix() -> None:
     """A revert acts for the source under all its `revert:` prefixes."""
     assert [inner_source(s) for s in ("hicache.attach", "revert:hicache.attach", "revert:revert:ops", "revert:")] == [
-        "hicache.attach", "hicache.attach", "ops", "",
+        "hicache.attach",
+        "hicache.attach",
+        "ops",
+        "",
     ]
 
 
 def test_shown_redacts_set_secrets_only() -> None:
     """A set secret becomes '***'; an unset one, other fields and unknown names are shown as they are."""
-    shown_ = [shown(name, value, SERVING) for name, value in (("api_key", "k"), ("api_key", None), ("page_size", 16), ("no_such_field", "x"))]
+    shown_ = [
+        shown(name, value, SERVING)
+        for name, value in (("api_key", "k"), ("api_key", None), ("page_size", 16), ("no_such_field", "x"))
+    ]
     assert shown_ == ["***", None, 16, "x"]
 
 
@@ -52,7 +58,10 @@ def test_records_redact_and_find_changes() -> None:
     assert rec.change_of("page_size") == FieldChange("page_size", 8, 16)
     assert rec.change_of("tp_size") is None
     assert rec.as_dict() == {
-        "source": "ops", "layer": "override", "generation": 3, "time": 12.5,
+        "source": "ops",
+        "layer": "override",
+        "generation": 3,
+        "time": 12.5,
         "fields": {"api_key": {"old": None, "new": "***"}, "page_size": {"old": 8, "new": 16}},
     }
     assert rec.as_dict(redact=False)["fields"]["api_key"] == {"old": None, "new": "k"}
@@ -68,9 +77,13 @@ class _State:
 def test_proposal_values_generation_and_repr() -> None:
     """A proposal gives its new values, the generation it was checked against, and names its fields."""
     proposal = OverrideProposal(
-        context=None, base=_State(), source="ops", layer="override",
+        context=None,
+        base=_State(),
+        source="ops",
+        layer="override",
         changes=(FieldChange("page_size", 8, 16), FieldChange("tp_size", 1, 2)),
-        snapshot=None, flat=types.MappingProxyType({}),
+        snapshot=None,
+        flat=types.MappingProxyType({}),
     )
     assert proposal.values == {"page_size": 16, "tp_size": 2}
     assert proposal.base_generation == 7
@@ -95,7 +108,12 @@ def test_receipt_reverts_through_its_context() -> None:
     ctx = _Context()
     rec = OverrideRecord("ops", "override", 2, 0.0, (FieldChange("page_size", 8, 16),))
     receipt = OverrideReceipt(ctx, rec, None)
-    assert (receipt.source, receipt.generation, receipt.changes, receipt.fields) == ("ops", 2, rec.changes, ("page_size",))
+    assert (receipt.source, receipt.generation, receipt.changes, receipt.fields) == (
+        "ops",
+        2,
+        rec.changes,
+        ("page_size",),
+    )
     assert receipt.revert() is receipt and ctx.reverted == [receipt]
     assert repr(receipt) == "OverrideReceipt(source='ops', generation=2, fields=[page_size], owner='context')"
 
@@ -115,7 +133,9 @@ def test_an_owned_receipt_reverts_through_its_owner_not_its_context() -> None:
     receipt = OverrideReceipt(ctx, rec, None, owner=Owner())
     assert receipt.revert() is receipt and asked == [receipt] and ctx.reverted == []
     assert receipt.owner_name == "engine" and repr(receipt).endswith("owner='engine')")
-    assert rec == OverrideRecord("ops", "override", 2, 0.0, (FieldChange("page_size", 8, 16),))  # the owner is not compared
+    assert rec == OverrideRecord(
+        "ops", "override", 2, 0.0, (FieldChange("page_size", 8, 16),)
+    )  # the owner is not compared
 
 
 def test_subscription_wants_and_unsubscribes() -> None:
@@ -134,7 +154,9 @@ def test_record_kind_is_keyword_only_and_subscription_repr_hides_its_context() -
     with pytest.raises(TypeError):
         OverrideRecord("ops", "override", 1, 0.0, (), "remove")  # type: ignore[misc]
     assert OverrideRecord("ops", "override", 1, 0.0, (), kind="remove").kind == "remove"
-    assert repr(Subscription(_Context(), print, None)) == "Subscription(callback=<built-in function print>, fields=None)"
+    assert (
+        repr(Subscription(_Context(), print, None)) == "Subscription(callback=<built-in function print>, fields=None)"
+    )
 
 
 def test_a_change_of_a_secret_is_redacted_in_its_repr_and_equal_whatever_its_flag() -> None:

@@ -88,7 +88,10 @@ def test_an_owned_receipt_reverts_through_its_owner(ctx: Any) -> None:
 def test_a_revert_around_the_owner_is_refused_and_changes_nothing(ctx: Any) -> None:
     owner = Owner(ctx)
     receipt = ctx.commit(ctx.validate_override("ops", stream_interval=4), owner=owner)
-    for bypass in (lambda: ctx.revert(receipt), lambda: OverrideReceipt(ctx, receipt.record, receipt.snapshot).revert()):
+    for bypass in (
+        lambda: ctx.revert(receipt),
+        lambda: OverrideReceipt(ctx, receipt.record, receipt.snapshot).revert(),
+    ):
         with pytest.raises(RevertConflict) as exc:
             bypass()
         assert "was made through the test engine" in str(exc.value)

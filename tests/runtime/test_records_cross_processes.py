@@ -44,7 +44,12 @@ def test_records_of_a_user_schema_and_the_serving_schema_cross_a_process_boundar
         (load(serving_argv, env={}).record, serving_argv),
     ]
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], input=pickle.dumps(records), capture_output=True, cwd=ROOT, timeout=300, check=False
+        [sys.executable, "-c", CHILD],
+        input=pickle.dumps(records),
+        capture_output=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
     back = pickle.loads(done.stdout)

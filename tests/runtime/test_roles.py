@@ -45,7 +45,9 @@ def test_role_sets_cover_known_roles():
     assert ROLE_NAMESPACE_SETS["scheduler"] == frozenset(BAG_NAMES)
 
 
-@pytest.mark.parametrize(("raw", "mode"), [(None, "off"), ("", "off"), ("off", "off"), (" Record ", "record"), ("ENFORCE", "enforce")])
+@pytest.mark.parametrize(
+    ("raw", "mode"), [(None, "off"), ("", "off"), ("off", "off"), (" Record ", "record"), ("ENFORCE", "enforce")]
+)
 def test_mode_from_env(raw, mode):
     """Modes are read case-insensitively; unset means off."""
     env = {} if raw is None else {"SGCONF_ROLE_NAMESPACES": raw}

@@ -64,17 +64,36 @@ NAMESPACES = {
     "model": ["model", "tokenizer", "dtype", "seed", "revision", "download_dir", "trust_remote_code", "quantization"],
     "api": ["host", "port", "api_key", "served_model_name", "uvicorn_log_level", "disable_log_requests"],
     "lora": ["max_loras", "max_lora_rank", "lora_dtype", "enable_lora", "lora_modules"],
-    "cache": ["page_size", "block_size", "gpu_memory_utilization", "swap_space", "cpu_offload_gb", "kv_cache_dtype",
-              "num_gpu_blocks_override", "enable_prefix_caching"],
-    "parallel": ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "distributed_executor_backend",
-                 "disable_custom_all_reduce"],
+    "cache": [
+        "page_size",
+        "block_size",
+        "gpu_memory_utilization",
+        "swap_space",
+        "cpu_offload_gb",
+        "kv_cache_dtype",
+        "num_gpu_blocks_override",
+        "enable_prefix_caching",
+    ],
+    "parallel": [
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "distributed_executor_backend",
+        "disable_custom_all_reduce",
+    ],
 }
 
 
 @pytest.fixture(scope="module")
 def legacy():
-    return from_dataclass(LegacyArgs, namespaces=NAMESPACES, others="scheduler", hot=["max_loras"], secret=["api_key"],
-                          env_prefix="LEGACY_")
+    return from_dataclass(
+        LegacyArgs,
+        namespaces=NAMESPACES,
+        others="scheduler",
+        hot=["max_loras"],
+        secret=["api_key"],
+        env_prefix="LEGACY_",
+    )
 
 
 def test_keeps_the_adopters_types_defaults_and_help(legacy) -> None:
@@ -91,8 +110,19 @@ def test_keeps_the_adopters_types_defaults_and_help(legacy) -> None:
 def test_publishing_an_instance_gives_the_bags_of_a_loaded_record(legacy) -> None:
     """An instance built by the adopter's own argparse publishes the same bags as schema.load of the same flags."""
     instance = LegacyArgs(port=9000, max_loras=4, lora_modules=["a"], override_generation_config={"temperature": 0.5})
-    loaded = legacy.load(["--port", "9000", "--max-loras", "4", "--lora-modules", "a",
-                          "--override-generation-config", '{"temperature": 0.5}'], env={}).record
+    loaded = legacy.load(
+        [
+            "--port",
+            "9000",
+            "--max-loras",
+            "4",
+            "--lora-modules",
+            "a",
+            "--override-generation-config",
+            '{"temperature": 0.5}',
+        ],
+        env={},
+    ).record
     get_lora = accessor(legacy.namespace_class("lora"))
     with override_server_args(schema=legacy):
         ctx = publish(instance, role="test")
@@ -127,7 +157,9 @@ def test_declaration_errors_name_the_field() -> None:
     with pytest.raises(DeclarationError, match="namespace 'x' lists 'c', which Small does not have"):
         from_dataclass(Small, namespaces={"x": ["a", "b", "c"]})
 
-    with pytest.raises(DeclarationError, match="from_dataclass\\(\\) takes a dataclass type, got 3 -- use sgconf.adopt\\(\\)"):
+    with pytest.raises(
+        DeclarationError, match="from_dataclass\\(\\) takes a dataclass type, got 3 -- use sgconf.adopt\\(\\)"
+    ):
         from_dataclass(3, namespaces={})  # type: ignore[arg-type]
 
 
@@ -135,8 +167,9 @@ def test_the_ratchet_counts_raw_reads_with_the_schema_as_field_source(tmp_path: 
     """`field_source` pointing at the adopted schema makes the ratchet count raw reads of its fields."""
     from tools.ratchet.cli import main as ratchet
 
-    (tmp_path / "legacy_schema.py").write_text(textwrap.dedent(
-        """
+    (tmp_path / "legacy_schema.py").write_text(
+        textwrap.dedent(
+            """
         import dataclasses
         import sgconf
 
@@ -147,16 +180,21 @@ def test_the_ratchet_counts_raw_reads_with_the_schema_as_field_source(tmp_path: 
 
         SCHEMA = sgconf.from_dataclass(ServerArgs, namespaces={"lora": ["max_loras"], "api": ["port"]})
         """
-    ))
-    (tmp_path / "worker.py").write_text("def start(server_args):\n    return server_args.max_loras + server_args.port\n")
-    (tmp_path / "ratchet.toml").write_text(textwrap.dedent(
-        """
+        )
+    )
+    (tmp_path / "worker.py").write_text(
+        "def start(server_args):\n    return server_args.max_loras + server_args.port\n"
+    )
+    (tmp_path / "ratchet.toml").write_text(
+        textwrap.dedent(
+            """
         [config]
         field_source = "legacy_schema:SCHEMA.field_names"
         accessor_source = "legacy_schema:SCHEMA.accessor_of"
         include = ["worker.py"]
         """
-    ))
+        )
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     assert ratchet(["check", "--no-cache", "-j", "1"]) == 1

@@ -138,7 +138,9 @@ def record(request):
 
 def _adopt(cls: type) -> sgconf.Schema:
     private = [f.name for f in record_fields(cls)[1] if f.name in ("_bookkeeping", "bookkeeping_")]
-    return adopt(cls, namespaces=NAMESPACES, others="exec", exclude=private, hot=["stream_interval"], secret=["api_key"])
+    return adopt(
+        cls, namespaces=NAMESPACES, others="exec", exclude=private, hot=["stream_interval"], secret=["api_key"]
+    )
 
 
 def test_each_kind_adopts_with_defaults_round_tripping(record):
@@ -153,7 +155,11 @@ def test_each_kind_adopts_with_defaults_round_tripping(record):
         if default is not REQUIRED:
             expected = list(default) if isinstance(default, tuple) else default
             assert schema.field_info(name).default == (() if isinstance(default, tuple) else default), name
-            assert list(getattr(instance, name)) == expected if isinstance(default, tuple) else getattr(instance, name) == expected
+            assert (
+                list(getattr(instance, name)) == expected
+                if isinstance(default, tuple)
+                else getattr(instance, name) == expected
+            )
         assert getattr(built, name) == getattr(schema.as_record(instance), name), name
     assert schema.field_info("stream_interval").setting.hot and schema.field_info("api_key").setting.secret
     if kind != "msgspec":
@@ -185,7 +191,10 @@ def test_a_field_without_default_is_required_at_load(record):
     )
     assert schema.load(["--model-path", "m"], env={}).record.model_path == "m"
     assert schema.load([], env={f"{prefix}_MODEL_PATH": "e"}).record.model_path == "e"
-    assert "required" in schema.json_schema()["properties"]["model"] and "default" not in schema.json_schema()["properties"]["model"]["properties"]["model_path"]
+    assert (
+        "required" in schema.json_schema()["properties"]["model"]
+        and "default" not in schema.json_schema()["properties"]["model"]["properties"]["model_path"]
+    )
 
 
 def test_include_and_exclude_select_fields():
@@ -203,11 +212,20 @@ def test_include_and_exclude_select_fields():
 def test_errors_name_the_users_class_and_field():
     """A private field, an unknown name or a bad declaration names the user's record, never a generated class."""
     cls = _dataclass()
-    with pytest.raises(DeclarationError, match=r"^field '_bookkeeping' of DataclassArgs is private, and settings are public names -- leave it out with exclude=\['_bookkeeping'\]$"):
+    with pytest.raises(
+        DeclarationError,
+        match=r"^field '_bookkeeping' of DataclassArgs is private, and settings are public names -- "
+        r"leave it out with exclude=\['_bookkeeping'\]$",
+    ):
         adopt(cls, namespaces=NAMESPACES, others="exec")
-    with pytest.raises(DeclarationError, match="^exclude= names 'page_sise', which DataclassArgs does not have -- did you mean 'page_size'\\?$"):
+    with pytest.raises(
+        DeclarationError,
+        match="^exclude= names 'page_sise', which DataclassArgs does not have -- did you mean 'page_size'\\?$",
+    ):
         adopt(cls, namespaces=NAMESPACES, others="exec", exclude=["page_sise"])
-    with pytest.raises(DeclarationError, match="^namespace 'model' lists 'port' of DataclassArgs, which include=/exclude= leave out$"):
+    with pytest.raises(
+        DeclarationError, match="^namespace 'model' lists 'port' of DataclassArgs, which include=/exclude= leave out$"
+    ):
         adopt(cls, namespaces={"model": ["port"]}, include=["model_path"], others="x")
 
     @dataclasses.dataclass
@@ -215,8 +233,13 @@ def test_errors_name_the_users_class_and_field():
         host: str = "h"
         config: str = "x"
 
-    with pytest.raises(DeclarationError, match=r"^adopting dataclass Clash: flag '--config' of field 'config' must look like"):
+    with pytest.raises(
+        DeclarationError, match=r"^adopting dataclass Clash: flag '--config' of field 'config' must look like"
+    ):
         adopt(Clash, namespaces={"a": ["host"], "b": ["config"]})
 
-    with pytest.raises(DeclarationError, match="^adopt\\(\\) takes a dataclass, an attrs class, a msgspec Struct or a pydantic model, got <class 'int'>"):
+    with pytest.raises(
+        DeclarationError,
+        match="^adopt\\(\\) takes a dataclass, an attrs class, a msgspec Struct or a pydantic model, got <class 'int'>",
+    ):
         adopt(int, namespaces={})

@@ -21,7 +21,10 @@ to_toml = _functools.partial(_to_toml, schema=_SERVING)
 def test_nested_redacts_and_filters() -> None:
     """Secrets become '***' unless asked; `only` drops empty namespaces."""
     values = record_to_dict(ServerArgs(api_key="k1", page_size=8))
-    assert nested(values, only=["api_key", "page_size"]) == {"schedule": {"page_size": 8}, "serving": {"api_key": "***"}}
+    assert nested(values, only=["api_key", "page_size"]) == {
+        "schedule": {"page_size": 8},
+        "serving": {"api_key": "***"},
+    }
     assert nested(values, redact=False, only=["api_key"]) == {"serving": {"api_key": "k1"}}
     assert nested(values, only=["attention_backend"]) == {"exec": {"kernel": {"attention_backend": None}}}
 
@@ -35,7 +38,9 @@ def test_toml_round_trips_awkward_values() -> None:
         "exec": {"kernel": {"attention_backend": "torch_native"}, "graph": {"cuda_graph_max_bs": None}},
     }
     text = to_toml(data, header="title line\nsecond")
-    assert text.startswith("# title line\n# second\n# unset (None) values are omitted: model.model_config, exec.graph.cuda_graph_max_bs\n")
+    assert text.startswith(
+        "# title line\n# second\n# unset (None) values are omitted: model.model_config, exec.graph.cuda_graph_max_bs\n"
+    )
     back = tomllib.loads(text)
     assert back == {
         "model": {"model_path": data["model"]["model_path"]},

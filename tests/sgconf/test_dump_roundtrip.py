@@ -74,10 +74,16 @@ def test_every_field_type_has_a_strategy() -> None:
     assert missing == []
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(values=changes | st.builds(lambda extra: {"enable_hierarchical_cache": True,
-                                                   "hicache_storage_backend_extra_config": extra},
-                                    st.dictionaries(TEXT, JSON, max_size=4)))
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=changes
+    | st.builds(
+        lambda extra: {"enable_hierarchical_cache": True, "hicache_storage_backend_extra_config": extra},
+        st.dictionaries(TEXT, JSON, max_size=4),
+    )
+)
 def test_toml_and_json_dumps_load_back_equal(values: dict[str, Any], tmp_path: Path) -> None:
     """Whatever the fields hold (nulls inside objects included), a TOML or JSON dump loads back equal."""
     record = record_or_none(values)

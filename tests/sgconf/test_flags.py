@@ -92,14 +92,22 @@ def test_unknown_flag_suggests_by_distance_and_prefix(capsys: pytest.CaptureFixt
     """`--tp-sise` suggests `--tp-size` (not `--dp-size` nor `--dtype`)."""
     code, out, err = run(capsys, "show", "--tp-sise", "2")
     assert (code, out) == (2, "")
-    assert err.splitlines()[1] == "  $.tp_sise: unknown flag '--tp-sise' -- did you mean '--tp-size'? (from command line)"
+    assert (
+        err.splitlines()[1] == "  $.tp_sise: unknown flag '--tp-sise' -- did you mean '--tp-size'? (from command line)"
+    )
 
 
 @pytest.mark.parametrize(
     ("command", "own"),
-    [("show", ["--format", "--explain", "--diff"]), ("plan", ["--available-memory", "--format"]), ("serve", ["--config"])],
+    [
+        ("show", ["--format", "--explain", "--diff"]),
+        ("plan", ["--available-memory", "--format"]),
+        ("serve", ["--config"]),
+    ],
 )
-def test_help_starts_with_the_commands_own_options(capsys: pytest.CaptureFixture[str], command: str, own: list[str]) -> None:
+def test_help_starts_with_the_commands_own_options(
+    capsys: pytest.CaptureFixture[str], command: str, own: list[str]
+) -> None:
     """A command's own options print before the first namespace group, and every namespace follows in order."""
     code, out, _ = run(capsys, command, "--help")
     assert code == 0
@@ -107,8 +115,20 @@ def test_help_starts_with_the_commands_own_options(capsys: pytest.CaptureFixture
     for opt in ["--help", "--config", *own]:
         assert out.index("  -h, --help" if opt == "--help" else f"  {opt}") < first_group
     titles = [line[: -len(" settings:")] for line in out.splitlines() if line.endswith(" settings:")]
-    assert titles == ["model", "device", "parallel", "memory", "schedule", "spec", "disagg", "serving",
-                      "observability", "exec.kernel", "exec.graph", "exec.mamba"]
+    assert titles == [
+        "model",
+        "device",
+        "parallel",
+        "memory",
+        "schedule",
+        "spec",
+        "disagg",
+        "serving",
+        "observability",
+        "exec.kernel",
+        "exec.graph",
+        "exec.mamba",
+    ]
 
 
 def test_help_topic_namespace_shows_that_group_only(capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,7 +140,9 @@ def test_help_topic_namespace_shows_that_group_only(capsys: pytest.CaptureFixtur
     assert "--hicache-ratio FLOAT" in out and "--format" not in out
     code, out, _ = run(capsys, "show", "--help", "exec")
     assert [line for line in out.splitlines() if line.endswith(" settings:")] == [
-        "exec.kernel settings:", "exec.graph settings:", "exec.mamba settings:"
+        "exec.kernel settings:",
+        "exec.graph settings:",
+        "exec.mamba settings:",
     ]
 
 
@@ -147,7 +169,11 @@ def test_defaults_are_said_once() -> None:
     assert help_of["random_seed"] == "seed for weights and sampling; default: 0"
     assert help_of["tp_size"] == "tensor parallel size (default: 1)"
     assert help_of["cuda_graph_max_bs"] == "largest batch captured in a CUDA graph (default: none)"
-    assert not [name for name, text in help_of.items() if text and "default" in text.replace("(default:", "", 1) and "(default:" in text]
+    assert not [
+        name
+        for name, text in help_of.items()
+        if text and "default" in text.replace("(default:", "", 1) and "(default:" in text
+    ]
 
 
 def test_a_command_states_its_own_defaults() -> None:
@@ -165,7 +191,9 @@ def test_duplicate_alias_is_a_declaration_error() -> None:
     class A:
         tp_size: int = setting(1, help="x", aliases=["--tp"])
 
-    with pytest.raises(DeclarationError, match="flag '--tp' is declared for both 'tp_size' and 'top_k' of schema 'dup'"):
+    with pytest.raises(
+        DeclarationError, match="flag '--tp' is declared for both 'tp_size' and 'top_k' of schema 'dup'"
+    ):
 
         @schema.namespace("b")
         class B:
@@ -221,7 +249,9 @@ def test_inverse_aliases_show_in_help_and_explain(capsys: pytest.CaptureFixture[
 def test_an_inverse_alias_needs_a_boolean_field() -> None:
     """Declaring an inverse alias on a non-boolean field is refused at declaration."""
     s = Schema("inv")
-    with pytest.raises(DeclarationError, match="field 'size' declares inverse aliases, which only a boolean field can have"):
+    with pytest.raises(
+        DeclarationError, match="field 'size' declares inverse aliases, which only a boolean field can have"
+    ):
 
         @s.namespace("a")
         class A:
@@ -231,14 +261,27 @@ def test_an_inverse_alias_needs_a_boolean_field() -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--quantization", "fp8"], "$.quantization: '--quantization' is not supported here: weights are not quantized by this runtime; "
-         "the KV cache can be stored narrower -- use --kv-cache-dtype fp8_e4m3 (from command line)"),
-        (["--trust-remote-code"], "$.trust_remote_code: '--trust-remote-code' is not supported here: no model code is ever loaded "
-         "from a checkpoint: models run on the built-in implementation -- drop the flag (from command line)"),
-        (["--enable-metrics"], "$.enable_metrics: '--enable-metrics' is not supported here: metrics are always on, as Prometheus "
-         "text at GET /metrics -- drop the flag (from command line)"),
-        (["--no-enable-chunked-prefill"], "$.no_enable_chunked_prefill: '--no-enable-chunked-prefill' is not supported here: "
-         "prefill is always chunked here -- size the chunks with --chunked-prefill-size (or --max-num-batched-tokens) (from command line)"),
+        (
+            ["--quantization", "fp8"],
+            "$.quantization: '--quantization' is not supported here: weights are not quantized by this runtime; "
+            "the KV cache can be stored narrower -- use --kv-cache-dtype fp8_e4m3 (from command line)",
+        ),
+        (
+            ["--trust-remote-code"],
+            "$.trust_remote_code: '--trust-remote-code' is not supported here: no model code is ever loaded "
+            "from a checkpoint: models run on the built-in implementation -- drop the flag (from command line)",
+        ),
+        (
+            ["--enable-metrics"],
+            "$.enable_metrics: '--enable-metrics' is not supported here: metrics are always on, as Prometheus "
+            "text at GET /metrics -- drop the flag (from command line)",
+        ),
+        (
+            ["--no-enable-chunked-prefill"],
+            "$.no_enable_chunked_prefill: '--no-enable-chunked-prefill' is not supported here: "
+            "prefill is always chunked here -- size the chunks with --chunked-prefill-size (or "
+            "--max-num-batched-tokens) (from command line)",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", ["show", "plan", "serve"])

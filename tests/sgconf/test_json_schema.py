@@ -51,8 +51,23 @@ def test_show_json_dump_validates(capsys: pytest.CaptureFixture[str]) -> None:
     """The JSON of `sgconf show --format json` validates against `sgconf schema`."""
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
-    assert main(["show", "--format", "json", "--speculative-algorithm", "EAGLE", "--api-key", "k",
-                 "--enable-hierarchical-cache", "--hicache-storage-backend-extra-config", '{"dir": "/x"}']) == 0
+    assert (
+        main(
+            [
+                "show",
+                "--format",
+                "json",
+                "--speculative-algorithm",
+                "EAGLE",
+                "--api-key",
+                "k",
+                "--enable-hierarchical-cache",
+                "--hicache-storage-backend-extra-config",
+                '{"dir": "/x"}',
+            ]
+        )
+        == 0
+    )
     dump = json.loads(capsys.readouterr().out)
     jsonschema.Draft202012Validator(schema).validate(dump)
 
@@ -64,8 +79,12 @@ def test_defaults_and_bad_dumps() -> None:
     validator.validate(nested(values, redact=False))
     resolved = nested(record_to_dict(resolve_once(load(env={}).record).values))
     validator.validate(resolved)
-    for path, bad in ((("schedule", "page_size"), "16"), (("schedule", "schedule_policy"), "lifo"),
-                      (("schedule", "page_sise"), 16), (("parallel", "tp_size"), 0)):
+    for path, bad in (
+        (("schedule", "page_size"), "16"),
+        (("schedule", "schedule_policy"), "lifo"),
+        (("schedule", "page_sise"), 16),
+        (("parallel", "tp_size"), 0),
+    ):
         doc = json.loads(json.dumps(resolved))
         doc[path[0]][path[1]] = bad
         assert not validator.is_valid(doc), path

@@ -33,7 +33,9 @@ def test_defaults_only_every_field_has_a_default_origin() -> None:
 
 def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
     """File beats defaults, env beats file, CLI beats env; the chain lists them lowest first."""
-    cfg = write(tmp_path, "app.toml", "page_size = 4\ntp_size = 2\nhost = '0.0.0.0'\n[schedule]\nmax_running_requests = 8\n")
+    cfg = write(
+        tmp_path, "app.toml", "page_size = 4\ntp_size = 2\nhost = '0.0.0.0'\n[schedule]\nmax_running_requests = 8\n"
+    )
     env = {"SGCONF_PAGE_SIZE": "8", "SGCONF_TP_SIZE": "4"}
     loaded = load(["--page-size", "16"], env=env, config_file=cfg)
     rec = loaded.record
@@ -209,92 +211,315 @@ def test_cross_field_rule_names_flags_and_sources() -> None:
 SECRET = "sk-SECRET-9876"
 
 MALFORMED = [
-    ("toml_wrong_type", {"app.toml": 'page_size = "big"'}, {}, [],
-     ["$.schedule.page_size: expected an integer, got 'big' (from {dir}/app.toml)"]),
-    ("toml_bad_choice", {"app.toml": '[schedule]\nschedule_policy = "lifo"'}, {}, [],
-     ["$.schedule.schedule_policy: expected one of 'fcfs', 'lpm', 'random', 'dfs-weight', got 'lifo' (from {dir}/app.toml)"]),
-    ("toml_unknown_flat_key", {"app.toml": "page_sise = 16"}, {}, [],
-     ["$.page_sise: unknown key 'page_sise' -- did you mean 'page_size'? (from {dir}/app.toml)"]),
-    ("toml_unknown_key_in_namespace", {"app.toml": "[schedule]\npage_sise = 16"}, {}, [],
-     ["$.schedule.page_sise: unknown key 'page_sise' in [schedule] -- did you mean 'page_size'? (from {dir}/app.toml)"]),
-    ("toml_wrong_namespace", {"app.toml": "[memory]\npage_size = 16"}, {}, [],
-     ["$.memory.page_size: 'page_size' belongs in [schedule], not [memory] -- move it there or write it flat (from {dir}/app.toml)"]),
-    ("toml_unknown_namespace", {"app.toml": "[schedul]\npage_size = 16"}, {}, [],
-     ["$.schedul: unknown key 'schedul' -- did you mean 'schedule'? (from {dir}/app.toml)"]),
-    ("toml_namespace_not_table", {"app.toml": "exec = 3"}, {}, [],
-     ["$.exec: 'exec' is a namespace and takes a table of settings, got int (from {dir}/app.toml)"]),
-    ("toml_broken", {"app.toml": "page_size = = 3"}, {}, [],
-     ["$: invalid TOML: Invalid value (at line 1, column 13) (from {dir}/app.toml)"]),
-    ("toml_negative_size", {"app.toml": "tp_size = -2"}, {}, [],
-     ["$.parallel.tp_size: must be > 0, got -2 (from {dir}/app.toml)"]),
-    ("toml_bool_word", {"app.toml": 'enable_dp_attention = "maybe"'}, {}, [],
-     ["$.parallel.enable_dp_attention: expected a boolean (true/false, 1/0, yes/no, on/off), got 'maybe' (from {dir}/app.toml)"]),
-    ("toml_fraction_for_int", {"app.toml": "max_prefill_tokens = 1.5"}, {}, [],
-     ["$.schedule.max_prefill_tokens: expected an integer, got 1.5 (from {dir}/app.toml)"]),
-    ("toml_secret_wrong_type", {"app.toml": f"[serving]\napi_key = {SECRET!r}\nadmin_api_key = 9876"}, {}, [],
-     ["$.serving.admin_api_key: expected a string, got '***' (from {dir}/app.toml)"]),
-    ("toml_secret_under_typo", {"app.toml": f'[serving]\napi_kye = "{SECRET}"'}, {}, [],
-     ["$.serving.api_kye: unknown key 'api_kye' in [serving] -- did you mean 'api_key'? (from {dir}/app.toml)"]),
-    ("toml_given_twice", {"app.toml": "page_size = 2\n[schedule]\npage_size = 4"}, {}, [],
-     ["$.schedule.page_size: 'page_size' is given twice (also as $.page_size) -- keep one (from {dir}/app.toml)"]),
-    ("json_broken", {"app.json": '{"page_size": 16,}'}, {}, [],
-     ["$: invalid JSON: Expecting property name enclosed in double quotes (at line 1, column 18) (from {dir}/app.json)"]),
-    ("json_not_object", {"app.json": "[1, 2]"}, {}, [],
-     ["$: a config file must hold a table of settings, got list (from {dir}/app.json)"]),
-    ("json_null_for_required", {"app.json": '{"parallel": {"tp_size": null}}'}, {}, [],
-     ["$.parallel.tp_size: expected an integer, got None (from {dir}/app.json)"]),
-    ("toml_dict_field_holds_a_date", {"app.toml": "[memory]\nhicache_storage_backend_extra_config = { d = 2020-01-02 }"}, {}, [],
-     ["$.memory.hicache_storage_backend_extra_config: expected a JSON object ('d' is a date), "
-      "got {'d': datetime.date(2020, 1, 2)} (from {dir}/app.toml)"]),
-    ("json_dict_field_not_object", {"app.json": '{"memory": {"hicache_storage_backend_extra_config": [1]}}'}, {}, [],
-     ["$.memory.hicache_storage_backend_extra_config: expected an object, got [1] (from {dir}/app.json)"]),
-    ("yaml_broken", {"app.yaml": "page_size: [1, 2"}, {}, [],
-     ["$: invalid YAML: expected ',' or ']', but got '<stream end>' (at line 1, column 17) (from {dir}/app.yaml)"]),
-    ("yaml_out_of_interval", {"app.yaml": "schedule:\n  mem_fraction_static: 1.5"}, {}, [],
-     ["$.schedule.mem_fraction_static: must be in (0, 1), got 1.5 (from {dir}/app.yaml)"]),
-    ("file_missing", {}, {"SGCONF_CONFIG": "{dir}/nope.toml"}, [],
-     ["$: config file not found -- check the --config path or SGCONF_CONFIG (from {dir}/nope.toml)"]),
-    ("file_unsupported_type", {"app.ini": "page_size=1"}, {"SGCONF_CONFIG": "{dir}/app.ini"}, [],
-     ["$: unsupported config file type '.ini' -- use .toml, .json or .yaml (from {dir}/app.ini)"]),
-    ("env_wrong_type", {}, {"SGCONF_PAGE_SIZE": "abc"}, [],
-     ["$.schedule.page_size: expected an integer, got 'abc' (from env SGCONF_PAGE_SIZE)"]),
-    ("env_unknown_typo", {}, {"SGCONF_PAGE_SIZ": "16"}, [],
-     ["$.page_siz: unknown environment variable 'SGCONF_PAGE_SIZ' -- did you mean 'SGCONF_PAGE_SIZE'? (from env SGCONF_PAGE_SIZ)"]),
-    ("env_bad_choice", {}, {"SGCONF_LOG_LEVEL": "verbose"}, [],
-     ["$.observability.log_level: expected one of 'debug', 'info', 'warning', 'error', 'critical', got 'verbose' (from env SGCONF_LOG_LEVEL)"]),
-    ("env_negative", {}, {"SGCONF_MAX_RUNNING_REQUESTS": "-1"}, [],
-     ["$.schedule.max_running_requests: must be in [1, 1048576], got -1 (from env SGCONF_MAX_RUNNING_REQUESTS)"]),
-    ("env_broken_json", {}, {"SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG": '{"dir": '}, [],
-     ["$.memory.hicache_storage_backend_extra_config: expected a JSON object (Expecting value at char 8), got '{\"dir\": ' "
-      "(from env SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG)"]),
-    ("env_bool_word", {}, {"SGCONF_DISABLE_RADIX_CACHE": "sometimes"}, [],
-     ["$.memory.disable_radix_cache: expected a boolean (true/false, 1/0, yes/no, on/off), got 'sometimes' (from env SGCONF_DISABLE_RADIX_CACHE)"]),
-    ("env_secret_typo", {}, {"SGCONF_ADMIN_APIKEY": SECRET}, [],
-     ["$.admin_apikey: unknown environment variable 'SGCONF_ADMIN_APIKEY' -- did you mean 'SGCONF_ADMIN_API_KEY'? (from env SGCONF_ADMIN_APIKEY)"]),
-    ("cli_wrong_type", {}, {}, ["--tp-size", "two"],
-     ["$.parallel.tp_size: expected an integer, got 'two' (from --tp-size)"]),
-    ("cli_not_power_of_two", {}, {}, ["--page-size", "12"],
-     ["$.schedule.page_size: must be a power of two, got 12 (from --page-size)"]),
-    ("cli_bad_choice", {}, {}, ["--device", "tpu"],
-     ["$.device.device: expected one of 'auto', 'cpu', 'cuda', got 'tpu' (from --device)"]),
-    ("cli_unknown_flag", {}, {}, ["--page-sise", "16"],
-     ["$.page_sise: unknown flag '--page-sise' -- did you mean '--page-size'? (from command line)"]),
-    ("cli_secret_flag_typo", {}, {}, ["--api-kye", SECRET],
-     ["$.api_kye: unknown flag '--api-kye' -- did you mean '--api-key'? (from command line)"]),
-    ("cli_missing_value", {}, {}, ["--page-size"],
-     ["$: argument --page-size: expected one argument -- see 'sgconf --help' (from command line)"]),
-    ("cli_port_range", {}, {}, ["--port", "70000"],
-     ["$.serving.port: must be in [1, 65535], got 70000 (from --port)"]),
-    ("cli_not_finite", {}, {}, ["--schedule-conservativeness", "inf"],
-     ["$.schedule.schedule_conservativeness: expected a finite number, got 'inf' (from --schedule-conservativeness)"]),
-    ("cli_host_port", {}, {}, ["--dist-init-addr", "localhost"],
-     ["$.parallel.dist_init_addr: must be 'host:port', got 'localhost' (from --dist-init-addr)"]),
-    ("cli_ratio_zero", {}, {}, ["--swa-full-tokens-ratio", "0"],
-     ["$.schedule.swa_full_tokens_ratio: must be in (0, 1], got 0.0 (from --swa-full-tokens-ratio)"]),
+    (
+        "toml_wrong_type",
+        {"app.toml": 'page_size = "big"'},
+        {},
+        [],
+        ["$.schedule.page_size: expected an integer, got 'big' (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_bad_choice",
+        {"app.toml": '[schedule]\nschedule_policy = "lifo"'},
+        {},
+        [],
+        [
+            "$.schedule.schedule_policy: expected one of 'fcfs', 'lpm', 'random', 'dfs-weight', got 'lifo' (from {dir}/app.toml)"
+        ],
+    ),
+    (
+        "toml_unknown_flat_key",
+        {"app.toml": "page_sise = 16"},
+        {},
+        [],
+        ["$.page_sise: unknown key 'page_sise' -- did you mean 'page_size'? (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_unknown_key_in_namespace",
+        {"app.toml": "[schedule]\npage_sise = 16"},
+        {},
+        [],
+        [
+            "$.schedule.page_sise: unknown key 'page_sise' in [schedule] -- did you mean 'page_size'? (from {dir}/app.toml)"
+        ],
+    ),
+    (
+        "toml_wrong_namespace",
+        {"app.toml": "[memory]\npage_size = 16"},
+        {},
+        [],
+        [
+            "$.memory.page_size: 'page_size' belongs in [schedule], not [memory] -- move it there or write it flat (from {dir}/app.toml)"
+        ],
+    ),
+    (
+        "toml_unknown_namespace",
+        {"app.toml": "[schedul]\npage_size = 16"},
+        {},
+        [],
+        ["$.schedul: unknown key 'schedul' -- did you mean 'schedule'? (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_namespace_not_table",
+        {"app.toml": "exec = 3"},
+        {},
+        [],
+        ["$.exec: 'exec' is a namespace and takes a table of settings, got int (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_broken",
+        {"app.toml": "page_size = = 3"},
+        {},
+        [],
+        ["$: invalid TOML: Invalid value (at line 1, column 13) (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_negative_size",
+        {"app.toml": "tp_size = -2"},
+        {},
+        [],
+        ["$.parallel.tp_size: must be > 0, got -2 (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_bool_word",
+        {"app.toml": 'enable_dp_attention = "maybe"'},
+        {},
+        [],
+        [
+            "$.parallel.enable_dp_attention: expected a boolean (true/false, 1/0, yes/no, on/off), got 'maybe' (from {dir}/app.toml)"
+        ],
+    ),
+    (
+        "toml_fraction_for_int",
+        {"app.toml": "max_prefill_tokens = 1.5"},
+        {},
+        [],
+        ["$.schedule.max_prefill_tokens: expected an integer, got 1.5 (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_secret_wrong_type",
+        {"app.toml": f"[serving]\napi_key = {SECRET!r}\nadmin_api_key = 9876"},
+        {},
+        [],
+        ["$.serving.admin_api_key: expected a string, got '***' (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_secret_under_typo",
+        {"app.toml": f'[serving]\napi_kye = "{SECRET}"'},
+        {},
+        [],
+        ["$.serving.api_kye: unknown key 'api_kye' in [serving] -- did you mean 'api_key'? (from {dir}/app.toml)"],
+    ),
+    (
+        "toml_given_twice",
+        {"app.toml": "page_size = 2\n[schedule]\npage_size = 4"},
+        {},
+        [],
+        ["$.schedule.page_size: 'page_size' is given twice (also as $.page_size) -- keep one (from {dir}/app.toml)"],
+    ),
+    (
+        "json_broken",
+        {"app.json": '{"page_size": 16,}'},
+        {},
+        [],
+        [
+            "$: invalid JSON: Expecting property name enclosed in double quotes (at line 1, column 18) (from {dir}/app.json)"
+        ],
+    ),
+    (
+        "json_not_object",
+        {"app.json": "[1, 2]"},
+        {},
+        [],
+        ["$: a config file must hold a table of settings, got list (from {dir}/app.json)"],
+    ),
+    (
+        "json_null_for_required",
+        {"app.json": '{"parallel": {"tp_size": null}}'},
+        {},
+        [],
+        ["$.parallel.tp_size: expected an integer, got None (from {dir}/app.json)"],
+    ),
+    (
+        "toml_dict_field_holds_a_date",
+        {"app.toml": "[memory]\nhicache_storage_backend_extra_config = { d = 2020-01-02 }"},
+        {},
+        [],
+        [
+            "$.memory.hicache_storage_backend_extra_config: expected a JSON object ('d' is a date), "
+            "got {'d': datetime.date(2020, 1, 2)} (from {dir}/app.toml)"
+        ],
+    ),
+    (
+        "json_dict_field_not_object",
+        {"app.json": '{"memory": {"hicache_storage_backend_extra_config": [1]}}'},
+        {},
+        [],
+        ["$.memory.hicache_storage_backend_extra_config: expected an object, got [1] (from {dir}/app.json)"],
+    ),
+    (
+        "yaml_broken",
+        {"app.yaml": "page_size: [1, 2"},
+        {},
+        [],
+        ["$: invalid YAML: expected ',' or ']', but got '<stream end>' (at line 1, column 17) (from {dir}/app.yaml)"],
+    ),
+    (
+        "yaml_out_of_interval",
+        {"app.yaml": "schedule:\n  mem_fraction_static: 1.5"},
+        {},
+        [],
+        ["$.schedule.mem_fraction_static: must be in (0, 1), got 1.5 (from {dir}/app.yaml)"],
+    ),
+    (
+        "file_missing",
+        {},
+        {"SGCONF_CONFIG": "{dir}/nope.toml"},
+        [],
+        ["$: config file not found -- check the --config path or SGCONF_CONFIG (from {dir}/nope.toml)"],
+    ),
+    (
+        "file_unsupported_type",
+        {"app.ini": "page_size=1"},
+        {"SGCONF_CONFIG": "{dir}/app.ini"},
+        [],
+        ["$: unsupported config file type '.ini' -- use .toml, .json or .yaml (from {dir}/app.ini)"],
+    ),
+    (
+        "env_wrong_type",
+        {},
+        {"SGCONF_PAGE_SIZE": "abc"},
+        [],
+        ["$.schedule.page_size: expected an integer, got 'abc' (from env SGCONF_PAGE_SIZE)"],
+    ),
+    (
+        "env_unknown_typo",
+        {},
+        {"SGCONF_PAGE_SIZ": "16"},
+        [],
+        [
+            "$.page_siz: unknown environment variable 'SGCONF_PAGE_SIZ' -- did you mean 'SGCONF_PAGE_SIZE'? (from env SGCONF_PAGE_SIZ)"
+        ],
+    ),
+    (
+        "env_bad_choice",
+        {},
+        {"SGCONF_LOG_LEVEL": "verbose"},
+        [],
+        [
+            "$.observability.log_level: expected one of 'debug', 'info', 'warning', 'error', "
+            "'critical', got 'verbose' (from env SGCONF_LOG_LEVEL)"
+        ],
+    ),
+    (
+        "env_negative",
+        {},
+        {"SGCONF_MAX_RUNNING_REQUESTS": "-1"},
+        [],
+        ["$.schedule.max_running_requests: must be in [1, 1048576], got -1 (from env SGCONF_MAX_RUNNING_REQUESTS)"],
+    ),
+    (
+        "env_broken_json",
+        {},
+        {"SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG": '{"dir": '},
+        [],
+        [
+            "$.memory.hicache_storage_backend_extra_config: expected a JSON object (Expecting value at char 8), got '{\"dir\": ' "
+            "(from env SGCONF_HICACHE_STORAGE_BACKEND_EXTRA_CONFIG)"
+        ],
+    ),
+    (
+        "env_bool_word",
+        {},
+        {"SGCONF_DISABLE_RADIX_CACHE": "sometimes"},
+        [],
+        [
+            "$.memory.disable_radix_cache: expected a boolean (true/false, 1/0, yes/no, on/off), got "
+            "'sometimes' (from env SGCONF_DISABLE_RADIX_CACHE)"
+        ],
+    ),
+    (
+        "env_secret_typo",
+        {},
+        {"SGCONF_ADMIN_APIKEY": SECRET},
+        [],
+        [
+            "$.admin_apikey: unknown environment variable 'SGCONF_ADMIN_APIKEY' -- did you mean "
+            "'SGCONF_ADMIN_API_KEY'? (from env SGCONF_ADMIN_APIKEY)"
+        ],
+    ),
+    (
+        "cli_wrong_type",
+        {},
+        {},
+        ["--tp-size", "two"],
+        ["$.parallel.tp_size: expected an integer, got 'two' (from --tp-size)"],
+    ),
+    (
+        "cli_not_power_of_two",
+        {},
+        {},
+        ["--page-size", "12"],
+        ["$.schedule.page_size: must be a power of two, got 12 (from --page-size)"],
+    ),
+    (
+        "cli_bad_choice",
+        {},
+        {},
+        ["--device", "tpu"],
+        ["$.device.device: expected one of 'auto', 'cpu', 'cuda', got 'tpu' (from --device)"],
+    ),
+    (
+        "cli_unknown_flag",
+        {},
+        {},
+        ["--page-sise", "16"],
+        ["$.page_sise: unknown flag '--page-sise' -- did you mean '--page-size'? (from command line)"],
+    ),
+    (
+        "cli_secret_flag_typo",
+        {},
+        {},
+        ["--api-kye", SECRET],
+        ["$.api_kye: unknown flag '--api-kye' -- did you mean '--api-key'? (from command line)"],
+    ),
+    (
+        "cli_missing_value",
+        {},
+        {},
+        ["--page-size"],
+        ["$: argument --page-size: expected one argument -- see 'sgconf --help' (from command line)"],
+    ),
+    ("cli_port_range", {}, {}, ["--port", "70000"], ["$.serving.port: must be in [1, 65535], got 70000 (from --port)"]),
+    (
+        "cli_not_finite",
+        {},
+        {},
+        ["--schedule-conservativeness", "inf"],
+        [
+            "$.schedule.schedule_conservativeness: expected a finite number, got 'inf' (from --schedule-conservativeness)"
+        ],
+    ),
+    (
+        "cli_host_port",
+        {},
+        {},
+        ["--dist-init-addr", "localhost"],
+        ["$.parallel.dist_init_addr: must be 'host:port', got 'localhost' (from --dist-init-addr)"],
+    ),
+    (
+        "cli_ratio_zero",
+        {},
+        {},
+        ["--swa-full-tokens-ratio", "0"],
+        ["$.schedule.swa_full_tokens_ratio: must be in (0, 1], got 0.0 (from --swa-full-tokens-ratio)"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("files", "env", "argv", "expected"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+@pytest.mark.parametrize(
+    ("files", "env", "argv", "expected"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED]
+)
 def test_malformed_input_names_path_and_source(
     tmp_path: Path, files: dict[str, str], env: dict[str, str], argv: list[str], expected: list[str]
 ) -> None:

@@ -16,7 +16,10 @@ def test_repr_counts_the_fields_set_by_a_layer() -> None:
 
 def test_explain_a_record_built_without_load() -> None:
     """Without provenance the chain is the default, then the record's own value when it differs."""
-    assert explain(ServerArgs(page_size=4), "page_size") == (Origin("default", "defaults", None), Origin("record", "given", 4))
+    assert explain(ServerArgs(page_size=4), "page_size") == (
+        Origin("default", "defaults", None),
+        Origin("record", "given", 4),
+    )
     assert explain(ServerArgs(), "page_size") == (Origin("default", "defaults", None),)
 
 

@@ -54,8 +54,13 @@ def test_undeclared_member_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("name", "path"),
-    [("attention_backend", "exec.kernel"), ("cuda_graph_max_bs", "exec.graph"), ("page_size", "schedule"),
-     ("api_key", "serving"), ("max_mamba_cache_size", "exec.mamba")],
+    [
+        ("attention_backend", "exec.kernel"),
+        ("cuda_graph_max_bs", "exec.graph"),
+        ("page_size", "schedule"),
+        ("api_key", "serving"),
+        ("max_mamba_cache_size", "exec.mamba"),
+    ],
 )
 def test_namespace_of(name: str, path: str) -> None:
     """namespace_of returns the dotted path of the declaring namespace."""

@@ -62,11 +62,24 @@ CASES = [
         f"{SPEC_FLAGS} set without --speculative-algorithm -- set an algorithm or drop the speculative flags",
     ),
     # the tree rule only judges tree algorithms with all three values known
-    ("spec_tree_consistent", {"speculative_algorithm": "FROZEN_KV_MTP", "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 9}, None),
+    (
+        "spec_tree_consistent",
+        {
+            "speculative_algorithm": "FROZEN_KV_MTP",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 9,
+        },
+        None,
+    ),
     ("spec_tree_consistent", {**EAGLE, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 9}, None),
     ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_num_draft_tokens": 9}, None),
     ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1}, None),
-    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}, None),
+    (
+        "spec_tree_consistent",
+        {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4},
+        None,
+    ),
     (
         "spec_tree_consistent",
         {**EAGLE, "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 3},
@@ -74,11 +87,24 @@ CASES = [
         "-- drop --speculative-num-draft-tokens to take the default",
     ),
     # topk 2, steps 2: anything up to 2*2 + 1 = 5 draft tokens, and not tied to steps + 1
-    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 5}, None),
-    ("spec_tree_consistent", {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 2}, None),
     (
         "spec_tree_consistent",
-        {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6},
+        {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 5},
+        None,
+    ),
+    (
+        "spec_tree_consistent",
+        {**EAGLE, "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 2},
+        None,
+    ),
+    (
+        "spec_tree_consistent",
+        {
+            "speculative_algorithm": "NEXTN",
+            "speculative_num_steps": 2,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 6,
+        },
         "--speculative-num-draft-tokens 6 exceeds --speculative-num-steps * --speculative-eagle-topk + 1 = 5 "
         "-- lower it or draft more steps",
     ),
@@ -135,7 +161,11 @@ def test_rule_boundaries(rule: str, changed: dict[str, Any], message: str | None
 def test_check_rules_sources_and_path() -> None:
     """One problem per violated rule, at the rule's first field, with its fields' sources once each, in order."""
     bad = values(enable_dp_attention=True, tp_size=4, dp_size=3, nnodes=2)
-    sources = {"tp_size": "from --tp-size", "enable_dp_attention": "from --tp-size", "dp_size": "from env SGCONF_DP_SIZE"}
+    sources = {
+        "tp_size": "from --tp-size",
+        "enable_dp_attention": "from --tp-size",
+        "dp_size": "from env SGCONF_DP_SIZE",
+    }
     problems = check_rules(bad, sources)
     assert [(p.path, p.source) for p in problems] == [
         ("$.parallel.tp_size", "from --tp-size; from env SGCONF_DP_SIZE"),
@@ -157,7 +187,9 @@ def test_check_rules_takes_a_rule_list() -> None:
     """A runtime's own rule list replaces the built-in one; its message is reported at its first field."""
     mine = Rule("page_even", ("page_size", "tp_size"), lambda v: "odd" if v["page_size"] % 2 else None)
     assert mine.launch_only is False
-    assert check_rules(values(page_size=3, nnodes=2), {"tp_size": "from t"}, rules=[mine]) == [Problem("$.schedule.page_size", "odd", "from t")]
+    assert check_rules(values(page_size=3, nnodes=2), {"tp_size": "from t"}, rules=[mine]) == [
+        Problem("$.schedule.page_size", "odd", "from t")
+    ]
     assert check_rules(values(page_size=3), rules=[]) == []
 
 

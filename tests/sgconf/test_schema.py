@@ -55,7 +55,9 @@ def test_load_from_file_env_and_flags_with_provenance(myrt: Schema, tmp_path: Pa
     assert (record.max_loras, record.policy, record.port, record.page_size) == (6, "lfu", 9000, 16)
     assert record.lora_paths == ("a", "b")
     assert [o.describe() for o in loaded.chain("max_loras")] == [
-        "from defaults", f"from {cfg}", "from env MYRT_MAX_LORAS"
+        "from defaults",
+        f"from {cfg}",
+        "from env MYRT_MAX_LORAS",
     ]
     assert loaded.winner("port").describe() == "from --port"
 

@@ -93,13 +93,19 @@ def test_show_diff_lists_only_changes(capsys: pytest.CaptureFixture[str], monkey
     monkeypatch.setenv("SGCONF_ADMIN_API_KEY", "adm-secret")
     code, out, _ = run(capsys, "show", "--diff", "--format", "json", "--page-size", "16", "--tp-size", "2")
     assert code == 0
-    assert json.loads(out) == {"parallel": {"tp_size": 2}, "schedule": {"page_size": 16}, "serving": {"admin_api_key": "***"}}
+    assert json.loads(out) == {
+        "parallel": {"tp_size": 2},
+        "schedule": {"page_size": 16},
+        "serving": {"admin_api_key": "***"},
+    }
     monkeypatch.delenv("SGCONF_ADMIN_API_KEY")
     code, out, _ = run(capsys, "show", "--diff")
     assert (code, out) == (0, "(no differences from the defaults)\n")
 
 
-def test_show_explain_prints_the_chain_winner_last(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_show_explain_prints_the_chain_winner_last(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--explain` lists defaults, file, env and CLI in order, the winner marked last."""
     cfg = tmp_path / "app.toml"
     cfg.write_text("[schedule]\npage_size = 2\n")
@@ -118,8 +124,18 @@ def test_show_explain_prints_the_chain_winner_last(capsys: pytest.CaptureFixture
 
 def test_show_explain_includes_the_resolution_step(capsys: pytest.CaptureFixture[str]) -> None:
     """A value resolution decided ends its chain with the `resolution:<step>` entry (JSON form)."""
-    code, out, _ = run(capsys, "show", "--explain", "speculative_num_draft_tokens", "--format", "json",
-                       "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2")
+    code, out, _ = run(
+        capsys,
+        "show",
+        "--explain",
+        "speculative_num_draft_tokens",
+        "--format",
+        "json",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-num-steps",
+        "2",
+    )
     assert code == 0
     chain = json.loads(out)["chain"]
     assert [c["layer"] for c in chain] == ["default", "resolution"]
@@ -140,17 +156,28 @@ def test_show_explain_secret_is_redacted(capsys: pytest.CaptureFixture[str]) -> 
 
 BAD_INVOCATIONS = [
     (["show", "--page-size", "12"], "  $.schedule.page_size: must be a power of two, got 12 (from --page-size)"),
-    (["show", "--page-sise", "16"], "  $.page_sise: unknown flag '--page-sise' -- did you mean '--page-size'? (from command line)"),
+    (
+        ["show", "--page-sise", "16"],
+        "  $.page_sise: unknown flag '--page-sise' -- did you mean '--page-size'? (from command line)",
+    ),
     (["show", "--explain", "pag_size"], "  $.pag_size: unknown field 'pag_size' -- did you mean 'page_size'?"),
     (["show", "--format", "xml"], "argument --format: invalid choice: 'xml' (choose from 'table', 'json', 'toml')"),
-    (["show", "--config", "/nonexistent/app.toml"], "  $: config file not found -- check the --config path or SGCONF_CONFIG (from /nonexistent/app.toml)"),
+    (
+        ["show", "--config", "/nonexistent/app.toml"],
+        "  $: config file not found -- check the --config path or SGCONF_CONFIG (from /nonexistent/app.toml)",
+    ),
     (["schema", "--indent", "wide"], "argument --indent: invalid int value: 'wide'"),
-    (["show", "--nnodes", "2"], "  $.parallel.nnodes: --nnodes 2 needs --dist-init-addr -- give the rank-0 host:port (from --nnodes)"),
+    (
+        ["show", "--nnodes", "2"],
+        "  $.parallel.nnodes: --nnodes 2 needs --dist-init-addr -- give the rank-0 host:port (from --nnodes)",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("argv", "line"), BAD_INVOCATIONS, ids=[" ".join(a) for a, _ in BAD_INVOCATIONS])
-def test_bad_input_exits_2_with_message_and_no_traceback(capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+def test_bad_input_exits_2_with_message_and_no_traceback(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
     """Bad input prints the problem to stderr, nothing to stdout, and exits 2."""
     code, out, err = run(capsys, *argv)
     assert (code, out) == (2, "")
@@ -160,7 +187,11 @@ def test_bad_input_exits_2_with_message_and_no_traceback(capsys: pytest.CaptureF
 
 def test_unknown_command_suggests(capsys: pytest.CaptureFixture[str]) -> None:
     """A mistyped command exits 2 with a suggestion."""
-    assert run(capsys, "shwo") == (2, "", "sgconf: unknown command 'shwo' -- did you mean 'show'? -- see 'sgconf --help'\n")
+    assert run(capsys, "shwo") == (
+        2,
+        "",
+        "sgconf: unknown command 'shwo' -- did you mean 'show'? -- see 'sgconf --help'\n",
+    )
 
 
 def test_no_command_prints_usage_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -184,15 +215,21 @@ def test_show_help_groups_flags_by_namespace(capsys: pytest.CaptureFixture[str])
     assert "bearer key for inference routes (default: none) [secret]" in flat
 
 
-def test_delegated_command_missing_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delegated_command_missing_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """When the module behind `plan` cannot be imported, one line is printed and the status is 2."""
     monkeypatch.setitem(sys.modules, "mem_cache.plan_cli", None)
     code, out, err = run(capsys, "plan", "--model-config", "x.json")
     assert (code, out) == (2, "")
-    assert len(err.splitlines()) == 1 and err.startswith("sgconf: the 'plan' command is unavailable (mem_cache.plan_cli:main: ")
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "sgconf: the 'plan' command is unavailable (mem_cache.plan_cli:main: "
+    )
 
 
-def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delegated_command_gets_the_rest_of_argv(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`sgconf serve ...` calls the registered command's main with the arguments after the command name."""
     import types
 
@@ -204,7 +241,9 @@ def test_delegated_command_gets_the_rest_of_argv(capsys: pytest.CaptureFixture[s
     assert seen == [["--port", "9"]]
 
 
-def test_commands_come_from_the_entry_point_group(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commands_come_from_the_entry_point_group(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A package registers a command in `sgconf.commands`; sgconf offers it without naming the package."""
     import importlib.metadata as md
     import types
@@ -285,7 +324,6 @@ def test_console_script_schema_is_json() -> None:
     assert json.loads(proc.stdout)["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 
-
 def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
     """`sgconf --version` prints the distribution's version on stdout and exits 0."""
     from importlib import metadata
@@ -300,7 +338,9 @@ def test_python_dash_m_sgconf_is_the_same_command() -> None:
 
     def pym(*argv: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGCONF_")}
-        return subprocess.run([sys.executable, "-m", "sgconf", *argv], capture_output=True, text=True, env=env, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "sgconf", *argv], capture_output=True, text=True, env=env, timeout=120
+        )
 
     version = pym("--version")
     assert (version.returncode, version.stdout) == (0, f"sgconf {metadata.version('sgconf')}\n")

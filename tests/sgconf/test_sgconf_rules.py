@@ -7,25 +7,66 @@ import pytest
 from sgconf import ConfigError, load
 
 RULE_CASES = [
-    ("dp_attention", ["--enable-dp-attention", "--tp-size", "4", "--dp-size", "3"],
-     "$.parallel.tp_size: --tp-size 4 must be divisible by --dp-size 3 when --enable-dp-attention is set"),
-    ("spec_without_algorithm", ["--speculative-num-steps", "2"],
-     "$.spec.speculative_algorithm: --speculative-num-steps set without --speculative-algorithm"),
-    ("topk_one_draft_tokens", ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-                               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "5"],
-     "$.spec.speculative_algorithm: --speculative-num-draft-tokens 5 must equal --speculative-num-steps + 1 = 4 "
-     "when --speculative-eagle-topk is 1"),
-    ("draft_tokens_exceed_tree", ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "2",
-                                  "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "9"],
-     "--speculative-num-draft-tokens 9 exceeds --speculative-num-steps * --speculative-eagle-topk + 1 = 5"),
-    ("hicache_needs_enable", ["--hicache-ratio", "3"],
-     "$.memory.enable_hierarchical_cache: --hicache-ratio requires --enable-hierarchical-cache"),
-    ("hicache_needs_radix", ["--enable-hierarchical-cache", "--disable-radix-cache"],
-     "--enable-hierarchical-cache needs the radix cache, but --disable-radix-cache is set"),
-    ("node_rank", ["--node-rank", "1"], "$.parallel.node_rank: --node-rank 1 must be below --nnodes 1 -- ranks count from 0; raise the node count or lower the rank"),
-    ("extra_slots", ["--disaggregation-decode-extra-slots", "2"],
-     "--disaggregation-decode-extra-slots only applies with --disaggregation-mode decode (got 'null') "
-     "-- set --disaggregation-mode decode or drop the extra slots"),
+    (
+        "dp_attention",
+        ["--enable-dp-attention", "--tp-size", "4", "--dp-size", "3"],
+        "$.parallel.tp_size: --tp-size 4 must be divisible by --dp-size 3 when --enable-dp-attention is set",
+    ),
+    (
+        "spec_without_algorithm",
+        ["--speculative-num-steps", "2"],
+        "$.spec.speculative_algorithm: --speculative-num-steps set without --speculative-algorithm",
+    ),
+    (
+        "topk_one_draft_tokens",
+        [
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "5",
+        ],
+        "$.spec.speculative_algorithm: --speculative-num-draft-tokens 5 must equal --speculative-num-steps + 1 = 4 "
+        "when --speculative-eagle-topk is 1",
+    ),
+    (
+        "draft_tokens_exceed_tree",
+        [
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-steps",
+            "2",
+            "--speculative-eagle-topk",
+            "2",
+            "--speculative-num-draft-tokens",
+            "9",
+        ],
+        "--speculative-num-draft-tokens 9 exceeds --speculative-num-steps * --speculative-eagle-topk + 1 = 5",
+    ),
+    (
+        "hicache_needs_enable",
+        ["--hicache-ratio", "3"],
+        "$.memory.enable_hierarchical_cache: --hicache-ratio requires --enable-hierarchical-cache",
+    ),
+    (
+        "hicache_needs_radix",
+        ["--enable-hierarchical-cache", "--disable-radix-cache"],
+        "--enable-hierarchical-cache needs the radix cache, but --disable-radix-cache is set",
+    ),
+    (
+        "node_rank",
+        ["--node-rank", "1"],
+        "$.parallel.node_rank: --node-rank 1 must be below --nnodes 1 -- ranks count from 0; raise the node count or lower the rank",
+    ),
+    (
+        "extra_slots",
+        ["--disaggregation-decode-extra-slots", "2"],
+        "--disaggregation-decode-extra-slots only applies with --disaggregation-mode decode (got 'null') "
+        "-- set --disaggregation-mode decode or drop the extra slots",
+    ),
 ]
 
 
@@ -43,7 +84,25 @@ def test_rule_names_the_flags(argv: list[str], fragment: str) -> None:
 
 def test_rules_pass_for_consistent_settings() -> None:
     """Consistent values across the same fields load fine."""
-    rec = load(["--enable-dp-attention", "--tp-size", "4", "--dp-size", "2", "--speculative-algorithm", "EAGLE",
-                "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
-                "--enable-hierarchical-cache", "--hicache-ratio", "3"], env={}).record
+    rec = load(
+        [
+            "--enable-dp-attention",
+            "--tp-size",
+            "4",
+            "--dp-size",
+            "2",
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "3",
+        ],
+        env={},
+    ).record
     assert (rec.tp_size, rec.speculative_num_draft_tokens, rec.hicache_ratio) == (4, 4, 3.0)

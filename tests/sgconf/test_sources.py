@@ -27,12 +27,18 @@ read_env = _functools.partial(_read_env, schema=_SERVING)
 
 def test_read_env_picks_fields_and_reports_unknown() -> None:
     """Only SGCONF_ variables count; reserved ones are skipped; unknown ones become problems."""
-    layer = read_env({"PATH": "/bin", "SGCONF_PAGE_SIZE": "4", "SGCONF_ROLE_NAMESPACES": "record", "SGCONF_TPSIZE": "2"})
+    layer = read_env(
+        {"PATH": "/bin", "SGCONF_PAGE_SIZE": "4", "SGCONF_ROLE_NAMESPACES": "record", "SGCONF_TPSIZE": "2"}
+    )
     assert dict(layer.values) == {"page_size": "4"}
     assert dict(layer.details) == {"page_size": "SGCONF_PAGE_SIZE"}
     assert layer.sources() == {"page_size": "from env SGCONF_PAGE_SIZE"}
     assert layer.problems == (
-        Problem("$.tpsize", "unknown environment variable 'SGCONF_TPSIZE' -- did you mean 'SGCONF_TP_SIZE'?", "from env SGCONF_TPSIZE"),
+        Problem(
+            "$.tpsize",
+            "unknown environment variable 'SGCONF_TPSIZE' -- did you mean 'SGCONF_TP_SIZE'?",
+            "from env SGCONF_TPSIZE",
+        ),
     )
 
 
@@ -67,7 +73,9 @@ def test_load_layers_reports_an_undeclared_cli_name() -> None:
     """A caller's typo in the parsed CLI values is an error with a suggestion, not silently dropped."""
     with pytest.raises(ConfigError) as info:
         load_layers({"page_sise": "4", "port": "31000"}, env={})
-    assert info.value.lines() == ["$.page_sise: unknown field 'page_sise' -- did you mean 'page_size'? (from --page-sise)"]
+    assert info.value.lines() == [
+        "$.page_sise: unknown field 'page_sise' -- did you mean 'page_size'? (from --page-sise)"
+    ]
 
 
 @pytest.mark.parametrize(

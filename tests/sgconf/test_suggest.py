@@ -43,7 +43,11 @@ def test_unrelated_names_get_no_suggestion() -> None:
 
 def test_truncations_rank_after_close_typos_shortest_first() -> None:
     """A typed start completes to candidates only after every close typo, shortest completion first."""
-    assert rank("--page", ["--page-size-limit", "--page-size", "--pages"]) == ["--pages", "--page-size", "--page-size-limit"]
+    assert rank("--page", ["--page-size-limit", "--page-size", "--pages"]) == [
+        "--pages",
+        "--page-size",
+        "--page-size-limit",
+    ]
 
 
 def test_max_edits_grows_with_the_name() -> None:

@@ -58,7 +58,11 @@ PATHS = ["default", "cli", "env", "toml", "json", "override", "pickle", "resolve
 def schema_for(tp: Any, default: Any, name: str = "typed") -> Schema:
     schema = Schema(name, env_prefix="TYPED_")
     mutable = isinstance(default, (list, set, dict))
-    field = setting(factory=lambda: type(default)(default), help="x", hot=True) if mutable else setting(default, help="x", hot=True)
+    field = (
+        setting(factory=lambda: type(default)(default), help="x", hot=True)
+        if mutable
+        else setting(default, help="x", hot=True)
+    )
     schema.namespace("n")(type("N", (), {"__annotations__": {"f": tp}, "f": field}))
     globals()["SCHEMA"] = schema  # bound at module level, where its namespace is declared: its records pickle
     return schema.freeze()  # type: ignore[return-value]
@@ -88,7 +92,11 @@ def test_a_supported_type_on_every_path(kind: str, path: str, tmp_path: Path) ->
             file.write_text(json.dumps({"n": {"f": typed}}), encoding="utf-8")
         else:
             rendered = json.dumps(typed)  # a TOML value of these kinds reads as its JSON spelling, but for tables
-            body = f"[n.f]\n{next(iter(typed))} = {typed[next(iter(typed))]}\n" if isinstance(typed, dict) else f"[n]\nf = {rendered}\n"
+            body = (
+                f"[n.f]\n{next(iter(typed))} = {typed[next(iter(typed))]}\n"
+                if isinstance(typed, dict)
+                else f"[n]\nf = {rendered}\n"
+            )
             file.write_text(body, encoding="utf-8")
         value = schema.load(["--config", str(file)], env={}).record.f
     elif path == "override":
@@ -117,7 +125,8 @@ def test_a_supported_type_on_every_path(kind: str, path: str, tmp_path: Path) ->
 def test_a_bad_value_is_a_collected_problem_naming_the_field(kind: str, path: str) -> None:
     tp, text, words = BAD[kind]
     schema = Schema("badtyped", env_prefix="TYPED_")
-    schema.namespace("n")(type("N", (), {"__annotations__": {"f": Optional[tp]}, "f": setting(None, help="x", hot=True)}))  # noqa: UP045
+    annotations = {"f": Optional[tp]}  # noqa: UP045
+    schema.namespace("n")(type("N", (), {"__annotations__": annotations, "f": setting(None, help="x", hot=True)}))
     schema.freeze()
     with pytest.raises(ConfigError) as exc:
         if path == "cli":
@@ -168,10 +177,21 @@ def test_nones_inside_lists_and_nested_tables_survive_a_toml_dump(tmp_path: Path
 
     schema = Schema("nones", env_prefix="NONES_")
     fields = {"f": setting(factory=list, help="x"), "g": setting(factory=dict, help="x")}
-    schema.namespace("n")(type("N", (), {"__annotations__": {"f": list[Optional[int]], "g": dict[str, Optional[dict[str, Optional[int]]]]}, **fields}))  # noqa: UP045
+    schema.namespace("n")(
+        type(
+            "N",
+            (),
+            {
+                "__annotations__": {"f": list[int | None], "g": dict[str, dict[str, int | None] | None]},
+                **fields,
+            },
+        )
+    )
     schema.freeze()
     source = tmp_path / "in.json"
-    source.write_text(json.dumps({"n": {"f": [1, None, 2], "g": {"a": {"x": None, "y": 1}, "b": None}}}), encoding="utf-8")
+    source.write_text(
+        json.dumps({"n": {"f": [1, None, 2], "g": {"a": {"x": None, "y": 1}, "b": None}}}), encoding="utf-8"
+    )
     record = schema.load(["--config", str(source)], env={}).record
     dump = tmp_path / "dump.toml"
     dump.write_text(to_toml(nested({"f": record.f, "g": record.g}, schema=schema), schema=schema), encoding="utf-8")

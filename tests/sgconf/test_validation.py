@@ -60,7 +60,9 @@ def test_build_record_applies_the_cross_field_rules() -> None:
     """A record whose fields are fine one by one but break a rule is refused, naming the flags and sources."""
     with pytest.raises(ConfigError) as info:
         build_record({"nnodes": 2}, {"nnodes": "from --nnodes"})
-    assert info.value.lines() == ["$.parallel.nnodes: --nnodes 2 needs --dist-init-addr -- give the rank-0 host:port (from --nnodes)"]
+    assert info.value.lines() == [
+        "$.parallel.nnodes: --nnodes 2 needs --dist-init-addr -- give the rank-0 host:port (from --nnodes)"
+    ]
     # the rule sees the base's values too
     with pytest.raises(ConfigError, match="must be divisible by --dp-size 3"):
         build_record({"dp_size": 3}, base=ServerArgs(enable_dp_attention=True, tp_size=4))

@@ -6,7 +6,7 @@ import pytest
 
 from tools.ratchet.config import load_config
 
-SCHEMA = '''
+SCHEMA = """
 from sgconf import Schema, setting
 
 SCHEMA = Schema("myrt", env_prefix="MYRT_", record_name="RuntimeArgs")
@@ -24,9 +24,9 @@ class ApiConfig:
 
 
 SCHEMA.freeze()
-'''
+"""
 
-CODE = '''
+CODE = """
 from myrt.config import SCHEMA
 from myrt.ctx import get_server_args
 
@@ -43,7 +43,7 @@ def boot(argv):
 
 def not_ours(server_args):
     return server_args.page_size
-'''
+"""
 
 
 @pytest.fixture
@@ -88,8 +88,13 @@ def test_check_counts_the_adopters_reads_and_its_load_and_build_records(myrt):
 
 def test_fix_imports_from_the_schemas_accessor_module_and_leaves_built_records(myrt):
     """The getter read becomes the adopter's accessor; load()/build() records are built here, so they stay."""
-    myrt.write("myrt/app.py", "from myrt.ctx import get_server_args\n\n\ndef n():\n    return get_server_args().api_port\n")
-    myrt.write("ratchet.toml", '[config]\nfield_source = "myrt.config:SCHEMA"\naccessor_module = "myrt.ctx"\ninclude = ["myrt/**"]\n')
+    myrt.write(
+        "myrt/app.py", "from myrt.ctx import get_server_args\n\n\ndef n():\n    return get_server_args().api_port\n"
+    )
+    myrt.write(
+        "ratchet.toml",
+        '[config]\nfield_source = "myrt.config:SCHEMA"\naccessor_module = "myrt.ctx"\ninclude = ["myrt/**"]\n',
+    )
     code, _, err = myrt.run("fix")
     assert (code, err) == (0, "sgconf-ratchet: fixed 1 site(s) in 1 file(s)\n")
     assert myrt.read("myrt/app.py") == "from myrt.ctx import get_api\n\n\ndef n():\n    return get_api().api_port\n"

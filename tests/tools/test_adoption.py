@@ -28,7 +28,9 @@ def test_init_writes_the_first_baseline_and_check_passes(repo):
         "sgconf-ratchet: wrote the first baseline: 4 counted site(s) in 2 of 3 file(s); "
         "from now on counts may only go down (`sgconf-ratchet update` tightens)\n"
     )
-    assert repo.read("ratchet.toml").endswith('[counts."pkg/a.py"]\nparameter = 3\n\n[counts."pkg/b.py"]\nattribute = 1\n')
+    assert repo.read("ratchet.toml").endswith(
+        '[counts."pkg/a.py"]\nparameter = 3\n\n[counts."pkg/b.py"]\nattribute = 1\n'
+    )
     assert repo.run("check")[0] == 0
     code, _, err = repo.run("init")
     assert code == 2
@@ -55,7 +57,9 @@ def test_init_creates_a_config_where_there_is_none(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "ratchet.toml").exists()
     assert main(["init", "--field-source", "sgconf:SERVING"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("sgconf-ratchet: created ratchet.toml and wrote the first baseline: 2 counted site(s) in 1 of 1 file(s)")
+    assert out.startswith(
+        "sgconf-ratchet: created ratchet.toml and wrote the first baseline: 2 counted site(s) in 1 of 1 file(s)"
+    )
     text = (tmp_path / "ratchet.toml").read_text(encoding="utf-8")
     assert '[config]\nfield_source = "sgconf:SERVING"\ninclude = ["**/*.py"]' in text
     assert text.endswith('[counts."app/m.py"]\nparameter = 2\n')
@@ -86,7 +90,9 @@ def test_summary_counts_sites_and_files_not_problems(repo):
 def test_refusal_is_grouped_and_short(repo):
     """A refusal over hundreds of files lists a few, says how many more, and stays under 2 KB."""
     for i in range(200):
-        repo.write(f"pkg/very/long/package/path/module_number_{i:03d}.py", _reads(2) + "y = get_server_args().tp_size\n")
+        repo.write(
+            f"pkg/very/long/package/path/module_number_{i:03d}.py", _reads(2) + "y = get_server_args().tp_size\n"
+        )
     repo.config('\n[counts."pkg/other.py"]\ndirect = 1\n')
     code, out, err = repo.run("update")
     assert (code, out) == (1, "")
@@ -95,7 +101,10 @@ def test_refusal_is_grouped_and_short(repo):
     assert lines[0] == "sgconf-ratchet: update refuses to raise the baseline: 600 more counted site(s) in 200 file(s)"
     assert lines[1] == "  pkg/very/long/package/path/module_number_000.py: direct 0 \u2192 1, parameter 0 \u2192 2"
     assert lines[1 + REFUSAL_LINES] == f"  and {200 - REFUSAL_LINES} more file(s)"
-    assert lines[-1] == "-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`"
+    assert (
+        lines[-1]
+        == "-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`"
+    )
 
 
 def test_paths_outside_the_project_are_refused(repo, tmp_path_factory):
@@ -113,7 +122,15 @@ def test_closed_pipe_ends_quietly(repo):
     repo.write("pkg/big.py", _reads(3000))
     env = dict(os.environ, PYTHONPATH=str(PROJECT))
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from tools.ratchet.cli import main; raise SystemExit(main())", "check", "--format", "sarif", "--no-cache"],
+        [
+            sys.executable,
+            "-c",
+            "from tools.ratchet.cli import main; raise SystemExit(main())",
+            "check",
+            "--format",
+            "sarif",
+            "--no-cache",
+        ],
         cwd=repo.root,
         env=env,
         stdout=subprocess.PIPE,

@@ -30,18 +30,28 @@ def site(path: str, kind: str = "direct", field: str = "page_size", line: int = 
     return Site(path, line, 1, kind, field, allowed)
 
 
-def config(tmp_path: Path, counts: dict[str, dict[str, int]] | None = None, exempt: tuple[Exempt, ...] = ()) -> RatchetConfig:
+def config(
+    tmp_path: Path, counts: dict[str, dict[str, int]] | None = None, exempt: tuple[Exempt, ...] = ()
+) -> RatchetConfig:
     return RatchetConfig(file=tmp_path / "ratchet.toml", counts=counts or {}, exempt=exempt)
 
 
 def test_counted_sites_skip_allowed_and_exempt_but_never_writes(tmp_path: Path) -> None:
     """An allow comment or an exemption takes a read out of the count; a write always counts."""
     cfg = config(tmp_path, exempt=(Exempt("a.py", "page_size", "legacy"),))
-    read, allowed, write, other = site("a.py"), site("a.py", allowed="why"), site("a.py", "write"), site("a.py", field="tp_size")
+    read, allowed, write, other = (
+        site("a.py"),
+        site("a.py", allowed="why"),
+        site("a.py", "write"),
+        site("a.py", field="tp_size"),
+    )
     assert exempt_for(cfg, read) == Exempt("a.py", "page_size", "legacy")
     assert exempt_for(cfg, write) is None and exempt_for(cfg, other) is None
     assert counted_sites(cfg, [FileScan("a.py", (read, allowed, write, other))]) == [write, other]
-    assert observed_counts([write, other, site("b.py", "alias"), site("b.py", "alias")]) == {"a.py": {"write": 1, "direct": 1}, "b.py": {"alias": 2}}
+    assert observed_counts([write, other, site("b.py", "alias"), site("b.py", "alias")]) == {
+        "a.py": {"write": 1, "direct": 1},
+        "b.py": {"alias": 2},
+    }
 
 
 def test_compare_counts_a_regression_and_unlocked_progress_as_two_violations(tmp_path: Path) -> None:
@@ -133,7 +143,10 @@ def test_refusal_message_lists_the_first_files_and_the_fix() -> None:
     assert lines[1] == "  f00.py: direct 0 \u2192 2, alias 1 \u2192 2"
     assert lines[10] == "  f09.py: direct 0 \u2192 2"
     assert lines[11] == "  and 2 more file(s)"
-    assert lines[12] == "-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`"
+    assert (
+        lines[12]
+        == "-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`"
+    )
     assert len(lines) == 13
     first = refusal_message([("a.py", "direct", 0, 1)], first=True).splitlines()
     assert first == [
@@ -190,7 +203,9 @@ def test_write_counts_refuses_tables_after_the_counts(tmp_path: Path) -> None:
         write_counts(path, {}, {})
 
 
-def test_write_counts_reports_a_failed_write_and_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_counts_reports_a_failed_write_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A write that fails raises with the fix, keeps the old file and removes its temporary file."""
     path = tmp_path / "ratchet.toml"
     path.write_text("[config]\n", encoding="utf-8")
@@ -230,7 +245,9 @@ def test_an_exemption_used_only_by_writes_or_allowed_reads_is_stale(tmp_path: Pa
 def test_non_ascii_paths_and_reasons_are_written_as_they_are() -> None:
     """Paths and reasons keep their characters (TOML is UTF-8)."""
     assert render_counts({"caf\u00e9.py": {"direct": 1}}, {"caf\u00e9.py": "d\u00e9j\u00e0"}).splitlines()[2:] == [
-        '[counts."caf\u00e9.py"]', "direct = 1", 'reason = "d\u00e9j\u00e0"',
+        '[counts."caf\u00e9.py"]',
+        "direct = 1",
+        'reason = "d\u00e9j\u00e0"',
     ]
 
 

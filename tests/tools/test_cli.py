@@ -128,7 +128,9 @@ def test_update_keeps_tables_above_and_refuses_tables_after_the_counts(repo):
     (repo.root / "ratchet.toml").chmod(0o644)
     assert repo.run("update")[0] == 0
     text = repo.read("ratchet.toml")
-    assert text.endswith('reason = "r"\n\n# Raw reads per file and kind, written by `sgconf-ratchet update`; keep this section last.\n')
+    assert text.endswith(
+        'reason = "r"\n\n# Raw reads per file and kind, written by `sgconf-ratchet update`; keep this section last.\n'
+    )
     assert (repo.root / "ratchet.toml").stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in repo.root.iterdir()) == [".sgconf-ratchet-cache", "pkg", "ratchet.toml"]
 
@@ -220,7 +222,10 @@ def test_exempt_entries(repo):
     )
     code, out, _ = repo.run("check")
     assert code == 1
-    assert out.splitlines()[0] == "ratchet.toml: [[exempt]] path 'pkg/old.py' field 'tp_size' matches no read -- remove the entry"
+    assert (
+        out.splitlines()[0]
+        == "ratchet.toml: [[exempt]] path 'pkg/old.py' field 'tp_size' matches no read -- remove the entry"
+    )
     assert repo.run("check", "pkg/ctx.py")[0] == 0
 
 
@@ -280,7 +285,10 @@ def test_sarif_shape(repo):
     }
     (invocation,) = run["invocations"]
     assert invocation["executionSuccessful"] is False
-    assert invocation["toolExecutionNotifications"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "pkg/bad.py"
+    assert (
+        invocation["toolExecutionNotifications"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        == "pkg/bad.py"
+    )
 
 
 def test_config_errors_exit_two(repo, tmp_path):
@@ -338,6 +346,11 @@ def test_check_never_imports_libcst():
     root = Path(__file__).resolve().parents[2]
     code = "import sys\nfrom tools.ratchet.cli import main\nmain(['check', '--no-cache'])\nprint('libcst' in sys.modules)\n"
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(root)), timeout=240
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+        timeout=240,
     )
     assert proc.stdout.splitlines()[-1] == "False"

@@ -355,7 +355,9 @@ def f():
 """
 
 
-@pytest.mark.parametrize("before", [*(case.values[0] for case in CASES), *(case.values[0] for case in IMPORT_CASES), BELOW])
+@pytest.mark.parametrize(
+    "before", [*(case.values[0] for case in CASES), *(case.values[0] for case in IMPORT_CASES), BELOW]
+)
 def test_the_text_rewrite_and_the_libcst_rewrite_agree(before, monkeypatch):
     """Where the fast text edit applies a plan it gives exactly libcst's result; where it cannot, libcst does it."""
     import tools.ratchet.codemod as codemod

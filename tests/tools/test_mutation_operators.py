@@ -138,7 +138,10 @@ def test_return_none_and_bare_return_are_not_mutated():
 
 def test_string_concatenation_and_formatting_are_not_mutated():
     """`'a' + x` and `'%s' % x` are message building, not arithmetic."""
-    assert described("def f(x):\n    y = 'a' + x\n    z = '%s' % x\n") == ["2 f statement: y = 'a' + x -> pass", "3 f statement: z = '%s' % x -> pass"]
+    assert described("def f(x):\n    y = 'a' + x\n    z = '%s' % x\n") == [
+        "2 f statement: y = 'a' + x -> pass",
+        "3 f statement: z = '%s' % x -> pass",
+    ]
 
 
 def test_applying_a_mutation_changes_exactly_that_site():
@@ -166,4 +169,8 @@ def test_a_mutation_that_does_not_exist_is_refused():
 def test_scopes_name_nested_functions_and_methods():
     """A mutation names the enclosing class and function path."""
     out = described("class K:\n    def m(self):\n        def inner():\n            return 1\n        return inner\n")
-    assert out == ["4 K.m.inner constant: 1 -> 2", "4 K.m.inner return: return 1 -> return None", "5 K.m return: return inner -> return None"]
+    assert out == [
+        "4 K.m.inner constant: 1 -> 2",
+        "4 K.m.inner return: return 1 -> return None",
+        "5 K.m return: return inner -> return None",
+    ]

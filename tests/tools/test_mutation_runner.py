@@ -36,7 +36,9 @@ def test_is_big():
 """
 
 
-def project(root: Path, *, config: str = "", modules: str = '"toy/calc.py" = ["tests/test_calc.py"]', equivalents: str = "") -> Path:
+def project(
+    root: Path, *, config: str = "", modules: str = '"toy/calc.py" = ["tests/test_calc.py"]', equivalents: str = ""
+) -> Path:
     files = {
         "toy/__init__.py": "",
         "toy/calc.py": CALC,
@@ -117,16 +119,23 @@ def test_tests_that_never_import_the_module_are_an_error(tmp_path):
     project(tmp_path, modules='"toy/unused.py" = ["tests/test_calc.py"]')
     done = mutate(tmp_path)
     assert done.returncode == 2
-    assert "mutate: the tests of toy/unused.py never import toy.unused -- list the tests that cover it in mutation.toml" in done.stderr
+    assert (
+        "mutate: the tests of toy/unused.py never import toy.unused -- list the tests that cover it in mutation.toml"
+        in done.stderr
+    )
 
 
 def test_failing_tests_stop_the_run_before_any_mutant(tmp_path):
     """Tests that fail unmutated are reported with their output, exit 2."""
     project(tmp_path)
-    (tmp_path / "tests/test_calc.py").write_text(TESTS + "\n\ndef test_broken():\n    assert add(1, 1) == 3\n", encoding="utf-8")
+    (tmp_path / "tests/test_calc.py").write_text(
+        TESTS + "\n\ndef test_broken():\n    assert add(1, 1) == 3\n", encoding="utf-8"
+    )
     done = mutate(tmp_path)
     assert done.returncode == 2
-    assert "mutate: the tests of toy/calc.py fail (exit status 1) without any mutation -- fix them first:" in done.stderr
+    assert (
+        "mutate: the tests of toy/calc.py fail (exit status 1) without any mutation -- fix them first:" in done.stderr
+    )
     assert "1 failed, 2 passed" in done.stderr
 
 

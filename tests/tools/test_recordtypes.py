@@ -14,7 +14,14 @@ def test_subclasses_aliases_and_imports_are_followed_transitively():
         "from a import (\n    LaunchArgs as LA,\n    other,\n)\n",
     ]
     assert record_types(texts, {"ServerArgs"}) == {
-        "ServerArgs", "SA", "PortArgs", "LaunchArgs", "Args", "Generic", "Old", "LA",
+        "ServerArgs",
+        "SA",
+        "PortArgs",
+        "LaunchArgs",
+        "Args",
+        "Generic",
+        "Old",
+        "LA",
     }
 
 

@@ -151,4 +151,7 @@ def test_nesting_cpython_refuses_is_a_parse_error_not_a_traceback():
     """An expression too deep for CPython's own parser is reported as a parse error of the file."""
     code = "x = " + " + ".join(["a"] * 5000) + "\n"
     result = scan_text("deep.py", code, SETTINGS)
-    assert (result.sites, result.error) == ((), "cannot parse: nested too deeply for Python itself -- split the expression")
+    assert (result.sites, result.error) == (
+        (),
+        "cannot parse: nested too deeply for Python itself -- split the expression",
+    )

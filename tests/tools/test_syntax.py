@@ -30,7 +30,7 @@ class PortArgs(ServerArgs):
 type ArgsLike = ServerArgs
 '''
 
-MANAGER = '''
+MANAGER = """
 from pkg.args import ArgsLike, PortArgs
 from runtime import get_server_args
 
@@ -63,9 +63,9 @@ class TokenizerManager:
             await self.step()
         except* (ValueError, KeyError) as group:
             print(group, get_server_args().dp_size)
-'''
+"""
 
-SCHEDULER = '''
+SCHEDULER = """
 from runtime import get_server_args
 
 
@@ -83,7 +83,7 @@ class Scheduler:
 
     def pp(self) -> int:
         return getattr(self.runner.server_args, "pp_size")
-'''
+"""
 
 
 @pytest.fixture
@@ -116,8 +116,14 @@ def test_target_version_refuses_newer_grammar(corpus):
     corpus.config('target_version = "3.11"\n')
     code, out, _ = corpus.run("check")
     assert code == 2
-    assert "pkg/args.py: cannot parse: Python 3.12 syntax (a type alias statement), but target_version is 3.11 (line 8, column 1)" in out
-    assert "pkg/manager.py: cannot parse: Python 3.12 syntax (type parameters), but target_version is 3.11 (line 5, column 12)" in out
+    assert (
+        "pkg/args.py: cannot parse: Python 3.12 syntax (a type alias statement), but target_version is 3.11 (line 8, column 1)"
+        in out
+    )
+    assert (
+        "pkg/manager.py: cannot parse: Python 3.12 syntax (type parameters), but target_version is 3.11 (line 5, column 12)"
+        in out
+    )
 
 
 def test_fix_rewrites_only_published_reads_and_lists_the_rest(corpus):
@@ -138,7 +144,10 @@ def test_fix_rewrites_only_published_reads_and_lists_the_rest(corpus):
         "review: the record is held per instance here and may not be the process's published one "
         "-- rewrite it by hand, or set one_record_per_process = true in ratchet.toml"
     )
-    assert review[0].endswith("review: the record is passed in here and may not be the process's published one -- rewrite it by hand, or set one_record_per_process = true in ratchet.toml")
+    assert review[0].endswith(
+        "review: the record is passed in here and may not be the process's published one -- rewrite it by "
+        "hand, or set one_record_per_process = true in ratchet.toml"
+    )
     assert "pkg/manager.py:26:16: field '*' not fixed: getattr() with a name computed at run time" in err
     assert notes[-1] == "sgconf-ratchet: fixed 3 site(s) in 2 file(s)"
     manager = corpus.read("pkg/manager.py")
@@ -188,7 +197,10 @@ def _equivalence_inputs() -> list[pytest.param]:
 
 def _scan_rows(text: str) -> list[tuple[int, int, str, str]]:
     settings = ScanSettings(fields=SETTINGS.fields | {"items", "name", "path", "value", "text"})
-    return [(s.line, s.col, s.kind, s.field) for s in collect("m.py", scan_module(ast.parse(text), text, settings), []).sites]
+    return [
+        (s.line, s.col, s.kind, s.field)
+        for s in collect("m.py", scan_module(ast.parse(text), text, settings), []).sites
+    ]
 
 
 @pytest.mark.parametrize("text", _equivalence_inputs())

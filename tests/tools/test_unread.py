@@ -130,7 +130,9 @@ def test_only_warnings_exit_zero(schema_repo):
     schema_repo.write("pkg/b.py", "def f():\n    return get_serving().stream_interval\n")
     code, out, _ = schema_repo.run("unread")
     assert code == 0
-    assert out.splitlines()[-1] == "sgconf-ratchet: 7 declared field(s), 5 read, 2 unread (0 hot, 0 allowed, 2 warned): ok"
+    assert (
+        out.splitlines()[-1] == "sgconf-ratchet: 7 declared field(s), 5 read, 2 unread (0 hot, 0 allowed, 2 warned): ok"
+    )
 
 
 def test_allow_list_is_honoured_and_reported(schema_repo):
@@ -163,7 +165,10 @@ def test_stale_allow_entries_fail(schema_repo):
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('[[unread.allow]]\nfield = "x"\n', "[[unread.allow]] #1 needs a non-empty 'reason' (got None from ratchet.toml)"),
+        (
+            '[[unread.allow]]\nfield = "x"\n',
+            "[[unread.allow]] #1 needs a non-empty 'reason' (got None from ratchet.toml)",
+        ),
         ('[[unread.allow]]\nfield = "x"\nreason = "r"\nwhy = 1\n', "unknown key 'why' in [[unread.allow]] #1"),
         ('[unread]\nallow = "x"\n', "[unread] allow must be an array of tables"),
     ],
@@ -208,4 +213,3 @@ def test_json_format(schema_repo):
     code, _, err = schema_repo.run("unread", "--format", "sarif")
     assert code == 2
     assert err == "sgconf-ratchet: unread prints text or json (got --format sarif) -- use --format json\n"
-

@@ -38,9 +38,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m tools.mutation", description="Mutation testing of the modules listed in mutation.toml.")
+    parser = _Parser(
+        prog="python -m tools.mutation", description="Mutation testing of the modules listed in mutation.toml."
+    )
     parser.add_argument("paths", nargs="*", help="modules to mutate (default: every module of the config)")
-    parser.add_argument("--config", type=Path, default=Path(CONFIG_NAME), help=f"config file (default: ./{CONFIG_NAME})")
+    parser.add_argument(
+        "--config", type=Path, default=Path(CONFIG_NAME), help=f"config file (default: ./{CONFIG_NAME})"
+    )
     parser.add_argument("-j", "--workers", type=int, help="test runs at once (default: the config's workers)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit without running tests")
     parser.add_argument("--spawn", action="store_true", help="start a fresh interpreter per run instead of forking")
@@ -100,7 +104,9 @@ def _run(args: argparse.Namespace) -> int:
         not_compiled: dict[str, int] = {}
         for target in targets:
             timeout = max(config.timeout_min_s, config.timeout_factor * baselines[target.path])
-            compiled, failed = _compiled(config, [m for m in mutants[target.path] if args.recheck_equivalents or m.key not in equivalent])
+            compiled, failed = _compiled(
+                config, [m for m in mutants[target.path] if args.recheck_equivalents or m.key not in equivalent]
+            )
             not_compiled[target.path] = failed
             jobs += [Job(j.path, j.module, target.tests, timeout, j.mutant, j.code) for j in compiled]
         print(f"mutate: {len(jobs)} mutants of {len(targets)} modules, {workers} at a time", flush=True)
@@ -126,14 +132,19 @@ def _baselines(executor: Executor, targets: Sequence[Target]) -> dict[str, float
     times: dict[str, float] = {}
     for result in executor.run(jobs):
         if result.outcome is Outcome.NOT_LOADED:
-            raise MutationError(f"the tests of {result.job.path} never import {result.job.module} -- list the tests that cover it in mutation.toml")
+            raise MutationError(
+                f"the tests of {result.job.path} never import {result.job.module} -- list the tests that cover it in mutation.toml"
+            )
         if result.outcome is not Outcome.SURVIVED:
             how = "hang" if result.outcome is Outcome.TIMEOUT else f"fail (exit status {result.exit_code})"
             raise BaselineFailed(
                 f"the tests of {result.job.path} {how} without any mutation -- fix them first:\n{result.log_tail.rstrip()}"
             )
         times[result.job.path] = result.seconds
-        print(f"mutate: baseline {result.job.path}: {', '.join(result.job.tests)} pass in {result.seconds:.1f} s", flush=True)
+        print(
+            f"mutate: baseline {result.job.path}: {', '.join(result.job.tests)} pass in {result.seconds:.1f} s",
+            flush=True,
+        )
     return times
 
 
@@ -162,7 +173,12 @@ def _mutate(
             path=path,
             killed=sum(r.outcome is Outcome.KILLED for r in judged),
             timed_out=sum(r.outcome is Outcome.TIMEOUT for r in judged),
-            survivors=tuple(sorted((r.job.mutant for r in judged if r.outcome is Outcome.SURVIVED and r.job.mutant), key=lambda m: m.index)),
+            survivors=tuple(
+                sorted(
+                    (r.job.mutant for r in judged if r.outcome is Outcome.SURVIVED and r.job.mutant),
+                    key=lambda m: m.index,
+                )
+            ),
             equivalent=sum(1 for m in mutants[path] if m.key in equivalent),
             not_compiled=not_compiled.get(path, 0),
             seconds=time.monotonic() - started,
@@ -171,7 +187,9 @@ def _mutate(
     def on_result(result: Result) -> None:
         path = result.job.path
         if result.outcome is Outcome.NOT_LOADED:
-            raise MutationError(f"a mutant of {path} passed its tests without being imported by them -- {result.log_tail[-500:]}")
+            raise MutationError(
+                f"a mutant of {path} passed its tests without being imported by them -- {result.log_tail[-500:]}"
+            )
         results[path].append(result)
         left[path] -= 1
         if left[path] == 0:
@@ -183,7 +201,12 @@ def _mutate(
         if target.path not in summaries:  # a module whose every mutant is a known equivalent
             summaries[target.path] = summarise(target.path)
     killed_equivalents = sorted(
-        (r.job.mutant for rs in results.values() for r in rs if r.job.mutant and r.job.mutant.key in equivalent and r.outcome is not Outcome.SURVIVED),
+        (
+            r.job.mutant
+            for rs in results.values()
+            for r in rs
+            if r.job.mutant and r.job.mutant.key in equivalent and r.outcome is not Outcome.SURVIVED
+        ),
         key=lambda m: (m.path, m.index),
     )
     return [summaries[t.path] for t in targets], killed_equivalents

@@ -84,13 +84,17 @@ def parse_config(data: Mapping[str, Any], root: Path) -> MutationConfig:
     settings: dict[str, Any] = {}
     for name, value in dict(data.get("config", {})).items():
         if name not in _SETTINGS:
-            raise MutationConfigError(f"{CONFIG_NAME}: unknown key 'config.{name}' -- known keys: {', '.join(_SETTINGS)}")
+            raise MutationConfigError(
+                f"{CONFIG_NAME}: unknown key 'config.{name}' -- known keys: {', '.join(_SETTINGS)}"
+            )
         settings[name] = _typed(name, value, _SETTINGS[name][0])
     if settings.get("workers", 1) < 1:
         raise MutationConfigError(f"{CONFIG_NAME}: 'config.workers' must be at least 1 (got {settings['workers']})")
     modules = data.get("modules", {})
     if not modules:
-        raise MutationConfigError(f"{CONFIG_NAME}: no modules to mutate -- add '\"pkg/module.py\" = [\"tests/...\"]' under [modules]")
+        raise MutationConfigError(
+            f'{CONFIG_NAME}: no modules to mutate -- add \'"pkg/module.py" = ["tests/..."]\' under [modules]'
+        )
     targets = []
     for path, tests in modules.items():
         if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
@@ -108,7 +112,9 @@ def load_config(path: Path) -> MutationConfig:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise MutationConfigError(f"cannot read {path}: {exc.strerror} -- run from the repository root or pass --config") from None
+        raise MutationConfigError(
+            f"cannot read {path}: {exc.strerror} -- run from the repository root or pass --config"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise MutationConfigError(f"{path} is not valid TOML: {exc} -- fix the file") from None
     return parse_config(data, path.resolve().parent)

@@ -92,7 +92,9 @@ def _calm_hypothesis() -> None:
     settings.load_profile("mutation")
 
 
-def run_tests(root: Path, path: str, module: str, tests: Sequence[str], pytest_args: Sequence[str], code: CodeType | None) -> int:
+def run_tests(
+    root: Path, path: str, module: str, tests: Sequence[str], pytest_args: Sequence[str], code: CodeType | None
+) -> int:
     """In a child: install the mutant (if any) and run pytest over `tests`; returns pytest's exit status.
 
     Returns NOT_LOADED instead of a pass when the tests never imported the module, or

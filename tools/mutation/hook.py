@@ -36,12 +36,17 @@ class MutantFinder(importlib.abc.MetaPathFinder):
         self.path = path
         self.code = code
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != self.module:
             return None
         package = [str(self.path.parent)] if self.path.name == "__init__.py" else None
         return importlib.util.spec_from_file_location(
-            fullname, str(self.path), loader=_MutantLoader(fullname, str(self.path), self.code), submodule_search_locations=package
+            fullname,
+            str(self.path),
+            loader=_MutantLoader(fullname, str(self.path), self.code),
+            submodule_search_locations=package,
         )
 
 

@@ -112,7 +112,9 @@ class _Mutator(ast.NodeTransformer):
             self._parents.pop()
 
     # ---- bookkeeping ---------------------------------------------------------------------
-    def _offer(self, node: ast.AST, operator: str, before: ast.AST, after: Callable[[], ast.AST], shown: ast.AST | None = None) -> ast.AST:
+    def _offer(
+        self, node: ast.AST, operator: str, before: ast.AST, after: Callable[[], ast.AST], shown: ast.AST | None = None
+    ) -> ast.AST:
         """Record a mutation of `node`; return the replacement when it is the target, else `node`.
 
         `before` is what the report shows; `after` builds the replacement; `shown` is
@@ -250,18 +252,37 @@ class _Mutator(ast.NodeTransformer):
             return node  # strings, bytes, None, Ellipsis
         # a bare number says little in a report: show it in its parent expression
         parent = self._parents[-2] if len(self._parents) > 1 else None
-        if not isinstance(parent, (ast.BinOp, ast.Compare, ast.UnaryOp, ast.keyword, ast.BoolOp, ast.Subscript, ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        if not isinstance(
+            parent,
+            (
+                ast.BinOp,
+                ast.Compare,
+                ast.UnaryOp,
+                ast.keyword,
+                ast.BoolOp,
+                ast.Subscript,
+                ast.Assign,
+                ast.AnnAssign,
+                ast.AugAssign,
+            ),
+        ):
             return self._offer(node, "constant", node, lambda: ast.Constant(value=new))
         before = _text(parent)
         node.value = new
         after = _text(parent)
         node.value = value
-        return self._offer(node, "constant", ast.Name(id=before), lambda: ast.Constant(value=new), shown=ast.Name(id=after))
+        return self._offer(
+            node, "constant", ast.Name(id=before), lambda: ast.Constant(value=new), shown=ast.Name(id=after)
+        )
 
     # ---- statements -------------------------------------------------------------------------
     def generic_visit(self, node: ast.AST) -> ast.AST:
         result = super().generic_visit(node)
-        if self._functions and isinstance(node, _REMOVABLE) and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+        if (
+            self._functions
+            and isinstance(node, _REMOVABLE)
+            and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        ):
             if isinstance(node, ast.AnnAssign) and node.value is None:
                 return result
             return self._offer(node, "statement", node, ast.Pass)
@@ -273,7 +294,9 @@ class _Mutator(ast.NodeTransformer):
         result: ast.AST = node
         swap = _BINOP_SWAPS.get(type(node.op))
         if swap is not None and not _is_string(node.value):
-            result = self._offer(node, "binop", node, lambda: ast.AugAssign(target=node.target, op=swap(), value=node.value))
+            result = self._offer(
+                node, "binop", node, lambda: ast.AugAssign(target=node.target, op=swap(), value=node.value)
+            )
         if self._functions:
             removed = self._offer(node, "statement", node, ast.Pass)
             if removed is not node:

@@ -58,7 +58,15 @@ def render(
 ) -> str:
     """The report: a table, then survivors (`path:line scope: before -> after`), then notes on the equivalents file."""
     rows = [
-        (s.path, str(s.total), str(s.killed), str(s.timed_out), str(len(s.survivors)), str(s.equivalent), f"{s.score:.1f}")
+        (
+            s.path,
+            str(s.total),
+            str(s.killed),
+            str(s.timed_out),
+            str(len(s.survivors)),
+            str(s.equivalent),
+            f"{s.score:.1f}",
+        )
         for s in summaries
     ]
     if len(summaries) > 1:

@@ -185,7 +185,9 @@ def refusal_message(increases: Sequence[tuple[str, str, int, int]], *, first: bo
     if first:
         lines.append("-- this code base has no baseline yet: write the first one with `sgconf-ratchet init`")
     else:
-        lines.append("-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`")
+        lines.append(
+            "-- fix the reads, or accept the rise with `sgconf-ratchet update --allow-increase --reason '<why>'`"
+        )
     return "\n".join(lines)
 
 
@@ -232,7 +234,7 @@ def write_counts(config_file: Path, counts: Counts, reasons: dict[str, str]) -> 
     if after:
         tables = ", ".join(sorted(after))
         msg = f"{config_file.name} has other tables after the counts section ({tables}); update would drop them"
-        raise RatchetConfigError(msg + " -- move [config] and [[exempt]] above the first [counts.\"...\"] table")
+        raise RatchetConfigError(msg + ' -- move [config] and [[exempt]] above the first [counts."..."] table')
     head = text[:cut].rstrip()
     kept = {p: r for p, r in reasons.items() if p in counts}
     body = render_counts(counts, kept)
@@ -246,4 +248,6 @@ def write_counts(config_file: Path, counts: Counts, reasons: dict[str, str]) -> 
     except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise RatchetConfigError(f"cannot write {config_file}: {exc.strerror or exc} -- check its permissions") from None
+        raise RatchetConfigError(
+            f"cannot write {config_file}: {exc.strerror or exc} -- check its permissions"
+        ) from None

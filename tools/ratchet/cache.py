@@ -27,7 +27,20 @@ def tool_version() -> str:
     """
     digest = hashlib.blake2b(digest_size=8)
     here = Path(__file__).parent
-    for name in ("scanner.py", "bindings.py", "reads.py", "rules.py", "sites.py", "settings.py", "runner.py", "syntax.py", "lowering.py", "codemod.py", "textfix.py", "imports.py"):
+    for name in (
+        "scanner.py",
+        "bindings.py",
+        "reads.py",
+        "rules.py",
+        "sites.py",
+        "settings.py",
+        "runner.py",
+        "syntax.py",
+        "lowering.py",
+        "codemod.py",
+        "textfix.py",
+        "imports.py",
+    ):
         digest.update((here / name).read_bytes())
     from tools.ratchet.version import __version__
 
@@ -120,7 +133,9 @@ class FixCache(ScanCache):
 
     kind = "fix"
 
-    def __init__(self, directory: Path | None, settings: ScanSettings, accessors: dict[str, str | None], module: str, config: Any) -> None:
+    def __init__(
+        self, directory: Path | None, settings: ScanSettings, accessors: dict[str, str | None], module: str, config: Any
+    ) -> None:
         exempts = [[e.path, e.field] for e in config.exempt]
         extra = json.dumps([sorted(accessors.items()), module, bool(config.one_record_per_process), exempts])
         super().__init__(directory, settings, extra=extra)

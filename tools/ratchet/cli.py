@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-j", "--jobs", type=int, default=0, help="worker processes for cold runs (0: auto, 1: none)")
     common.add_argument("--no-cache", action="store_true", help="neither read nor write the scan cache")
 
-    parser = _Parser(prog="sgconf-ratchet", description="The read ratchet: raw ServerArgs field reads may only go down.")
+    parser = _Parser(
+        prog="sgconf-ratchet", description="The read ratchet: raw ServerArgs field reads may only go down."
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = sub.add_parser("check", parents=[common], help="fail when a per-file count rises or falls without update")
     check.add_argument("paths", nargs="*", help="files or folders (default: the configured include globs)")
@@ -54,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("paths", nargs="*")
     update.add_argument("--allow-increase", action="store_true", help="let counts rise (needs --reason)")
     update.add_argument("--reason", help="why the counts rise; written into ratchet.toml")
-    init = sub.add_parser("init", parents=[common], help="write the first baseline of a code base (creates ratchet.toml if needed)")
+    init = sub.add_parser(
+        "init", parents=[common], help="write the first baseline of a code base (creates ratchet.toml if needed)"
+    )
     init.add_argument("--field-source", help="your schema as package.module:SCHEMA (written into a new ratchet.toml)")
     init.set_defaults(paths=[])
     explain = sub.add_parser("explain", parents=[common], help="list every site in a file")
@@ -116,7 +120,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     return _check(config, scans, args)
 
 
-def _scan(config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace, paths: Sequence[str]) -> list[FileScan]:
+def _scan(
+    config: RatchetConfig, settings: ScanSettings, args: argparse.Namespace, paths: Sequence[str]
+) -> list[FileScan]:
     files = collect_files(config, paths)
     cache = None if args.no_cache else ScanCache(config.root / config.cache_dir, settings, prune=not paths)
     return scan_files(files, settings, cache=cache, jobs=args.jobs, stats=ScanStats())

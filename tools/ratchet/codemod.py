@@ -130,18 +130,26 @@ class _Rewriter(cst.CSTTransformer):
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
     ) -> cst.SimpleStatementLine | cst.RemovalSentinel:
         # an alias statement with comments on it stays: its comment would be lost
-        if len(original_node.body) == 1 and self._pos(original_node.body[0]) in self.remove and not _has_comments(original_node):
+        if (
+            len(original_node.body) == 1
+            and self._pos(original_node.body[0]) in self.remove
+            and not _has_comments(original_node)
+        ):
             return cst.RemoveFromParent()
         return updated_node
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
         if not updated_node.body:
             return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
         return updated_node
 
 
 def _has_comments(line: cst.SimpleStatementLine) -> bool:
-    return any(empty.comment is not None for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
+    return (
+        any(empty.comment is not None for empty in line.leading_lines) or line.trailing_whitespace.comment is not None
+    )
 
 
 def _review(found: Found, per_process: bool) -> str | None:
@@ -241,7 +249,9 @@ def plan_fixes(
             line, col = f.binding.stmt
             remove.add((line, _char_col(text, line, col)))
     left = tuple((f.kind, f.field) for f in found if f.key not in replace)
-    return Plan(replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review), spans, left, scan)
+    return Plan(
+        replace, frozenset(remove), frozenset(needed), tuple(fixed), tuple(skipped), tuple(review), spans, left, scan
+    )
 
 
 def _char_col(text: str, line: int, offset: int) -> int:

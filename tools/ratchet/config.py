@@ -51,6 +51,7 @@ NO_FIELD_SOURCE = (
     'add `field_source = "your_package.config:SCHEMA"` under [config] (or list them in `fields`)'
 )
 
+
 @attrs.frozen(slots=True)
 class Exempt:
     """A (path, field) pair that is not counted, with the reason it is legitimate.
@@ -213,7 +214,9 @@ class RatchetConfig:
     def _load_object(self, spec: str, key: str) -> Any:
         module_name, sep, attr = spec.partition(":")
         if not sep or not module_name or not attr:
-            raise RatchetConfigError(f"[config] {key} must look like 'module:name' (got '{spec}' from {self.file.name})")
+            raise RatchetConfigError(
+                f"[config] {key} must look like 'module:name' (got '{spec}' from {self.file.name})"
+            )
         root = str(self.root)
         added = root not in sys.path
         if added:
@@ -229,7 +232,9 @@ class RatchetConfig:
             if added:
                 sys.path.remove(root)
         if key == "field_source" and not (callable(obj) or is_schema(obj)):
-            raise RatchetConfigError(f"[config] field_source '{spec}' is neither a schema nor callable -- point it at your Schema")
+            raise RatchetConfigError(
+                f"[config] field_source '{spec}' is neither a schema nor callable -- point it at your Schema"
+            )
         return obj
 
 
@@ -276,7 +281,9 @@ def load_config(path: Path) -> RatchetConfig:
         elif not isinstance(value, str) or not value:
             raise RatchetConfigError(f"[config] {key} must be a non-empty string (got {value!r})")
         elif key == "target_version" and not _VERSION.fullmatch(value):
-            raise RatchetConfigError(f"[config] target_version must look like '3.12' (got {value!r}) -- name the oldest Python the project runs on")
+            raise RatchetConfigError(
+                f"[config] target_version must look like '3.12' (got {value!r}) -- name the oldest Python the project runs on"
+            )
         kwargs[key] = value
     exempt = _load_exempt(data.get("exempt", []))
     unread_allow = _load_unread(_table(data, "unread", path.name))
@@ -293,7 +300,9 @@ def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
 
 def _load_exempt(raw: Any) -> tuple[Exempt, ...]:
     if not isinstance(raw, list):
-        raise RatchetConfigError("'exempt' must be an array of tables: [[exempt]] path = ..., field = ..., reason = ...")
+        raise RatchetConfigError(
+            "'exempt' must be an array of tables: [[exempt]] path = ..., field = ..., reason = ..."
+        )
     out = []
     for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
@@ -305,7 +314,9 @@ def _load_exempt(raw: Any) -> tuple[Exempt, ...]:
         for key, value in values.items():
             if not isinstance(value, str) or not value.strip():
                 msg = f"[[exempt]] #{i + 1} needs a non-empty '{key}'"
-                raise RatchetConfigError(msg + " -- an exemption names the file, the field and why the raw read is legitimate")
+                raise RatchetConfigError(
+                    msg + " -- an exemption names the file, the field and why the raw read is legitimate"
+                )
         out.append(Exempt(values["path"], values["field"], values["reason"]))  # type: ignore[arg-type]
     return tuple(out)
 
@@ -316,7 +327,9 @@ def _load_unread(raw: dict[str, Any]) -> tuple[UnreadAllow, ...]:
             raise _unknown(key, "[unread]", ["allow"])
     entries = raw.get("allow", [])
     if not isinstance(entries, list):
-        raise RatchetConfigError("[unread] allow must be an array of tables: [[unread.allow]] field = ..., reason = ...")
+        raise RatchetConfigError(
+            "[unread] allow must be an array of tables: [[unread.allow]] field = ..., reason = ..."
+        )
     out = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):

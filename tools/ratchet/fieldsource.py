@@ -65,7 +65,10 @@ def _schema_facts(schema: Any, spec: str) -> SourceFacts:
     if callable(fields):
         hot = frozenset(n for n, info in fields().items() if _is_hot(info))
     types: list[str] = []
-    for candidate in (getattr(schema, "record_name", None), getattr(getattr(schema, "adopted", None), "__name__", None)):
+    for candidate in (
+        getattr(schema, "record_name", None),
+        getattr(getattr(schema, "adopted", None), "__name__", None),
+    ):
         if isinstance(candidate, str) and candidate and candidate not in types:
             types.append(candidate)
     module = getattr(schema, "accessor_module", None)

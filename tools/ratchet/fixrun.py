@@ -78,7 +78,9 @@ def fix_files(
         entry = scan_cache.get(digest) if scan_cache is not None else None
         if entry is not None:
             scan = FileScan.from_json(rel, entry)
-            counted = [s for s in scan.sites if s.allowed is None and exempt_entry(exempts, rel, s.kind, s.field) is None]
+            counted = [
+                s for s in scan.sites if s.allowed is None and exempt_entry(exempts, rel, s.kind, s.field) is None
+            ]
             if not counted:
                 continue
             done = fix_cache.get(digest) if fix_cache is not None else None

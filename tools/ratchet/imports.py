@@ -56,7 +56,11 @@ def _is_head(stmt: cst.BaseStatement, first: bool) -> bool:
     for small in stmt.body:
         if isinstance(small, (cst.Import, cst.ImportFrom)):
             continue
-        if first and isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString)):
+        if (
+            first
+            and isinstance(small, cst.Expr)
+            and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
+        ):
             continue
         return False
     return True
@@ -74,7 +78,9 @@ def fix_imports(old: ast.Module, new: cst.Module, needed: frozenset[str], module
 
 def fix_import_block(new: cst.Module, gone: set[str], needed: frozenset[str], module_name: str) -> cst.Module:
     """`fix_imports` once `gone` (the names no longer read) is known."""
-    body = [stmt for stmt in (_without(stmt, gone) for stmt in new.body) if stmt is not None] if gone else list(new.body)
+    body = (
+        [stmt for stmt in (_without(stmt, gone) for stmt in new.body) if stmt is not None] if gone else list(new.body)
+    )
     if not needed:
         return new.with_changes(body=body)
     split = 0

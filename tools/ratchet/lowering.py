@@ -165,7 +165,9 @@ def _blank(lines: list[list[str]], cells: list[tuple[int, int]]) -> None:
             lines[line - 1][col] = " "
 
 
-def _lower_string(lines: list[list[str]], cells: list[tuple[int, int]], keep: list[tuple[tuple[int, int], tuple[int, int]]]) -> None:
+def _lower_string(
+    lines: list[list[str]], cells: list[tuple[int, int]], keep: list[tuple[tuple[int, int], tuple[int, int]]]
+) -> None:
     """Blank a string except its expressions; parenthesise it and separate them with commas."""
     kept: set[tuple[int, int]] = set()
     for start, end in keep:

@@ -175,14 +175,18 @@ def render_text(outcome: Outcome, accessors: Accessors, config_name: str, record
     for prog in outcome.progress:
         lines.append(progress_message(prog.path, prog.fixed))
     for allow in outcome.stale_allows:
-        lines.append(f"{allow.path}:{allow.line}:{allow.col}: allow comment with no raw read on its line -- remove the comment")
+        lines.append(
+            f"{allow.path}:{allow.line}:{allow.col}: allow comment with no raw read on its line -- remove the comment"
+        )
     for allow in outcome.missing_reasons:
         lines.append(
             f"{allow.path}:{allow.line}:{allow.col}: allow comment without a reason "
             "-- write `# ratchet: allow(<why this raw read is needed>)`"
         )
     for entry in outcome.stale_exempts:
-        lines.append(f"{config_name}: [[exempt]] path '{entry.path}' field '{entry.field}' matches no read -- remove the entry")
+        lines.append(
+            f"{config_name}: [[exempt]] path '{entry.path}' field '{entry.field}' matches no read -- remove the entry"
+        )
     for scan in outcome.errors:
         lines.append(f"{scan.path}: {scan.error}")
     lines.append(summary_line(outcome))
@@ -210,7 +214,9 @@ def _gh_escape(text: str, *, prop: bool = False) -> str:
 def render_github(outcome: Outcome, accessors: Accessors, config_name: str) -> str:
     lines = []
     problems = _items(outcome, accessors, config_name)
-    problems += [{"rule": "parse-error", "path": s.path, "line": None, "col": None, "message": s.error} for s in outcome.errors]
+    problems += [
+        {"rule": "parse-error", "path": s.path, "line": None, "col": None, "message": s.error} for s in outcome.errors
+    ]
     for item in problems:
         props = [f"file={_gh_escape(item['path'], prop=True)}"]
         if item["line"] is not None:

@@ -143,7 +143,9 @@ def scan_files(
     return [results[f.rel] for f in files]
 
 
-def _prepare(file: SourceFile, settings: ScanSettings, cache: ScanCache | None, stats: ScanStats) -> FileScan | _Pending:
+def _prepare(
+    file: SourceFile, settings: ScanSettings, cache: ScanCache | None, stats: ScanStats
+) -> FileScan | _Pending:
     """Everything short of parsing: read, hash, serve from the cache, decode, prefilter."""
     try:
         data = file.path.read_bytes()
@@ -177,7 +179,9 @@ def _prepare(file: SourceFile, settings: ScanSettings, cache: ScanCache | None, 
     return result
 
 
-def _parse(todo: Sequence[_Pending], settings: ScanSettings, jobs: int) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+def _parse(
+    todo: Sequence[_Pending], settings: ScanSettings, jobs: int
+) -> list[tuple[str, dict[str, Any] | None, str | None]]:
     """Scan the files that need parsing, on a process pool when there are enough of them."""
     if not todo:
         return []

@@ -28,6 +28,7 @@ from tools.ratchet.syntax import parse_any
 if TYPE_CHECKING:
     from tools.ratchet.plan import Plan
 
+
 def _offsets(lines: list[str]) -> list[int]:
     out, total = [], 0
     for line in lines:
@@ -54,7 +55,12 @@ def _head(tree: ast.Module) -> list[ast.stmt] | None:
     """The leading docstring and import statements, each alone on its lines; None when one is not."""
     head: list[ast.stmt] = []
     for i, stmt in enumerate(tree.body):
-        docstring = i == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+        docstring = (
+            i == 0
+            and isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str)
+        )
         if not (docstring or isinstance(stmt, (ast.Import, ast.ImportFrom))):
             break
         head.append(stmt)

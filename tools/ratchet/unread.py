@@ -112,7 +112,9 @@ class FileReaders:
             if self._reaches(field, base, aliases):
                 self.read.setdefault(field, line)
 
-    def _alias(self, node: ast.Assign | ast.AnnAssign | ast.NamedExpr, aliases: dict[str, set[tuple[str, ...]]]) -> None:
+    def _alias(
+        self, node: ast.Assign | ast.AnnAssign | ast.NamedExpr, aliases: dict[str, set[tuple[str, ...]]]
+    ) -> None:
         if node.value is None:
             return
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -236,7 +238,9 @@ def render_text(report: UnreadReport, *, accessors: Mapping[str, str | None], co
         label = "hot field" if field in report.hot else "field"
         lines.append(f"allowed: {label} '{field}' has no reader ({report.reasons[field]})")
     for field in report.unread_cold:
-        lines.append(f"warning: field '{field}' has no reader -- read it through {accessors.get(field) or 'its accessor'} or remove it")
+        lines.append(
+            f"warning: field '{field}' has no reader -- read it through {accessors.get(field) or 'its accessor'} or remove it"
+        )
     failed = len(report.unread_hot) + len(report.stale_allows)
     unread = len(report.unread_hot) + len(report.unread_cold) + len(report.allowed)
     status = f"{failed} problem(s)" if failed else "ok"

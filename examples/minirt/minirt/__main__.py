@@ -33,7 +33,9 @@ def run(argv: Sequence[str]) -> int:
         print(f"resident: {', '.join(pool.resident()) or '-'} (max_loras {ctx.value('max_loras')})")
         if ns.shrink_to is not None:
             receipt = get_context().override("minirt.cli", max_loras=ns.shrink_to)
-            print(f"generation {receipt.generation}: max_loras {ns.shrink_to}, evicted {', '.join(pool.evicted) or '-'}")
+            print(
+                f"generation {receipt.generation}: max_loras {ns.shrink_to}, evicted {', '.join(pool.evicted) or '-'}"
+            )
             print(f"resident: {', '.join(pool.resident()) or '-'}")
         pool.close()
     finally:

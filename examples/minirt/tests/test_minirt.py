@@ -56,19 +56,32 @@ def test_the_worker_role_may_not_read_the_api(monkeypatch: pytest.MonkeyPatch) -
 
 def _minirt(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-m", "minirt", *args], capture_output=True, text=True, env=environ,
-                          cwd=ROOT, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "minirt", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_python_m_minirt_run_and_show() -> None:
     """The `python -m minirt` entry loads MINIRT_* env and flags, and reports bad input without a traceback."""
     out = _minirt("run", "--use", "a,b,c", "--shrink-to", "1", MINIRT_MAX_LORAS="3")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["resident: a, b, c (max_loras 3)", "generation 1: max_loras 1, evicted a, b",
-                                       "resident: c"]
+    assert out.stdout.splitlines() == [
+        "resident: a, b, c (max_loras 3)",
+        "generation 1: max_loras 1, evicted a, b",
+        "resident: c",
+    ]
     bad = _minirt("show", "--max-loras", "0")
     assert (bad.returncode, bad.stdout) == (2, "")
-    assert bad.stderr == "minirt: invalid configuration: 1 problem\n  $.lora.max_loras: must be > 0, got 0 (from --max-loras)\n"
+    assert (
+        bad.stderr
+        == "minirt: invalid configuration: 1 problem\n  $.lora.max_loras: must be > 0, got 0 (from --max-loras)\n"
+    )
 
 
 def test_a_secrets_directory_sets_the_token_with_its_file_as_provenance(tmp_path: Path) -> None:

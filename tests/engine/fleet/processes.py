@@ -59,10 +59,25 @@ class Etcd:
 
     def start(self) -> Etcd:
         client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
-        cmd = [self.binary, "--name", "t", "--data-dir", str(self.workdir / "data"),
-               "--listen-client-urls", client, "--advertise-client-urls", client,
-               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-               "--initial-cluster", f"t={peer}", "--log-level", "error"]
+        cmd = [
+            self.binary,
+            "--name",
+            "t",
+            "--data-dir",
+            str(self.workdir / "data"),
+            "--listen-client-urls",
+            client,
+            "--advertise-client-urls",
+            client,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"t={peer}",
+            "--log-level",
+            "error",
+        ]
         log = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
         log.close()
@@ -86,19 +101,48 @@ class Etcd:
 class Server:
     """One `sgconf serve` process that is a member of a fleet."""
 
-    def __init__(self, fleet: str, store: str, *args: str, server_id: str | None = None, env: dict[str, str] | None = None,
-                 port: int | None = None) -> None:
+    def __init__(
+        self,
+        fleet: str,
+        store: str,
+        *args: str,
+        server_id: str | None = None,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.server_id = server_id or f"s{self.port}"
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", "serve",
-               "--port", str(self.port), "--fleet", fleet, "--fleet-store", store, "--fleet-server-id", self.server_id,
-               "--max-total-tokens", "1024", "--log-format", "json", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))",
+            "serve",
+            "--port",
+            str(self.port),
+            "--fleet",
+            fleet,
+            "--fleet-store",
+            store,
+            "--fleet-server-id",
+            self.server_id,
+            "--max-total-tokens",
+            "1024",
+            "--log-format",
+            "json",
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        )
 
     def wait_healthy(self) -> dict[str, Any]:
         """The first `/health` answer (the server serves only once it is in sync with its fleet, or gave up)."""
+
         def first() -> dict[str, Any] | None:
             assert self.proc.poll() is None, self.proc.communicate()[0]
             try:
@@ -106,6 +150,7 @@ class Server:
             except httpx.TransportError:
                 return None
             return r.json()
+
         return wait_until(f"server {self.server_id} to serve", first)
 
     def health(self) -> dict[str, Any]:

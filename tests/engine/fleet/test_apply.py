@@ -31,7 +31,12 @@ def engine() -> Iterator[Engine]:
 def test_a_version_applies_and_a_dropped_field_goes_back_to_its_launch_value(engine: Engine) -> None:
     applier = FleetApplier(EngineBackend(engine), "prod")
     one = applier.apply(DesiredConfig(1, {"schedule_policy": "lpm", "stream_interval": 3}))
-    assert (one.state, one.version, one.applied_version, one.changed) == ("ack", 1, 1, ("schedule_policy", "stream_interval"))
+    assert (one.state, one.version, one.applied_version, one.changed) == (
+        "ack",
+        1,
+        1,
+        ("schedule_policy", "stream_interval"),
+    )
     assert (get_schedule().schedule_policy, get_serving().stream_interval) == ("lpm", 3)
     assert get_context().overrides_log()[-1].source == "fleet.prod@v1"
     two = applier.apply(DesiredConfig(2, {"stream_interval": 3}))
@@ -62,28 +67,47 @@ def test_a_refused_version_changes_nothing_and_keeps_the_last_good(engine: Engin
 
 def test_storage_rides_the_attach_path_and_a_failed_attach_undoes_the_overrides(engine: Engine, tmp_path: Path) -> None:
     applier = FleetApplier(EngineBackend(engine), "kv")
-    out = applier.apply(DesiredConfig(1, {"hicache_storage_backend": "file", "stream_interval": 2,
-                                          "hicache_storage_backend_extra_config": {"dir": str(tmp_path)}}))
+    out = applier.apply(
+        DesiredConfig(
+            1,
+            {
+                "hicache_storage_backend": "file",
+                "stream_interval": 2,
+                "hicache_storage_backend_extra_config": {"dir": str(tmp_path)},
+            },
+        )
+    )
     assert out.state == "ack", out.reason
     assert get_memory().hicache_storage_backend == "file"
     assert engine.storage_status()["storage_dir"] == str(tmp_path.resolve())
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
-    bad = applier.apply(DesiredConfig(2, {"hicache_storage_backend": "file", "stream_interval": 5,
-                                          "hicache_storage_backend_extra_config": {"dir": str(blocked)}}))
+    bad = applier.apply(
+        DesiredConfig(
+            2,
+            {
+                "hicache_storage_backend": "file",
+                "stream_interval": 5,
+                "hicache_storage_backend_extra_config": {"dir": str(blocked)},
+            },
+        )
+    )
     assert (bad.state, bad.applied_version) == ("nack", 1)
     assert (get_serving().stream_interval, engine.storage_status()["storage_dir"]) == (2, str(tmp_path.resolve()))
     assert applier.apply(DesiredConfig(3, {})).state == "ack"  # dropped: detached, back to launch values
     assert (get_memory().hicache_storage_backend, get_serving().stream_interval) == (None, 1)
 
 
-def test_a_secret_reference_is_read_on_the_server_and_its_absence_is_a_nack(engine: Engine, tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_secret_reference_is_read_on_the_server_and_its_absence_is_a_nack(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     applier = FleetApplier(EngineBackend(engine), "ref")
     monkeypatch.delenv("FLEET_TEST_LEVEL", raising=False)
     out = applier.apply(DesiredConfig(1, {"log_level": {"secret_ref": "env:FLEET_TEST_LEVEL"}}))
     assert out.state == "nack"
-    assert "'log_level' refers to environment variable FLEET_TEST_LEVEL, which is unset or empty on this server" in str(out.reason)
+    assert "'log_level' refers to environment variable FLEET_TEST_LEVEL, which is unset or empty on this server" in str(
+        out.reason
+    )
     monkeypatch.setenv("FLEET_TEST_LEVEL", "debug")
     assert applier.apply(DesiredConfig(2, {"log_level": {"secret_ref": "env:FLEET_TEST_LEVEL"}})).state == "ack"
     assert get_context().value("log_level") == "debug"
