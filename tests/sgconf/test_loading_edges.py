@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sgconf import ServerArgs, load
+import pytest
+
+from sgconf import REQUIRED, ConfigError, DeclarationError, Schema, ServerArgs, load, setting
 from sgconf.loading import explain
 from sgconf.provenance import Origin
 
@@ -30,3 +32,33 @@ def test_explain_prefers_the_provenance_it_is_given() -> None:
     assert [o.layer for o in chain] == ["default", "env", "cli"]
     other = load(env={})
     assert explain(loaded.record, "page_size", provenance=other.provenance) == (Origin("default", "defaults", None),)
+
+
+def test_a_required_setting_nothing_set_is_a_problem_naming_its_flag_and_variable() -> None:
+    schema = Schema("req", env_prefix="REQ_")
+    schema.namespace("n")(type("N", (), {"__annotations__": {"f": int}, "f": setting(REQUIRED, help="x")}))
+    with pytest.raises(ConfigError) as exc:
+        schema.load([], env={})
+    assert exc.value.lines() == [
+        "$.n.f: 'f' is required and nothing set it -- pass --f, set REQ_F, or put it in a config file"
+    ]
+    assert schema.load([], env={"REQ_F": "3"}).record.f == 3
+
+
+def test_the_first_load_freezes_the_schema_it_builds_flags_for() -> None:
+    schema = Schema("unfrozen", env_prefix="UNFROZEN_")
+    schema.namespace("n")(type("N", (), {"__annotations__": {"f": int}, "f": setting(1, help="x")}))
+    assert schema.load(["--f", "2"], env={}).record.f == 2 and schema.frozen
+    with pytest.raises(DeclarationError, match="it is frozen"):
+        schema.namespace("m")(type("M", (), {"__annotations__": {"g": int}, "g": setting(1, help="x")}))
+
+
+def test_provenance_names_the_alias_a_flag_was_typed_as() -> None:
+    loaded = load(["--max-num-seqs", "8"], env={})
+    chain = explain(loaded.record, "max_running_requests", provenance=loaded.provenance)
+    assert [o.describe() for o in chain] == ["from defaults", "from --max-num-seqs"]
+
+
+def test_explain_refuses_what_is_not_a_record() -> None:
+    with pytest.raises(TypeError, match=r"^explain\(\) takes a record of an sgconf schema, got dict$"):
+        explain({}, "page_size")
