@@ -103,3 +103,16 @@ def test_a_schema_naming_no_log_limit_keeps_the_last_256_overrides() -> None:
     log = ctx.overrides_log()
     assert len(log) == 256
     assert log[-1].changes[0].new == 300 and log[0].changes[0].new == 45
+    chain = ctx.explain("f")  # the same window, and one stand-in for what it dropped
+    assert [o.layer for o in chain] == ["default"] + ["override"] * 257
+    assert chain[1].value == 44 and "newest of 44 dropped from the log window" in chain[1].detail
+    assert [o.value for o in chain[2:]] == list(range(45, 301))
+
+
+def test_a_committed_proposal_is_announced_to_subscribers_once() -> None:
+    ctx = publish(record(4), role="test")
+    events: list[object] = []
+    ctx.subscribe(events.append)
+    receipt = ctx.commit(ctx.validate_override("ops", schedule_conservativeness=0.5))
+    assert get_schedule().schedule_conservativeness == 0.5
+    assert [e.generation for e in events] == [receipt.generation] == [1]  # type: ignore[attr-defined]
