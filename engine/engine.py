@@ -34,7 +34,7 @@ import structlog
 from engine.chat_template import load_chat_template
 from engine.checkpoint import choose_weights, read_checkpoint
 from engine.engine_build import EngineBuilding
-from engine.engine_storage import EngineStorage, _under_own_context
+from engine.engine_storage import EngineStorage, under_own_context
 from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
@@ -178,7 +178,7 @@ class Engine(EngineBuilding, EngineStorage):
             if self.context.generation != generation:  # a change that bypassed the step boundary
                 self.scheduler.counters["steps_across_generations"] += 1
 
-    @_under_own_context
+    @under_own_context
     def step(self) -> bool:
         """Run one scheduler step on a paused engine; returns whether anything ran.
 
@@ -205,7 +205,7 @@ class Engine(EngineBuilding, EngineStorage):
 
     # -- public API ----------------------------------------------------------------------
 
-    @_under_own_context
+    @under_own_context
     def generate(
         self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any
     ) -> GenerateResult:
@@ -220,7 +220,7 @@ class Engine(EngineBuilding, EngineStorage):
         """
         return self.wait(self.submit(prompt_or_ids, **params), timeout=timeout)
 
-    @_under_own_context
+    @under_own_context
     def stream(self, prompt_or_ids: str | Sequence[int], *, timeout: float | None = None, **params: Any) -> TokenStream:
         """Like `generate`, but returns at once with an iterator of token chunks.
 
@@ -236,7 +236,7 @@ class Engine(EngineBuilding, EngineStorage):
         """The chunks of a request submitted with `stream=True`, its text cut at its stop strings."""
         return TokenStream(req, self.tokenizer, lambda: self.wait(req, timeout=timeout), timeout=timeout)
 
-    @_under_own_context
+    @under_own_context
     def submit(
         self,
         prompt_or_ids: str | Sequence[int],
@@ -266,7 +266,7 @@ class Engine(EngineBuilding, EngineStorage):
             add_special_tokens=add_special_tokens,
         )[0]
 
-    @_under_own_context
+    @under_own_context
     def submit_batch(
         self,
         items: Sequence[tuple[str | Sequence[int], SamplingParams]],
@@ -324,7 +324,7 @@ class Engine(EngineBuilding, EngineStorage):
         with self._wake:
             self.scheduler.expire_overdue()
 
-    @_under_own_context
+    @under_own_context
     def wait(self, req: Req, *, timeout: float | None = None) -> GenerateResult:
         """Wait for a submitted request and return its result; raises like `generate`.
 
@@ -359,7 +359,7 @@ class Engine(EngineBuilding, EngineStorage):
         """(queued, running) requests right now."""
         return self.scheduler.counts()
 
-    @_under_own_context
+    @under_own_context
     def stats(self) -> dict[str, Any]:
         """Engine-wide counters: pools, cache use, batches, speculative accept length, HiCache."""
         queued, running = self.busy_counts()
@@ -389,7 +389,7 @@ class Engine(EngineBuilding, EngineStorage):
             out["hicache"] = self.hicache.stats()
         return out
 
-    @_under_own_context
+    @under_own_context
     def abort_requests(self, reason: str) -> int:
         """Fail every queued and running request with EngineStopped(`reason`); the engine keeps running."""
         with self._wake:
@@ -397,7 +397,7 @@ class Engine(EngineBuilding, EngineStorage):
             self.scheduler.abort_all(reason)
         return queued + running
 
-    @_under_own_context
+    @under_own_context
     def usage(self) -> dict[str, float]:
         """Share of KV slots in use, and of looked-up prompt tokens the prefix cache served, for `/metrics`."""
         total = max(1, int(self.memory.allocator.size))
@@ -407,7 +407,7 @@ class Engine(EngineBuilding, EngineStorage):
             out["cache_hit_rate"] = s.hit_tokens / s.lookup_tokens if s.lookup_tokens else 0.0
         return out
 
-    @_under_own_context
+    @under_own_context
     def flush_cache(self) -> int:
         """Drop every cached prefix page and return how many tokens were freed; idle only.
 
@@ -437,7 +437,7 @@ class Engine(EngineBuilding, EngineStorage):
             self._paused = False
             self._wake.notify_all()
 
-    @_under_own_context
+    @under_own_context
     def override_config(self, source: str, **fields: Any) -> Any:
         """A post-publish override, applied between two steps as its fields declare; returns the receipt once live.
 
@@ -456,7 +456,7 @@ class Engine(EngineBuilding, EngineStorage):
             self.capacity.check(proposal.values, source)
             return self.context.commit(proposal, owner=self)
 
-    @_under_own_context
+    @under_own_context
     def revert(self, receipt: Any) -> Any:
         """Undo an override made through this engine, as it was made: what `receipt.revert()` calls.
 

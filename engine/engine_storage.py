@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from engine.hicache_bridge import HiCacheBridge
 
 
-def _under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
+def under_own_context(method: Callable[..., Any]) -> Callable[..., Any]:
     """Run an engine method under the engine's own context (see `Engine.__init__`)."""
 
     @functools.wraps(method)
@@ -36,7 +36,7 @@ class EngineStorage:
             self, *, drain: bool, what: str, timeout_s: float | None = None
         ) -> contextlib.AbstractContextManager[None]: ...
 
-    @_under_own_context
+    @under_own_context
     def attach_storage_backend(
         self,
         backend: str,
@@ -67,7 +67,7 @@ class EngineStorage:
         with self._boundary_hold(drain=True, what="attach a storage backend"):
             return hicache.attach(values, owner=self)
 
-    @_under_own_context
+    @under_own_context
     def detach_storage_backend(self) -> Any:
         """Detach the storage backend (idempotent; pending writes are flushed first): source `hicache.detach`.
 
@@ -79,7 +79,7 @@ class EngineStorage:
         with self._boundary_hold(drain=True, what="detach the storage backend"):
             return hicache.detach(owner=self)
 
-    @_under_own_context
+    @under_own_context
     def storage_status(self) -> dict[str, Any]:
         from runtime.serving import get_memory
 
@@ -99,7 +99,7 @@ class EngineStorage:
             out["stats"] = self.hicache.stats()
         return out
 
-    @_under_own_context
+    @under_own_context
     def storage_health(self) -> dict[str, Any] | None:
         """The attached storage tier's description (resolved location, authentication, degraded), or None."""
         return None if self.hicache is None else self.hicache.controller.storage_health()

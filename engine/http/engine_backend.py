@@ -74,6 +74,8 @@ class EngineBackend:
 
     async def _finished(self, reqs: list[Any]) -> None:
         """Wait until every request of one unit is finished: one wake-up of the loop for the unit, not one a request."""
+        if not reqs:
+            return
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         finished: set[int] = set()
@@ -91,8 +93,6 @@ class EngineBackend:
                 with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
                     loop.call_soon_threadsafe(settle)
 
-        if not reqs:
-            return
         for req in reqs:
             req.add_done_callback(functools.partial(wake, req.rid))
         deadlines = [r.deadline for r in reqs]
