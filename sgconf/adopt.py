@@ -140,6 +140,7 @@ def adopt(
     exclude: Iterable[str] = (),
     hot: Iterable[str] = (),
     secret: Iterable[str] = (),
+    nonfinite: Iterable[str] = (),
     name: str | None = None,
     env_prefix: str | None = None,
     record_name: str | None = None,
@@ -148,8 +149,8 @@ def adopt(
 
     `cls` is a dataclass, an attrs class, a msgspec Struct or a pydantic model. The
     schema holds the fields `include` names (all by default) minus `exclude`; those not
-    listed in `namespaces` go to the namespace `others` (an error when None). `hot` and
-    `secret` mark fields as such. Publishing an instance of `cls` converts it to the
+    listed in `namespaces` go to the namespace `others` (an error when None). `hot`,
+    `secret` and `nonfinite` (float fields that accept inf and nan) mark fields as such. Publishing an instance of `cls` converts it to the
     schema's record, each value checked by the schema's converter. Raises
     DeclarationError, naming `cls` and the field, for a class of another kind, an
     unknown, private or twice-listed name, or a field left in no namespace.
@@ -193,7 +194,7 @@ def adopt(
         raise DeclarationError(msg)
     for field_name in rest:
         where[field_name] = others  # type: ignore[assignment]
-    marks = {"hot": known(hot, "hot="), "secret": known(secret, "secret=")}
+    marks = {"hot": known(hot, "hot="), "secret": known(secret, "secret="), "nonfinite": known(nonfinite, "nonfinite=")}
     for kind_, names_ in marks.items():
         dropped = sorted(names_ - kept)
         if dropped:
@@ -215,11 +216,9 @@ def adopt(
             for field_name in names:
                 f = declared[field_name]
                 body["__annotations__"][field_name] = f.type
-                is_hot, is_secret = field_name in marks["hot"], field_name in marks["secret"]
-                if f.factory is not None:
-                    body[field_name] = setting(factory=f.factory, help=f.help, hot=is_hot, secret=is_secret)
-                else:
-                    body[field_name] = setting(f.default, help=f.help, hot=is_hot, secret=is_secret)
+                is_hot, is_secret, accepts_inf = (field_name in marks[m] for m in ("hot", "secret", "nonfinite"))
+                default = {"factory": f.factory} if f.factory is not None else {"default": f.default}
+                body[field_name] = setting(**default, help=f.help, hot=is_hot, secret=is_secret, nonfinite=accepts_inf)
             # errors about a field name the user's class and the namespace, not a generated class
             schema.namespace(path)(type(f"{owner}[{path}]", (), body))
         schema._adopted = cls

@@ -15,9 +15,10 @@ from typing import Any
 import cattrs
 from cattrs.errors import StructureHandlerNotFoundError
 
-from sgconf.convert import scalar_union
+from sgconf.convert import _strip_optional, scalar_union
 from sgconf.errors import DeclarationError
 from sgconf.fieldinfo import FieldInfo, literal_choices
+from sgconf.subrecords import is_frozen_record_type, is_record_type, sub_fields
 
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
@@ -25,11 +26,16 @@ _CONTAINERS = (list, tuple, set, frozenset, dict)
 def check_carried(info: FieldInfo, conv: cattrs.Converter) -> None:
     """Raise DeclarationError when field `info`'s type cannot be converted on every path by `conv`."""
     why = _unsupported(info.type, conv)
+    if why is None and info.setting.nonfinite and _strip_optional(info.type) is not float:
+        raise DeclarationError(
+            f"field '{info.name}' declares nonfinite=True but has type {_name(info.type)} -- nonfinite applies to "
+            "a float (or optional float) setting only"
+        )
     if why is not None:
         msg = (
             f"field '{info.name}' has type {_name(info.type)}, which sgconf cannot carry: {why} -- use a scalar, "
-            "Literal, Enum, Path, a tuple/list/set of those, dict[str, ...], or register a structure hook for the type "
-            "on schema.converter before the schema is frozen"
+            "Literal, Enum, Path, timedelta, a frozen dataclass or attrs class, a tuple/list/set of those, "
+            "dict[str, ...], or register a structure hook for the type on schema.converter before the schema is frozen"
         )
         raise DeclarationError(msg)
 
@@ -55,6 +61,21 @@ def _unsupported(tp: Any, conv: cattrs.Converter) -> str | None:
                 return found
         return None
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return None
+    if is_record_type(tp):
+        if not is_frozen_record_type(tp):
+            return (
+                f"{_name(tp)} is a mutable class, and its instance would be shared by every reader of the bag "
+                "(declare it with @dataclass(frozen=True) or @attrs.frozen)"
+            )
+        try:
+            subs = sub_fields(tp)
+        except (NameError, TypeError) as exc:
+            return f"the annotations of {_name(tp)} do not resolve ({exc})"
+        for sub in subs:
+            found = _unsupported(sub.type, conv)
+            if found is not None:
+                return f"its field {sub.name!r}: {found}"
         return None
     try:
         conv.get_structure_hook(tp)

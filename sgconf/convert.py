@@ -6,8 +6,11 @@ bool, so a typo fails loudly instead of turning into a surprising default.
 
 from __future__ import annotations
 
+import datetime
+import enum
 import json
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -15,9 +18,11 @@ from typing import Any
 
 import cattrs
 
+from sgconf.durations import FORMAT, from_seconds, parse_duration
 from sgconf.errors import ConversionError
 from sgconf.fieldinfo import FieldInfo, literal_choices
 from sgconf.frozen import deep_freeze
+from sgconf.subrecords import is_record_type, sub_fields
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -25,41 +30,49 @@ _NONE = {"none", "null"}
 
 
 def _to_int(value: Any, _: type) -> int:
-    if isinstance(value, bool):
-        raise ConversionError("expected an integer, not a boolean")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        raise ConversionError("expected an integer")
     if isinstance(value, str):
-        text = value.strip().replace("_", "")
         try:
-            return int(text, 10)
+            return int(value.strip().replace("_", ""), 10)
         except ValueError:
-            raise ConversionError("expected an integer") from None
-    raise ConversionError("expected an integer")
+            pass
+    elif isinstance(value, float) and value.is_integer():
+        return int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConversionError("expected an integer, not a boolean" if isinstance(value, bool) else "expected an integer")
+
+
+def _any_float(value: Any) -> float:
+    """`value` as a float, infinities and NaN included: the one number parser both float hooks share."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConversionError("expected a number, not a boolean" if isinstance(value, bool) else "expected a number")
+    try:
+        return float(value.strip() if isinstance(value, str) else value)
+    except ValueError:
+        raise ConversionError("expected a number") from None
+    except OverflowError:  # an integer beyond the float range
+        raise ConversionError("expected a finite number (too large for a float)") from None
 
 
 def _to_float(value: Any, _: type) -> float:
-    if isinstance(value, bool):
-        raise ConversionError("expected a number, not a boolean")
-    if isinstance(value, (int, float)):
-        try:
-            out = float(value)
-        except OverflowError:  # an integer beyond the float range
-            raise ConversionError("expected a finite number (too large for a float)") from None
-    elif isinstance(value, str):
-        try:
-            out = float(value.strip())
-        except ValueError:
-            raise ConversionError("expected a number") from None
-    else:
-        raise ConversionError("expected a number")
+    out = _any_float(value)
     if not math.isfinite(out):
         raise ConversionError("expected a finite number")
     return out
+
+
+def _to_duration(value: Any, _: type) -> datetime.timedelta:
+    if isinstance(value, datetime.timedelta):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise ConversionError(str(exc)) from None
+    try:
+        return from_seconds(_any_float(value))
+    except ValueError as exc:
+        raise ConversionError(f"{exc} -- or give {FORMAT}") from None
 
 
 def _to_bool(value: Any, _: type) -> bool:
@@ -189,6 +202,48 @@ def _dict_hook(tp: Any, conv: cattrs.Converter) -> Any:
     return hook
 
 
+def _record_hook(tp: type, conv: cattrs.Converter) -> Any:
+    """The hook for a record-typed setting: an object (or its JSON text) whose keys are the class's fields.
+
+    Each key is converted by `conv` to its field's declared type, strictly; an unknown key
+    or a missing required one is a problem naming it, never a raw library error.
+    """
+    fields = {f.name: f for f in sub_fields(tp)}
+
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, tp):
+            return value
+        given = _to_dict(value, tp)
+        unknown = sorted(set(given) - set(fields))
+        if unknown:
+            raise ConversionError(f"unknown key {unknown[0]!r} -- {tp.__name__} takes {', '.join(fields)}")
+        missing = [name for name, f in fields.items() if f.required and name not in given]
+        if missing:
+            raise ConversionError(f"missing key {missing[0]!r} -- {tp.__name__} needs {', '.join(missing)}")
+        kwargs = {name: _item(conv, item, fields[name].type, name) for name, item in given.items()}
+        try:
+            return deep_freeze(tp(**kwargs))  # defaults built by the class are frozen too
+        except (ValueError, TypeError) as exc:
+            raise ConversionError(f"expected {describe_type(tp)} ({exc})") from None
+
+    return hook
+
+
+def _to_enum(value: Any, tp: type[enum.Enum]) -> enum.Enum:
+    """An enum member from itself, its value, or (from text) its value's or its name's spelling in any case."""
+    if isinstance(value, tp):
+        return value
+    for member in tp:
+        if type(value) is type(member.value) and value == member.value:
+            return member
+    if isinstance(value, str):
+        text = value.strip().lower()
+        for member in tp:
+            if text in (str(member.value).lower(), member.name.lower()):
+                return member
+    raise ConversionError(f"expected {_describe_class(tp)}")
+
+
 _UNION_SCALARS = (int, float, bool, str)
 _SEQUENCES: tuple[Any, ...] = (list, tuple, set, frozenset)
 
@@ -225,12 +280,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _to_float)
     conv.register_structure_hook(bool, _to_bool)
     conv.register_structure_hook(str, _to_str)
+    conv.register_structure_hook(datetime.timedelta, _to_duration)
     # two-argument factories: cattrs hands them the converter that structures, so a copy's hooks apply to items
     factories: list[tuple[Callable[[Any], bool], Any]] = [
         (lambda t: t is dict or typing.get_origin(t) is dict, _dict_hook),
         (lambda t: (typing.get_origin(t) or t) in _SEQUENCES, _sequence_hook),
         (lambda t: scalar_union(t) is not None, _union_hook),
     ]
+    conv.register_structure_hook_func(lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _to_enum)
+    conv.register_structure_hook_factory(is_record_type, _record_hook)
     for predicate, factory in factories:
         conv.register_structure_hook_factory(predicate, factory)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
@@ -260,6 +318,8 @@ def _structure(value: Any, info: FieldInfo, conv: cattrs.Converter) -> Any:
     if optional and isinstance(value, str) and value.strip().lower() in _NONE:
         return None
     inner = _strip_optional(tp)
+    if inner is float and info.setting.nonfinite:
+        return _any_float(value)
     choices = literal_choices(inner)
     if choices is not None:
         return _to_choice(value, choices)
@@ -311,5 +371,16 @@ def describe_type(tp: Any) -> str:
             tuple: "a list",
             set: "a set",
             frozenset: "a set",
-        }.get(origin, str(inner))
+            datetime.timedelta: "a duration",
+        }.get(origin) or _describe_class(inner)
     return f"{text} or null" if optional else text
+
+
+def _describe_class(tp: Any) -> str:
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in tp)
+    if isinstance(tp, type) and issubclass(tp, os.PathLike):
+        return "a path"
+    if is_record_type(tp):
+        return f"an object of {', '.join(f.name for f in sub_fields(tp))}"
+    return str(tp)

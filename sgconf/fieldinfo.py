@@ -8,6 +8,7 @@ is no process-wide default schema to ask.
 
 from __future__ import annotations
 
+import enum
 import typing
 from typing import Any
 
@@ -54,10 +55,15 @@ class FieldInfo:
 
     @property
     def choices(self) -> tuple[Any, ...] | None:
-        """The values the field accepts: its Literal's, or the names its plug-in registry holds now."""
+        """The values the field accepts: its Literal's, its Enum's member values, or the names its plug-in registry holds now."""
         if self.setting.plugin is not None:
             return tuple(self.setting.plugin.names())
-        return literal_choices(self.type)
+        found = literal_choices(self.type)
+        if found is not None:
+            return found
+        union = typing.get_origin(self.type) in (typing.Union, _UnionType)
+        members = [a for a in (typing.get_args(self.type) if union else (self.type,)) if _is_enum(a)]
+        return tuple(m.value for m in members[0]) if members else None
 
     @property
     def accessor(self) -> str:
@@ -78,6 +84,10 @@ def literal_choices(tp: Any) -> tuple[Any, ...] | None:
             if found is not None:
                 return found
     return None
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
 try:

@@ -46,6 +46,8 @@ class FieldSpec:
     apply: ApplyMode = "restart"
     # the registry the value names an entry of (`sgconf.plugins.Registry`), or None
     plugin: Any = None
+    # a float setting that accepts inf, -inf and nan (others refuse them at every layer)
+    nonfinite: bool = False
 
     def source_allowed(self, source: str) -> bool:
         """Whether `source` may override this field after publish (hot fields allow any)."""
@@ -86,13 +88,15 @@ def setting(
     factory: Callable[[], Any] | None = None,
     apply: ApplyMode | None = None,
     plugin: Any = None,
+    nonfinite: bool = False,
 ) -> Any:
     """Declare a config leaf; see the module docstring for what each option means.
 
     Secrets never count towards the fingerprint unless asked, so a hash of the config
     can be logged without leaking them. `plugin` names the `sgconf.plugins.Registry` whose
     entries the value must name: checked when converted, listed in `--help` and the
-    JSON Schema. A boolean field may also take `inverse_aliases`: flags that mean its
+    JSON Schema. A float field refuses inf and nan unless it declares `nonfinite=True` (a
+    limit that may be unbounded). A boolean field may also take `inverse_aliases`: flags that mean its
     opposite, the way another runtime names the same switch (`--enable-prefix-caching`
     for `--no-disable-radix-cache`); each comes with its `--no-` form.
     """
@@ -117,6 +121,7 @@ def setting(
         checks=(*checks, plugin.check) if plugin is not None else tuple(checks),
         apply=mode,
         plugin=plugin,
+        nonfinite=nonfinite,
     )
     validator = _AttrsAdapter(decl.checks) if decl.checks else None
     if factory is not None:
@@ -173,15 +178,14 @@ class _Interval:
     def __call__(self, value: Any) -> None:
         if value is None:
             return
-        if isinstance(value, float) and not math.isfinite(value):
+        both = self.low is not None and self.high is not None
+        if isinstance(value, float) and math.isnan(value):
             # NaN compares false with every bound, so it would slip through the test below
-            both = self.low is not None and self.high is not None
-            raise FieldValueError(f"must be a finite number {'in ' if both else ''}{self.describe()}")
+            raise FieldValueError(f"must be a number {'in ' if both else ''}{self.describe()}, not nan")
         bad = (self.low is not None and (value <= self.low if self.low_open else value < self.low)) or (
             self.high is not None and (value >= self.high if self.high_open else value > self.high)
         )
         if bad:
-            both = self.low is not None and self.high is not None
             raise FieldValueError(f"must be {'in ' if both else ''}{self.describe()}")
 
     def describe(self) -> str:

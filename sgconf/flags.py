@@ -15,15 +15,20 @@ once, as the field's help text or the command states it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sgconf.convert import _strip_optional
+from sgconf.durations import FORMAT
 from sgconf.errors import Problem, UsageError
 from sgconf.fieldinfo import FieldInfo
+from sgconf.frozen import thaw
+from sgconf.subrecords import is_record_type
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -270,6 +275,8 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
     if info.setting.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
         marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
+    if _strip_optional(info.type) is datetime.timedelta:
+        tail += f"; DURATION is {FORMAT}"
     if shown_default is not None:
         text = f"{info.setting.help} (default: {shown_default})"
     elif info.default is None and "default" in info.setting.help:
@@ -280,12 +287,12 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
 
 
 def _shown_default(info: FieldInfo) -> str:
-    default = info.default
+    default = thaw(info.default)  # an enum shows its value, a duration its `1h30m` spelling
     if default is None:
         return "none"
     if isinstance(default, bool):
         return "true" if default else "false"
-    if isinstance(default, (dict, list, tuple)):
+    if isinstance(default, (dict, list)):
         return json.dumps(default)
     return str(default)
 
@@ -296,7 +303,24 @@ def _metavar(info: FieldInfo) -> str:
         return "{" + ",".join(str(c) for c in choices) + "}"
     inner = _strip_optional(info.type)
     origin = getattr(inner, "__origin__", inner)
-    return {int: "INT", float: "FLOAT", str: "STR", dict: "JSON", list: "LIST"}.get(origin, "VALUE")
+    if isinstance(origin, type) and issubclass(origin, os.PathLike):
+        return "PATH"
+    if is_record_type(origin):
+        return "JSON"  # an object of the class's fields
+    return _METAVARS.get(origin, "VALUE")
+
+
+_METAVARS = {
+    int: "INT",
+    float: "FLOAT",
+    str: "STR",
+    dict: "JSON",
+    list: "LIST",
+    tuple: "LIST",
+    set: "LIST",
+    frozenset: "LIST",
+    datetime.timedelta: "DURATION",
+}
 
 
 def given_fields(ns: argparse.Namespace, schema: Declarations) -> dict[str, Any]:

@@ -13,10 +13,15 @@ layer and other ranks see the same JSON as before; only mutation is refused.
 
 from __future__ import annotations
 
+import datetime
 import enum
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
+
+from sgconf.durations import format_duration
+from sgconf.subrecords import is_record_type, rebuilt, values_of
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
@@ -102,25 +107,37 @@ def deep_freeze(value: Any) -> Any:
         return tuple(deep_freeze(v) for v in value)
     if isinstance(value, (set, frozenset)):
         return frozenset(deep_freeze(v) for v in value)
+    if is_record_type(kind):
+        fields = values_of(value)
+        changed = {k: f for k, v in fields.items() if (f := deep_freeze(v)) is not v}
+        return rebuilt(value, changed) if changed else value
     return value
 
 
 def thaw(value: Any) -> Any:
     """A plain, mutable copy: FrozenDicts become dicts and tuples lists, recursively (for dumps and JSON).
 
-    An enum member becomes its value and a path its text: what a config file or a flag
-    spells them as, so a dump loads back equal.
+    An enum member becomes its value, a record-typed value an object of its fields, a path
+    its text, a duration its `1h30m` spelling and an infinity or NaN its `inf`/`nan` text
+    (JSON has no such number): what a config file or a flag spells them as, so a dump
+    loads back equal.
     """
     if isinstance(value, enum.Enum):
         return thaw(value.value)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    if isinstance(value, datetime.timedelta):
+        return format_duration(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, Mapping):
         return {str(k): thaw(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [thaw(v) for v in value]
     if isinstance(value, frozenset):
         return [thaw(v) for v in sorted(value, key=repr)]
+    if is_record_type(type(value)):
+        return {k: thaw(v) for k, v in values_of(value).items()}
     return value
 
 
@@ -145,7 +162,5 @@ def may_hold_container(tp: Any) -> bool:
         return any(may_hold_container(arg) for arg in typing.get_args(tp))
     base = origin or tp
     if isinstance(base, type):
-        import attrs
-
-        return not issubclass(base, _SCALARS) and not attrs.has(base)
+        return not issubclass(base, _SCALARS)  # a record class too: its fields may hold containers
     return True

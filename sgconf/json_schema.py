@@ -6,13 +6,17 @@ The same shape validates a nested config file (flat files are not described) and
 
 from __future__ import annotations
 
+import datetime
+import os
 import typing
 from typing import TYPE_CHECKING, Any
 
-from sgconf.convert import _strip_optional
+from sgconf.convert import _strip_optional, scalar_union
 from sgconf.dump import plain
+from sgconf.durations import FORMAT
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import REQUIRED, _Interval
+from sgconf.subrecords import is_record_type
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -27,7 +31,31 @@ _JSON_TYPES = {
     dict: "object",
     list: "array",
     tuple: "array",
+    set: "array",
+    frozenset: "array",
 }
+
+
+def _json_type_of_class(inner: Any) -> tuple[str, ...] | None:
+    if inner is datetime.timedelta:
+        return ("string", "number")
+    if isinstance(inner, type) and issubclass(inner, os.PathLike):
+        return ("string",)
+    return ("object",) if is_record_type(inner) else None
+
+
+def _json_type(inner: Any, info: FieldInfo) -> tuple[str, ...] | None:
+    """The JSON types a field's value is written as: a float that accepts inf and nan is also their text."""
+    if inner is float and info.setting.nonfinite:
+        return ("number", "string")
+    found = _json_type_of_class(inner)
+    if found is not None:
+        return found
+    members = scalar_union(inner)
+    if members is not None:
+        return tuple(dict.fromkeys(_JSON_TYPES[m] for m in members))
+    name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
+    return None if name is None else (name,)
 
 
 def field_schema(info: FieldInfo) -> dict[str, Any]:
@@ -39,11 +67,15 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
         out["enum"] = [*choices, None] if optional else list(choices)
     if info.setting.plugin is not None:
         out["x-plugin"] = info.setting.plugin.kind  # the enum lists what is registered when this was written
+    inner = _strip_optional(info.type)
     if choices is None or info.setting.plugin is not None:
-        inner = _strip_optional(info.type)
-        name = _JSON_TYPES.get(typing.get_origin(inner) or inner)
+        name = _json_type(inner, info)
         if name is not None:
-            out["type"] = [name, "null"] if optional else name
+            out["type"] = [*name, "null"] if optional else (name[0] if len(name) == 1 else list(name))
+    if inner is datetime.timedelta:
+        out["x-format"] = FORMAT
+    elif isinstance(inner, type) and issubclass(inner, os.PathLike):
+        out["x-format"] = "a file system path"
     for check in info.setting.checks:
         if isinstance(check, _Interval):
             if check.low is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from sgconf import load
 from sgconf.errors import ConfigError
-from sgconf.fields import FieldValueError, _Interval, interval
+from sgconf.fields import FieldValueError, _Interval, at_least, interval
 from sgconf.serving import fields
 
 # sources an HTTP client can reach after publish (the overrides route and the storage endpoints)
@@ -53,11 +53,24 @@ def test_a_huge_stream_interval_is_refused_with_its_range() -> None:
     assert line.endswith("(from --stream-interval)")
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_an_interval_refuses_non_finite_floats(value: float) -> None:
-    """NaN compares false with every bound; the interval check refuses it (and infinities) by name."""
-    with pytest.raises(FieldValueError, match=r"must be a finite number in \[0, 100\]"):
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (math.nan, r"must be a number in \[0, 100\], not nan"),
+        (math.inf, r"must be in \[0, 100\]"),
+        (-math.inf, r"must be in"),
+    ],
+)
+def test_an_interval_refuses_nan_and_infinities_beyond_its_bounds(value: float, words: str) -> None:
+    """NaN compares false with every bound; the interval check refuses it by name, and infinities by range."""
+    with pytest.raises(FieldValueError, match=words):
         interval(0, 100)(value)
+
+
+def test_a_one_sided_interval_admits_infinity_for_a_nonfinite_setting() -> None:
+    at_least(0)(math.inf)
+    with pytest.raises(FieldValueError, match="not nan"):
+        at_least(0)(math.nan)
 
 
 @pytest.mark.parametrize("flag", ["--admin-api-key", "--api-key"])

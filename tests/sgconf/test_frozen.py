@@ -122,7 +122,7 @@ def test_freezing_a_tuple_keeps_it_when_already_frozen_and_copies_it_otherwise()
         (collections.abc.Mapping[str, int], True),
         (typing.Annotated[int, "x"], True),  # its metadata is looked at too: freezing is the safe side
         (object, True),
-        (_Attrs, False),
+        (_Attrs, True),  # a record-typed value: its fields may hold lists, so it is rebuilt frozen
     ],
 )
 def test_which_field_types_need_freezing(tp: Any, holds: bool) -> None:
