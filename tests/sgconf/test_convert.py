@@ -95,3 +95,26 @@ def test_a_huge_integer_for_a_float_field_is_a_collected_config_error() -> None:
         build_record({"schedule_conservativeness": 10**400, "page_size": 3}, {"schedule_conservativeness": "from --x"})
     assert [p.path for p in info.value.problems] == ["$.schedule.schedule_conservativeness", "$.schedule.page_size"]
     assert "expected a finite number (too large for a float)" in str(info.value)
+
+
+def test_describe_type_names_enums_paths_and_record_classes() -> None:
+    import dataclasses
+    import enum
+    import pathlib
+
+    from sgconf.convert import describe_type
+
+    class Shade(enum.Enum):
+        DARK = "dark"
+        LIGHT = 2
+
+    @dataclasses.dataclass(frozen=True)
+    class Window:
+        size: int = 1
+        name: str = "w"
+
+    assert describe_type(Shade) == "one of 'dark', 2"
+    assert describe_type(pathlib.Path) == "a path"
+    assert describe_type(Window) == "an object of size, name"
+    assert describe_type(complex) == "<class 'complex'>"
+    assert describe_type(Shade | None) == "one of 'dark', 2 or null"
