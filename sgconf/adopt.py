@@ -150,8 +150,9 @@ def adopt(
     `cls` is a dataclass, an attrs class, a msgspec Struct or a pydantic model. The
     schema holds the fields `include` names (all by default) minus `exclude`; those not
     listed in `namespaces` go to the namespace `others` (an error when None). `hot`,
-    `secret` and `nonfinite` (float fields that accept inf and nan) mark fields as such. Publishing an instance of `cls` converts it to the
-    schema's record, each value checked by the schema's converter. Raises
+    `secret` and `nonfinite` (float fields that accept inf and nan) mark fields as such.
+    Publishing an instance of `cls` converts it to the schema's record, each value
+    checked by the schema's converter. Raises
     DeclarationError, naming `cls` and the field, for a class of another kind, an
     unknown, private or twice-listed name, or a field left in no namespace.
     """
