@@ -6,6 +6,7 @@ bool, so a typo fails loudly instead of turning into a surprising default.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import enum
 import json
@@ -165,7 +166,7 @@ def _sequence_hook(tp: Any, conv: cattrs.Converter) -> Any:
         if fixed:
             if len(items) != len(args):
                 raise ConversionError(f"expected {len(args)} items, got {len(items)}")
-            return tuple(_item(conv, v, t, i) for i, (v, t) in enumerate(zip(items, args, strict=True)))
+            return tuple(_item(conv, items[i], t, i) for i, t in enumerate(args))
         out = [_item(conv, v, item, i) for i, v in enumerate(items)]
         return frozenset(out) if origin in (set, frozenset) else out
 
@@ -265,10 +266,8 @@ def _union_hook(tp: Any, conv: cattrs.Converter) -> Any:
             if type(value) is member:
                 return value
         for member in members:
-            try:
+            with contextlib.suppress(ConversionError):
                 return conv.structure(value, member)
-            except ConversionError:
-                continue
         raise ConversionError(f"expected {' or '.join(describe_type(m) for m in members)}")
 
     return hook
@@ -291,8 +290,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(is_record_type, _record_hook)
     for predicate, factory in factories:
         conv.register_structure_hook_factory(predicate, factory)
-    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
-    return conv
+    return conv  # `Any` needs no hook: cattrs hands such a value back as it is
 
 
 converter = _make_converter()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 from typing import Any, Literal
 
 import pytest
 
-from sgconf.convert import ConversionError, structure
+from sgconf.convert import ConversionError, converter, describe_type, scalar_union, structure
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import FieldSpec
 from sgconf.frozen import FrozenDict
@@ -15,6 +18,21 @@ from sgconf.serving import field_info
 
 def info_of(tp: Any) -> FieldInfo:
     return FieldInfo("x", "test", object, tp, None, FieldSpec(help="x"))
+
+
+class Shade(enum.Enum):
+    DARK = "dark"
+    LIGHT = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    size: int
+    name: str = "w"
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            raise ValueError("size must be >= 0")
 
 
 GOOD = [
@@ -26,6 +44,8 @@ GOOD = [
     (bool, "Yes", True),
     (bool, "off", False),
     (bool, 1, True),
+    (bool, 0, False),
+    (bool, True, True),
     (str, "abc", "abc"),
     (Literal["fcfs", "lpm"], "LPM", "lpm"),
     (int | None, "none", None),
@@ -39,6 +59,17 @@ GOOD = [
     (list[str], ["a", "b"], ("a", "b")),
     (dict[str, Any], '{"dir": "/d", "n": [1, {"k": null}]}', FrozenDict({"dir": "/d", "n": (1, {"k": None})})),
     (dict[str, Any] | None, {"a": 1.5}, FrozenDict({"a": 1.5})),
+    (list[Any], ["a", [1]], ("a", (1,))),
+    (tuple[int], "5", (5,)),
+    (tuple[int, str], [1, "a"], (1, "a")),
+    (datetime.timedelta, 90, datetime.timedelta(seconds=90)),
+    (datetime.timedelta, "1m30s", datetime.timedelta(seconds=90)),
+    (Shade, "LIGHT", Shade.LIGHT),
+    (Shade, 2, Shade.LIGHT),
+    (Window, {"size": "3"}, Window(3)),
+    (int | str, "7", "7"),  # an exact type match wins, as in pydantic's smart mode
+    (int | float, "7", 7),
+    (int | float, "7.5", 7.5),
 ]
 
 
@@ -69,6 +100,21 @@ BAD = [
     (dict[str, Any], {1: "a"}, "expected a JSON object (key 1 is not a string)"),
     (dict[str, Any], {"a": {"b": {2: 0}}}, "expected a JSON object (key 2 in 'a.b' is not a string)"),
     (dict[str, Any], {"a": [1, {1, 2}]}, "expected a JSON object ('a[1]' is a set)"),
+    (dict[str, Any], None, "expected a JSON object"),
+    (tuple[int, str], [1], "expected 2 items, got 1"),
+    (
+        datetime.timedelta,
+        float("inf"),
+        (
+            "expected a finite number of seconds -- or give a duration such as 30s, 1h30m, 250ms or PT1M30S"
+            " (a bare number is seconds)"
+        ),
+    ),
+    (Shade, "purple", "expected one of 'dark', 2"),
+    (Window, {"size": 1, "depth": 2}, "unknown key 'depth' -- Window takes size, name"),
+    (Window, {"name": "n"}, "missing key 'size' -- Window needs size"),
+    (Window, {"size": -1}, "expected an object of size, name (size must be >= 0)"),
+    (int | float, "x", "expected an integer or a number"),
 ]
 
 
@@ -98,23 +144,49 @@ def test_a_huge_integer_for_a_float_field_is_a_collected_config_error() -> None:
 
 
 def test_describe_type_names_enums_paths_and_record_classes() -> None:
-    import dataclasses
-    import enum
     import pathlib
-
-    from sgconf.convert import describe_type
-
-    class Shade(enum.Enum):
-        DARK = "dark"
-        LIGHT = 2
-
-    @dataclasses.dataclass(frozen=True)
-    class Window:
-        size: int = 1
-        name: str = "w"
 
     assert describe_type(Shade) == "one of 'dark', 2"
     assert describe_type(pathlib.Path) == "a path"
     assert describe_type(Window) == "an object of size, name"
     assert describe_type(complex) == "<class 'complex'>"
     assert describe_type(Shade | None) == "one of 'dark', 2 or null"
+
+
+class Opaque:
+    """A type an adopter brings, with a hook on their own converter that raises plain ValueErrors."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.text == self.text
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _opaque(value: Any, _: Any) -> Opaque:
+    if value == "bad":
+        raise ValueError("not an opaque spelling")
+    return Opaque(value)
+
+
+def test_a_hook_on_the_schemas_converter_is_used_and_its_value_errors_become_conversion_errors() -> None:
+    conv = converter.copy()
+    conv.register_structure_hook(Opaque, _opaque)
+    assert structure("ok", info_of(Opaque), conv) == Opaque("ok")
+    assert structure(["a", "b"], info_of(list[Opaque]), conv) == (Opaque("a"), Opaque("b"))
+    with pytest.raises(ConversionError) as top:
+        structure("bad", info_of(Opaque), conv)
+    assert str(top.value) == f"expected {Opaque} (not an opaque spelling)"
+    with pytest.raises(ConversionError) as item:
+        structure(["a", "bad"], info_of(list[Opaque]), conv)
+    assert str(item.value) == f"item 1: expected {Opaque} (not an opaque spelling)"
+
+
+def test_a_union_of_scalars_is_one_of_two_or_more_scalars() -> None:
+    assert scalar_union(int | str | None) == (int, str)
+    assert scalar_union(int | None) is None  # plain Optional: the member's own hook, not the union's
+    assert scalar_union(int | list[int]) is None
+    assert describe_type(Literal["a", "b"]) == "one of 'a', 'b'"
+    assert describe_type(Literal["a"] | None) == "one of 'a' or null"
