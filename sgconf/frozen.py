@@ -16,8 +16,10 @@ from __future__ import annotations
 import datetime
 import enum
 import math
+import operator
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
 from sgconf.durations import format_duration
@@ -100,7 +102,7 @@ def deep_freeze(value: Any) -> Any:
         return value
     if kind is tuple:
         frozen = tuple(deep_freeze(v) for v in value)
-        return value if all(a is b for a, b in zip(frozen, value, strict=True)) else frozen
+        return frozen if any(map(operator.is_not, frozen, value)) else value
     if isinstance(value, Mapping):
         return FrozenDict(value)
     if isinstance(value, (list, tuple)):
@@ -146,21 +148,15 @@ __all__ = ["FrozenDict", "deep_freeze", "thaw"]
 
 def may_hold_container(tp: Any) -> bool:
     """Whether a field of type `tp` can hold a list or a mapping (and so needs freezing on the way in)."""
-    import typing
-
-    if tp is Any or isinstance(tp, (str, typing.TypeVar)):
-        return True  # unknown or unresolved: freeze to be safe
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return False
     if origin is not None and typing.get_args(tp) and origin not in (dict, list, tuple, set, frozenset):
         # a union (Optional[...] included), Annotated, or an abstract collection
-        import collections.abc as cabc
-
-        if isinstance(origin, type) and issubclass(origin, (cabc.Mapping, cabc.Collection)) and origin is not str:
+        if isinstance(origin, type) and issubclass(origin, (Mapping, Collection)) and origin is not str:
             return True
         return any(may_hold_container(arg) for arg in typing.get_args(tp))
     base = origin or tp
     if isinstance(base, type):
-        return not issubclass(base, _SCALARS)  # a record class too: its fields may hold containers
-    return True
+        return not issubclass(base, _SCALARS)  # `Any` and a record class too: its fields may hold containers
+    return True  # unresolved (a string annotation, a TypeVar): freeze to be safe

@@ -105,6 +105,26 @@ def test_freezing_a_tuple_keeps_it_when_already_frozen_and_copies_it_otherwise()
     assert thaw(frozenset({2, 1})) == [1, 2]
 
 
+def test_thaw_spells_only_non_finite_floats_as_text() -> None:
+    assert thaw(1.5) == 1.5 and thaw(float("inf")) == "inf" and thaw(float("-inf")) == "-inf"
+
+
+class _CountsHashes:
+    calls = 0
+
+    def __hash__(self) -> int:
+        _CountsHashes.calls += 1
+        return 7
+
+
+def test_a_frozen_dict_hashes_its_items_once() -> None:
+    """The hash is cached: a large extra-config dict used as a cache key is not rehashed on every lookup."""
+    d = FrozenDict(k=_CountsHashes())
+    before = _CountsHashes.calls
+    assert hash(d) == hash(d) == hash(d)
+    assert _CountsHashes.calls == before + 1
+
+
 @pytest.mark.parametrize(
     ("tp", "holds"),
     [
