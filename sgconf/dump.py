@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -89,13 +89,11 @@ def _table(data: Mapping[str, Any], prefix: tuple[str, ...], out: list[str], uns
 
 
 def _holds_none(value: Any) -> bool:
-    if value is None:
-        return True
     if isinstance(value, Mapping):
-        return any(_holds_none(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_none(v) for v in value)
-    return False
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return value is None
+    return any(_holds_none(v) for v in value)
 
 
 def _is_table(value: Any) -> bool:
@@ -117,11 +115,11 @@ def _namespace_tables(data: Mapping[str, Any], schema: Declarations) -> _Namespa
     return _Namespace({k: mark(k, v) if k in top else v for k, v in data.items()})
 
 
-_BARE = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _key(key: str) -> str:
-    return key if key and set(key) <= _BARE else _string(key)
+    return key if _BARE_KEY.fullmatch(key) else _string(key)
 
 
 def _string(text: str) -> str:
@@ -135,9 +133,7 @@ def _value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-        return repr(value)
+        return repr(value)  # `inf`, `-inf` and `nan` are TOML's spellings too
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, Mapping):

@@ -48,3 +48,56 @@ def test_toml_round_trips_awkward_values() -> None:
         "schedule": data["schedule"],
         "exec": {"kernel": {"attention_backend": "torch_native"}},
     }
+
+
+class _Opaque:
+    """A value of an adopter's own type: a dump writes its text, which the type's hook reads back."""
+
+    def __str__(self) -> str:
+        return "opaque:1"
+
+
+def test_toml_spells_every_scalar_and_quotes_keys_that_are_not_bare() -> None:
+    data = {
+        "schedule": {
+            "a": float("inf"),
+            "b": float("-inf"),
+            "c": float("nan"),
+            "d": 1e300,
+            "e": _Opaque(),
+            "f": [1, None, 2],
+            "g": {"k": [{"z": None}]},
+        },
+        "memory": {"hicache_storage_backend_extra_config": {"a b": 1, "": 2, "é": 3, "ok-_1": 4}},
+    }
+    text = to_toml(data)
+    assert text == (
+        "\n".join(
+            [
+                "[schedule]",
+                "a = inf",
+                "b = -inf",
+                "c = nan",
+                "d = 1e+300",
+                'e = "opaque:1"',
+                'f = "[1, null, 2]"',
+                'g = "{\\"k\\": [{\\"z\\": null}]}"',
+                "",
+                "[memory]",
+                'hicache_storage_backend_extra_config = { "a b" = 1, "" = 2, "é" = 3, ok-_1 = 4 }',
+            ]
+        )
+        + "\n"
+    )
+    back = tomllib.loads(text)
+    assert back["schedule"]["b"] == float("-inf") and back["memory"]["hicache_storage_backend_extra_config"][""] == 2
+
+
+def test_the_framework_dump_redacts_by_default_and_names_secrets_one_field_at_a_time() -> None:
+    from sgconf.dump import nested as framework_nested
+    from sgconf.dump import redacted
+
+    values = record_to_dict(ServerArgs(api_key="k1"))
+    assert framework_nested(values, schema=_SERVING, only=["api_key"]) == {"serving": {"api_key": "***"}}
+    assert redacted("api_key", "k1", _SERVING) == "***" and redacted("api_key", None, _SERVING) is None
+    assert redacted("page_size", 8, _SERVING) == 8
