@@ -75,9 +75,9 @@ class ReplicaGroupBackend:
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)
 
-    async def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        async for piece in self.controller.stream(args):
-            yield piece
+    def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        # the router's own generator: closing it reaches its `finally`, which frees the replica's request
+        return self.controller.stream(args)
 
     def loads(self) -> list[EngineLoad]:
         return self.controller.loads()

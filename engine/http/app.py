@@ -34,27 +34,35 @@ read per request, so an override applies to the next one.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine.chat_template import load_chat_template
 from engine.http import openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
-from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
+from engine.http.disconnect import (
+    ClientGone,
+    ClosingStreamingResponse,
+    Started,
+    gone_response,
+    started,
+    unless_disconnected,
+)
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
+from engine.http.request_log import GENERATION_HEADER, RequestLogMiddleware
 from engine.request_params import refuse
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE
 from runtime.context import get_context
@@ -63,9 +71,6 @@ from sgconf.frozen import thaw
 log = structlog.get_logger(__name__)
 
 OVERRIDE_SOURCE = "http.config_overrides"
-GENERATION_HEADER = "x-sgconf-config-generation"
-# polled by load balancers and scrapers every few seconds: logged at debug, not to drown the rest
-POLL_PATHS = frozenset({"/health", "/metrics"})
 
 
 def create_app(
@@ -88,7 +93,7 @@ def create_app(
     app.state.lifecycle = lifecycle = Lifecycle() if lifecycle is None else lifecycle
     app.state.tally = tally = OverrideTally() if tally is None else tally
     install_error_handlers(app)
-    _install_request_log(app)
+    app.add_middleware(RequestLogMiddleware)
     app.add_middleware(LifecycleMiddleware, lifecycle=lifecycle)
     _add_health_route(app, backend, lifecycle)
     if public:
@@ -114,37 +119,6 @@ def served_model_name() -> str:
     from runtime.serving import get_model, get_serving
 
     return get_serving().served_model_name or get_model().model_path
-
-
-def _install_request_log(app: FastAPI) -> None:
-    @app.middleware("http")
-    async def _log_requests(request: Request, call_next: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # reported as 500 by the handler; log it once here
-            log.error("http.request", method=request.method, path=request.url.path, status=500, error=repr(exc))
-            raise
-        _tag_generation(response)
-        emit = log.debug if request.url.path in POLL_PATHS else log.info
-        emit(
-            "http.request",
-            method=request.method,
-            path=request.url.path,
-            status=response.status_code,
-            duration_ms=round((time.perf_counter() - start) * 1000, 2),
-        )
-        return response
-
-
-def _tag_generation(response: Any) -> None:
-    """Say which config generation served the answer, so an output can be tied to the overrides in force."""
-    from runtime.errors import NotPublishedError
-
-    try:
-        response.headers[GENERATION_HEADER] = str(get_context().generation)
-    except NotPublishedError:
-        pass
 
 
 def _request_log() -> Any:
@@ -194,7 +168,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
                 (stream,) = await started(request, [backend.stream(argss[0])])
             except ClientGone:
                 return gone_response()
-            return StreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
+            return ClosingStreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
         for args in argss:
             _asked(args)
         try:
@@ -260,17 +234,18 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
     )
 
 
-async def _generate_events(stream: AsyncIterator[dict[str, Any]], metrics: Metrics) -> AsyncIterator[str]:
+async def _generate_events(stream: Started, metrics: Metrics) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
     try:
-        async for piece in stream:
-            if "meta_info" in piece:
-                _finished(metrics, piece)
-                yield f"data: {json.dumps(piece)}\n\n"
-                continue
-            text += piece["text"]
-            yield f"data: {json.dumps({'text': text, 'delta': piece['text'], 'output_ids': piece['token_ids']})}\n\n"
+        async with contextlib.aclosing(stream):
+            async for piece in stream:
+                if "meta_info" in piece:
+                    _finished(metrics, piece)
+                    yield f"data: {json.dumps(piece)}\n\n"
+                    continue
+                text += piece["text"]
+                yield f"data: {json.dumps({'text': text, 'delta': piece['text'], 'output_ids': piece['token_ids']})}\n\n"
     except Exception as exc:  # the status line is sent: report the failure in the stream
         problem = problem_of(exc)
         yield f"data: {json.dumps({'error': problem.body(), 'status': problem.status})}\n\n"

@@ -4,8 +4,9 @@ A route awaits its backend through `unless_disconnected`: once the body is read,
 only message the server can still deliver is `http.disconnect`, so waiting for it next
 to the work tells us when the client closed its socket. The work is then cancelled,
 and the backend's own cancellation handling takes its requests out of the scheduler at
-the next step, freeing their KV. Streamed answers need nothing of this: the response
-stops its body generator when the client goes, and the backend cancels in its `finally`.
+the next step, freeing their KV. A streamed answer is cancelled by the response when
+the client goes; `ClosingStreamingResponse` then closes its body generator, which
+closes the backend streams, and each cancels its engine request in its `finally`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
+import anyio
 import structlog
 from fastapi import Request
+from fastapi.responses import StreamingResponse
 
 from sgconf.errors import SgconfError
 
@@ -54,7 +57,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     raise ClientGone(request.url.path)
 
 
-async def started(request: Request, streams: list[AsyncIterator[Any]]) -> list[AsyncIterator[Any]]:
+async def started(request: Request, streams: list[AsyncIterator[Any]]) -> list[Started]:
     """The streams, each run to its first piece before the answer begins (all at once).
 
     A refused request (too long for the context, the engine stopping) is then an error
@@ -72,13 +75,53 @@ async def started(request: Request, streams: list[AsyncIterator[Any]]) -> list[A
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
         raise
-    return [_prepend(head, stream) for head, stream in zip(heads, streams, strict=True)]
+    return [Started(head, stream) for head, stream in zip(heads, streams, strict=True)]
 
 
-async def _prepend(head: Any, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    yield head
-    async for piece in stream:
-        yield piece
+class Started:
+    """A stream whose first piece was taken to start the answer: it gives that piece first.
+
+    A class, not a generator wrapping the stream: `aclose()` reaches the backend's
+    stream even when this one was never iterated (a client gone before its turn), so
+    the engine request is cancelled then and there, not whenever the garbage collector
+    finalises an abandoned generator.
+    """
+
+    __slots__ = ("_head", "_pending", "_stream")
+
+    def __init__(self, head: Any, stream: AsyncIterator[Any]) -> None:
+        self._head = head
+        self._pending = True
+        self._stream = stream
+
+    def __aiter__(self) -> Started:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._pending:
+            self._pending = False
+            return self._head
+        return await self._stream.__anext__()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):  # runs while its response is being cancelled
+            await self._stream.aclose()  # type: ignore[attr-defined]
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always closes its body generator when the answer ends.
+
+    Starlette cancels the body when the client disconnects but leaves the generator
+    suspended; its `finally` (which cancels the engine requests it streams) would run
+    only when the generator is garbage collected.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
 def gone_response() -> Any:
@@ -88,4 +131,4 @@ def gone_response() -> Any:
     return Response(status_code=499)
 
 
-__all__ = ["ClientGone", "gone_response", "started", "unless_disconnected"]
+__all__ = ["ClientGone", "ClosingStreamingResponse", "Started", "gone_response", "started", "unless_disconnected"]

@@ -20,24 +20,33 @@ template's special tokens, so it is tokenized without adding them again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import attrs
 import structlog
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
 from engine.errors import EngineError
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import json_object
-from engine.http.disconnect import ClientGone, gone_response, started, unless_disconnected
+from engine.http.disconnect import (
+    ClientGone,
+    ClosingStreamingResponse,
+    Started,
+    gone_response,
+    started,
+    unless_disconnected,
+)
 from engine.http.openapi import OPENAI_RESPONSES, chat_body, completions_body
 from engine.http.problems import HTTPProblem, problem_of
 from engine.request_params import (
@@ -276,7 +285,7 @@ async def _serve(
             streams = await started(request, [backend.stream(a) for a in argss])
         except ClientGone:
             return gone_response()
-        return StreamingResponse(
+        return ClosingStreamingResponse(
             _stream(streams, s, chat=chat, rid=rid, created=created, model=model, observe=observe),
             media_type="text/event-stream",
         )
@@ -320,7 +329,7 @@ async def _serve(
     }
 
 
-async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+async def _merged(streams: list[Started]) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
     """The pieces of every choice's stream as they come, each with its choice index.
 
     Each stream runs in its own task; closing this generator (the client left) cancels
@@ -328,7 +337,7 @@ async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator
     """
     queue: asyncio.Queue[tuple[int, dict[str, Any] | None | BaseException]] = asyncio.Queue()
 
-    async def pump(index: int, stream: AsyncIterator[dict[str, Any]]) -> None:
+    async def pump(index: int, stream: Started) -> None:
         try:
             async for piece in stream:
                 await queue.put((index, piece))
@@ -350,11 +359,14 @@ async def _merged(streams: list[AsyncIterator[dict[str, Any]]]) -> AsyncIterator
     finally:
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        with anyio.CancelScope(shield=True):  # the response may be cancelled: clean up all the same
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for stream in streams:  # a pump cancelled before it ran never closed its stream
+                await stream.aclose()
 
 
 async def _stream(
-    streams: list[AsyncIterator[dict[str, Any]]],
+    streams: list[Started],
     s: Sampling,
     *,
     chat: bool,
@@ -383,16 +395,17 @@ async def _stream(
             yield _sse(chunk(index, None, None, role=True))
     prompt_tokens = completion_tokens = 0
     try:
-        async for index, piece in _merged(streams):
-            if "meta_info" in piece:
-                meta = piece["meta_info"]
-                observe(meta)
-                if index % s.n == 0:
-                    prompt_tokens += int(meta.get("prompt_tokens", 0))
-                completion_tokens += int(meta.get("completion_tokens", 0))
-                yield _sse(chunk(index, None if chat else "", _finish(str(meta.get("finish_reason", "length")))))
-            elif piece["text"]:
-                yield _sse(chunk(index, piece["text"], None))
+        async with contextlib.aclosing(_merged(streams)) as merged:
+            async for index, piece in merged:
+                if "meta_info" in piece:
+                    meta = piece["meta_info"]
+                    observe(meta)
+                    if index % s.n == 0:
+                        prompt_tokens += int(meta.get("prompt_tokens", 0))
+                    completion_tokens += int(meta.get("completion_tokens", 0))
+                    yield _sse(chunk(index, None if chat else "", _finish(str(meta.get("finish_reason", "length")))))
+                elif piece["text"]:
+                    yield _sse(chunk(index, piece["text"], None))
     except Exception as exc:  # the status line is sent: report the failure in the stream
         err = _as_openai(exc)
         yield _sse({"error": {"message": err.message, "type": "server_error", "param": None, "code": None}})
