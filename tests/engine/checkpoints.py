@@ -48,10 +48,9 @@ def train_tokenizer(directory: Path, *, chat_template: str | None = CHATML) -> d
     return ids
 
 
-def llama_config(ids: dict[str, int], **overrides: Any) -> Any:
-    from transformers import LlamaConfig
-
-    base = dict(
+def _shared(ids: dict[str, int]) -> dict[str, Any]:
+    """What the three tiny families have in common: 2 layers of 64, 4 query and 2 KV heads, our tokenizer's ids."""
+    return dict(
         vocab_size=VOCAB,
         hidden_size=64,
         intermediate_size=128,
@@ -59,60 +58,37 @@ def llama_config(ids: dict[str, int], **overrides: Any) -> Any:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=256,
-        rms_norm_eps=1e-5,
         initializer_range=0.2,
         bos_token_id=ids["<s>"],
         eos_token_id=ids["</s>"],
-        tie_word_embeddings=False,
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64,
-        },
     )
-    return LlamaConfig(**{**base, **overrides})
+
+
+def llama_config(ids: dict[str, int], **overrides: Any) -> Any:
+    from transformers import LlamaConfig
+
+    llama3_rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    own = dict(rms_norm_eps=1e-5, tie_word_embeddings=False, rope_scaling=llama3_rope)
+    return LlamaConfig(**{**_shared(ids), **own, **overrides})
 
 
 def qwen2_config(ids: dict[str, int], **overrides: Any) -> Any:
     from transformers import Qwen2Config
 
-    base = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-6,
-        initializer_range=0.2,
-        bos_token_id=ids["<s>"],
-        eos_token_id=ids["</s>"],
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-    )
-    return Qwen2Config(**{**base, **overrides})
+    own = dict(rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0)
+    return Qwen2Config(**{**_shared(ids), **own, **overrides})
 
 
 def mistral_config(ids: dict[str, int], **overrides: Any) -> Any:
     from transformers import MistralConfig
 
-    base = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        sliding_window=4,
-        bos_token_id=ids["<s>"],
-        eos_token_id=ids["</s>"],
-    )
-    return MistralConfig(**{**base, **overrides})
+    return MistralConfig(**{**_shared(ids), "sliding_window": 4, **overrides})
 
 
 def write_checkpoint(

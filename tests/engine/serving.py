@@ -1,25 +1,28 @@
 """One HTTP test client per serving mode: one engine in this process, or a two-replica group.
 
 Route suites parametrise a module-scoped fixture over `MODES` and call `serve_in_mode`,
-so every route is checked against both backends of the one HTTP app. Replica processes
-report and answer on their own time: `wait_for` polls for what a test waits on.
+so every route is checked against both backends of the one HTTP app (the `http`
+fixture of `tests/engine/conftest.py` does this for a module's `FLAGS`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import pytest
 from fastapi.testclient import TestClient
 
 from engine.http.app import create_app
 from runtime import override_server_args
+from tests.support import wait_until
 
+T = TypeVar("T")
 MODES = ["engine", "group"]
+# the admin key of the `serve` fixture's engines
+ADMIN_KEY = "admin-secret"
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @contextmanager
@@ -48,22 +51,30 @@ def serve_in_mode(mode: str, workdir: Path, **flags: Any) -> Iterator[TestClient
             controller.shutdown()
 
 
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = 120.0) -> Any:
-    """Poll `condition` until it is truthy and return it; fail naming `what` after a generous deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
+def while_clients_generate(engine: Any, change: Callable[[], T], *, clients: int, requests: int, tokens: int) -> T:
+    """Run `change` while `clients` threads each generate `requests` answers of `tokens`; every answer must be whole."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = threading.Barrier(clients + 1, timeout=60)
+
+    def client(i: int) -> int:
+        start.wait()
+        prompts = [f"a client under load, {i}.{j}" for j in range(requests)]
+        return sum(len(engine.generate(p, max_new_tokens=tokens, ignore_eos=True).token_ids) for p in prompts)
+
+    with ThreadPoolExecutor(clients) as pool:
+        answered = [pool.submit(client, i) for i in range(clients)]
+        start.wait()
+        result = change()
+        assert [a.result(timeout=300) for a in answered] == [requests * tokens] * clients
+    return result
 
 
 @contextmanager
 def live_server(app: Any) -> Iterator[tuple[str, int]]:
     """`app` served by a real uvicorn server (the one `sgconf serve` builds) on a free local port, in a thread."""
     import threading
-    import time
 
     from engine.http.listeners import bind, uvicorn_server
 
@@ -72,10 +83,12 @@ def live_server(app: Any) -> Iterator[tuple[str, int]]:
     server = uvicorn_server(app, grace_s=0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="test-uvicorn", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the test server did not start"
-        time.sleep(0.01)
+
+    def up() -> bool:
+        assert thread.is_alive(), "the test server exited before it started"
+        return bool(server.started)
+
+    wait_until("the test server to start", up)
     try:
         yield "127.0.0.1", port
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -46,6 +47,13 @@ def _engine(path: Path, *flags: str) -> Engine:
     return Engine.from_args(["--model-path", str(path), *FLAGS, *flags])
 
 
+def greedy_reference(ref: Any, ids: list[int], n: int) -> list[int]:
+    """The `n` tokens transformers' greedy decoding of `ref` gives after `ids`, never stopping early."""
+    t = torch.tensor([ids])
+    out = ref.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return list(out[0, len(ids) :].tolist())
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_greedy_tokens_and_logits_match_transformers(checkpoints, name: str) -> None:
     """Batched greedy decoding through the paged engine equals `generate`; logits agree to 1e-4."""
@@ -61,14 +69,7 @@ def test_greedy_tokens_and_logits_match_transformers(checkpoints, name: str) -> 
         for prompt, tokens in zip(PROMPTS, ours, strict=True):
             ids = engine.tokenizer.encode(prompt)
             t = torch.tensor([ids])
-            theirs = ref.generate(
-                t,
-                attention_mask=torch.ones_like(t),
-                max_new_tokens=12,
-                min_new_tokens=12,  # type: ignore[attr-defined]
-                do_sample=False,
-            )[0, len(ids) :].tolist()
-            assert tokens == theirs, prompt
+            assert tokens == greedy_reference(ref, ids, 12), prompt
             logits = engine.model(t[0], torch.arange(len(ids)), DenseAttention(engine.shape))
             torch.testing.assert_close(logits, ref(t).logits[0], atol=1e-4, rtol=1e-4)  # type: ignore[operator]
 
@@ -82,14 +83,7 @@ def test_speculative_draft_is_an_early_exit_of_the_checkpoint(checkpoints) -> No
         assert torch.equal(draft.layers[0].q_proj.weight, engine.model.layers[0].q_proj.weight)
         assert torch.equal(draft.lm_head.weight, engine.model.lm_head.weight)
         ids = engine.tokenizer.encode(PROMPTS[0])
-        t = torch.tensor([ids])
-        theirs = ref.generate(
-            t,
-            attention_mask=torch.ones_like(t),
-            max_new_tokens=12,
-            min_new_tokens=12,  # type: ignore[attr-defined]
-            do_sample=False,
-        )[0, len(ids) :].tolist()
+        theirs = greedy_reference(ref, ids, 12)
         assert list(engine.generate(PROMPTS[0], max_new_tokens=12, ignore_eos=True).token_ids) == theirs
         assert engine.stats()["speculative"]["verify_steps"] > 0
 

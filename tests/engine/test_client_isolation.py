@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,18 +17,11 @@ from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from engine.request_params import SamplingParams
 from tests.engine.serving import live_server
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 DEADLINE_S = 60.0
-
-
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    """Poll `check` until it holds; fail after a generous deadline (never a timing assertion)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -86,7 +78,7 @@ def test_an_http_batch_is_one_unit_of_work(engine: Engine) -> None:
     body = {"text": [f"item {i}" for i in range(50)], "max_new_tokens": 1}
     thread = threading.Thread(target=lambda: answers.append(client.post("/generate", json=body)))
     thread.start()
-    wait_until(lambda: engine.busy_counts()[0] == 50, "the batch to be queued")
+    wait_until("the batch to be queued", lambda: engine.busy_counts()[0] == 50)
     with engine.scheduler._inbox_lock:
         groups = {r.group for r in engine.scheduler._inbox}
     assert len(groups) == 1
@@ -147,7 +139,7 @@ def test_a_closed_socket_cancels_its_request_and_frees_its_kv(engine: Engine, pa
     with live_server(create_app(EngineBackend(engine))) as (host, port):
         sock = socket.create_connection((host, port), timeout=DEADLINE_S)
         sock.sendall(_request(path, body, port))
-        wait_until(lambda: engine.busy_counts() == (1, 0), "the request to be queued")
+        wait_until("the request to be queued", lambda: engine.busy_counts() == (1, 0))
         for _ in range(3):  # prefill and two decodes: the request now holds KV
             engine.step()
         assert engine.memory.allocator.available_size() < idle
@@ -156,7 +148,7 @@ def test_a_closed_socket_cancels_its_request_and_frees_its_kv(engine: Engine, pa
             while b"data: " not in received:
                 received += sock.recv(65536)
         sock.close()
-        wait_until(lambda: engine.scheduler.cancels_pending() == 1, "the server to notice the closed socket")
+        wait_until("the server to notice the closed socket", lambda: engine.scheduler.cancels_pending() == 1)
         engine.step()
         assert engine.busy_counts() == (0, 0)
         assert engine.scheduler.counters["cancelled"] == 1
@@ -203,11 +195,11 @@ def test_connections_past_the_cap_get_503() -> None:
         with live_server(create_app(EngineBackend(eng))) as (host, port):
             idle = [socket.create_connection((host, port), timeout=DEADLINE_S) for _ in range(2)]
             try:
-                wait_until(lambda: _health(host, port) == 503, "the cap to refuse a third connection")
+                wait_until("the cap to refuse a third connection", lambda: _health(host, port) == 503)
             finally:
                 for sock in idle:
                     sock.close()
-            wait_until(lambda: _health(host, port) == 200, "the cap to admit again")
+            wait_until("the cap to admit again", lambda: _health(host, port) == 200)
     finally:
         eng.shutdown()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine.serving import wait_for
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
@@ -41,13 +41,13 @@ def test_a_killed_replicas_request_is_retried_on_the_healthy_one() -> None:
             result: dict[str, Any] = {}
             worker = threading.Thread(target=lambda: result.update(r=client.post("/generate", json=BODY)))
             worker.start()  # turn 3: replica 1
-            wait_for(lambda: victim.inflight == 1, "the request to reach replica 1")
+            wait_until("the request to reach replica 1", lambda: victim.inflight == 1)
             os.kill(victim.pid, signal.SIGKILL)
             worker.join(120)
             r = result["r"]
             assert r.status_code == 200, r.text
             assert (r.json()["meta_info"]["dp_rank"], r.json()["output_ids"]) == (0, answers[0]["output_ids"])
-            wait_for(lambda: not victim.alive(), "replica 1 to be seen as exited")
+            wait_until("replica 1 to be seen as exited", lambda: not victim.alive())
             health = client.get("/health")
             assert health.status_code == 503
             assert health.json()["detail"] == "replica(s) 1 exited -- restart them with POST /replicas/<index>/restart"

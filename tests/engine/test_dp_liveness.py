@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.engine.serving import wait_for
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
@@ -45,16 +45,16 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
             assert [a["meta_info"]["dp_rank"] for a in answers] == [0, 1, 0]
             expected = answers[0]["output_ids"]
             victim = controller.replicas[1]
-            wait_for(lambda: victim.progress > 0, "replica 1's first progress report")
+            wait_until("replica 1's first progress report", lambda: victim.progress > 0)
 
             os.kill(victim.pid, signal.SIGSTOP)
             try:
                 result: dict[str, Any] = {}
                 worker = threading.Thread(target=lambda: result.update(r=client.post("/generate", json=BODY)))
                 worker.start()  # turn 3: replica 1, which is stopped
-                wait_for(lambda: victim.inflight == 1, "the request to reach replica 1")
+                wait_until("the request to reach replica 1", lambda: victim.inflight == 1)
                 assert client.get("/health").status_code == 200  # not declared yet: nothing checked
-                wait_for(lambda: 1 in controller.check_liveness(), "replica 1 to be declared unresponsive")
+                wait_until("replica 1 to be declared unresponsive", lambda: 1 in controller.check_liveness())
                 worker.join(120)
                 r = result["r"]
                 assert r.status_code == 200, r.text
@@ -75,7 +75,7 @@ def test_stopped_replica_is_unhealthy_and_its_request_completes_elsewhere() -> N
             finally:
                 os.kill(victim.pid, signal.SIGCONT)
 
-            wait_for(lambda: 1 in controller.check_liveness(), "replica 1 to report progress again")
+            wait_until("replica 1 to report progress again", lambda: 1 in controller.check_liveness())
             assert client.get("/health").status_code == 200
             picks = {client.post("/generate", json=BODY).json()["meta_info"]["dp_rank"] for _ in range(2)}
             assert picks == {0, 1}

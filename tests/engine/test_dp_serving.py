@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import ServeProcess
+
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
 ADMIN = {"Authorization": "Bearer admin-key"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -294,32 +286,9 @@ def _pids_alive(pids: list[int]) -> list[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_dp_stops_every_replica_on_signal(sig: int, tmp_path: Path) -> None:
     """`sgconf serve --dp-size 2` exits on SIGTERM or SIGINT and leaves no replica process behind."""
-    import httpx
-
-    port = _free_port()
-    exe = Path(sys.executable).with_name("sgconf")
-    proc = subprocess.Popen(
-        [str(exe), "serve", "--dp-size", "2", "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        health = None
-        for _ in range(600):
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "the server exited before it listened"
-                time.sleep(0.1)
-        assert health is not None and health.status_code == 200
-        pids = [row["pid"] for row in health.json()["replicas"]]
+    with ServeProcess("--dp-size", "2", workdir=tmp_path) as server:
+        health = server.wait_healthy()
+        pids = [row["pid"] for row in health["replicas"]]
         assert len(pids) == 2 and _pids_alive(pids) == pids
-        proc.send_signal(sig)
-        assert proc.wait(timeout=60) == 0
+        assert server.stop(sig, timeout_s=60) == 0
         assert _pids_alive(pids) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from engine.engine import Engine
 from engine.errors import RequestRejected
 from engine.model import reference_generate
 from sgconf.serving.models import builtin_model_config
 
 PROMPT = "Hello, world! The quick brown fox jumps over the lazy dog."
-
-
-@pytest.fixture
-def make_engine() -> Iterator:
-    engines: list[Engine] = []
-
-    def make(*argv: str) -> Engine:
-        engine = Engine.from_args(["--max-total-tokens", "1024", *argv])
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.shutdown()
 
 
 @pytest.mark.parametrize("page_size", ["1", "4"])

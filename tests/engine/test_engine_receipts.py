@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +12,9 @@ from engine.engine import Engine
 from engine.errors import StorageRefused
 from runtime import OverrideReceipt, RevertConflict
 from runtime.serving import get_memory, get_serving
+from tests.engine.serving import while_clients_generate
 
 PROMPT = "A revert is a change like any other: it waits for the step boundary."
-
-
-@pytest.fixture
-def make_engine() -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(*argv: str) -> Engine:
-        from sgconf import load
-
-        engine = Engine(load(["--max-total-tokens", "1024", *argv], env={}).record)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.shutdown()
 
 
 def backend_of(engine: Engine) -> str | None:
@@ -50,17 +32,7 @@ def test_reverting_an_attach_detaches_the_backend_after_a_drain(make_engine) -> 
     receipt = engine.attach_storage_backend("memory")
     assert receipt.owner_name == "engine" and "owner='engine'" in repr(receipt)
     assert backend_of(engine) == "memory"
-    start = threading.Barrier(5, timeout=60)
-
-    def client(i: int) -> int:
-        start.wait()
-        return sum(len(engine.generate(f"{PROMPT} {i}.{j}", max_new_tokens=5).token_ids) for j in range(3))
-
-    with ThreadPoolExecutor(4) as pool:
-        clients = [pool.submit(client, i) for i in range(4)]
-        start.wait()
-        undone = receipt.revert()
-        assert [c.result(timeout=300) for c in clients] == [15] * 4
+    undone = while_clients_generate(engine, receipt.revert, clients=4, requests=3, tokens=5)
     assert get_memory().hicache_storage_backend is None and backend_of(engine) is None
     assert undone.source == "revert:hicache.attach" and undone.owner_name == "engine"
     assert running_at_commit == [0, 0]  # the attach and its revert each ran with nothing running

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable
 
 import pytest
 
 from engine.engine import Engine
 from engine.model import reference_generate
 
-PROMPT = "Sliding windows forget the distant past."  # 40 tokens
-
 
 @pytest.fixture
-def make_engine() -> Iterator:
-    engines: list[Engine] = []
+def make_engine(make_engine: Callable[..., Engine]) -> Callable[..., Engine]:
+    """The suite's factory on a small pool, prefilled in chunks: the SWA pool is the one that runs out."""
+    return functools.partial(make_engine, "--max-total-tokens", "128", "--chunked-prefill-size", "32")
 
-    def make(*argv: str) -> Engine:
-        engine = Engine.from_args(["--max-total-tokens", "128", "--chunked-prefill-size", "32", *argv])
-        engines.append(engine)
-        return engine
 
-    yield make
-    for engine in engines:
-        engine.shutdown()
+def memory_storage(store: str) -> tuple[str, ...]:
+    """Flags for a 256-token engine with the host tier and the in-process memory storage named `store`."""
+    extra = f'{{"store": "{store}"}}'
+    return (
+        "--max-total-tokens",
+        "256",
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend",
+        "memory",
+        "--hicache-storage-backend-extra-config",
+        extra,
+    )
+
+
+PROMPT = "Sliding windows forget the distant past."  # 40 tokens
 
 
 # without the radix cache the SWA pool is sized for what running requests can hold: two here
@@ -67,17 +75,7 @@ def test_storage_keeps_pages_whose_window_was_released(make_engine) -> None:
     from mem_cache.hicache.memory_storage import clear_shared_stores
 
     clear_shared_stores()
-    argv = (
-        "--max-total-tokens",
-        "256",
-        "--enable-hierarchical-cache",
-        "--hicache-storage-backend",
-        "memory",
-        "--hicache-storage-backend-extra-config",
-        '{"store": "swa-release"}',
-        "--hicache-storage-prefetch-policy",
-        "wait_complete",
-    )
+    argv = (*memory_storage("swa-release"), "--hicache-storage-prefetch-policy", "wait_complete")
     first_engine = make_engine(*argv)
     ids = first_engine.tokenizer.encode(PROMPT)
     first = list(first_engine.generate(ids, max_new_tokens=60, ignore_eos=True).token_ids)
@@ -97,15 +95,7 @@ def test_best_effort_prefetch_never_waits_for_storage(make_engine) -> None:
     from mem_cache.hicache.memory_storage import clear_shared_stores
 
     clear_shared_stores()
-    argv = (
-        "--max-total-tokens",
-        "256",
-        "--enable-hierarchical-cache",
-        "--hicache-storage-backend",
-        "memory",
-        "--hicache-storage-backend-extra-config",
-        '{"store": "best-effort"}',
-    )
+    argv = memory_storage("best-effort")
     writer = make_engine(*argv)
     ids = writer.tokenizer.encode(PROMPT)
     expected = writer.generate(ids, max_new_tokens=8).token_ids

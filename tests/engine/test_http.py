@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,35 +12,9 @@ from engine.engine import Engine
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from runtime.serving import get_memory
+from tests.engine.serving import ADMIN_AUTH as AUTH
 
-KEY = "admin-secret"
-AUTH = {"Authorization": f"Bearer {KEY}"}
 PROMPT = "The storage tier keeps pages of this prompt for the next engine."
-
-
-@pytest.fixture
-def serve() -> Iterator:
-    engines: list[Engine] = []
-
-    def start(*argv: str) -> tuple[Engine, TestClient]:
-        engine = Engine.from_args(
-            [
-                "--max-total-tokens",
-                "1024",
-                "--page-size",
-                "4",
-                "--enable-hierarchical-cache",
-                "--admin-api-key",
-                KEY,
-                *argv,
-            ]
-        )
-        engines.append(engine)
-        return engine, TestClient(create_app(EngineBackend(engine)))
-
-    yield start
-    for engine in engines:
-        engine.shutdown()
 
 
 def attach_body(directory: Path, **extra: str) -> dict:

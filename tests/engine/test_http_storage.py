@@ -2,45 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.engine import Engine
-from engine.http.app import create_app
-from engine.http.engine_backend import EngineBackend
 from mem_cache.hicache import PageCodec
+from tests.engine.serving import ADMIN_AUTH as AUTH
 
-KEY = "admin-secret"
-AUTH = {"Authorization": f"Bearer {KEY}"}
 PROMPT = "Pages of this prompt go to storage and come back only if they are ours."
-
-
-@pytest.fixture
-def serve() -> Iterator:
-    engines: list[Engine] = []
-
-    def start(*argv: str) -> tuple[Engine, TestClient]:
-        engine = Engine.from_args(
-            [
-                "--max-total-tokens",
-                "1024",
-                "--page-size",
-                "4",
-                "--enable-hierarchical-cache",
-                "--admin-api-key",
-                KEY,
-                *argv,
-            ]
-        )
-        engines.append(engine)
-        return engine, TestClient(create_app(EngineBackend(engine)))
-
-    yield start
-    for engine in engines:
-        engine.shutdown()
 
 
 def attach(client: TestClient, directory: Path | str, **extra: str) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import threading
 from collections.abc import Callable, Iterator
@@ -17,26 +18,11 @@ from engine.model import reference_generate
 from runtime.serving import get_memory
 from sgconf.errors import ConfigError
 from sgconf.serving import fields
+from tests.engine.serving import while_clients_generate
 
 PROMPT = "Overrides apply between two scheduler steps, never inside one."
 # read by the data-parallel controller, covered by tests/engine/test_dp_serving.py and tests/runtime/test_distributed.py
 GROUP_FIELDS = {"load_balance_method", "config_sync_timeout_s", "replica_stall_timeout_s"}
-
-
-@pytest.fixture
-def make_engine() -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(*argv: str, **kwargs: Any) -> Engine:
-        from sgconf import load
-
-        engine = Engine(load(["--max-total-tokens", "1024", *argv], env={}).record, **kwargs)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.shutdown()
 
 
 @pytest.fixture
@@ -454,17 +440,8 @@ def test_attach_under_load_drains_then_applies(make_engine) -> None:
     engine.context.subscribe(
         lambda ev: running_at_commit.append(engine.busy_counts()[1]), fields=["hicache_storage_backend"]
     )
-    start = threading.Barrier(9, timeout=60)
-
-    def client(i: int) -> int:
-        start.wait()
-        return sum(len(engine.generate(f"{PROMPT} {i}.{j}", max_new_tokens=6).token_ids) for j in range(4))
-
-    with ThreadPoolExecutor(8) as pool:
-        clients = [pool.submit(client, i) for i in range(8)]
-        start.wait()
-        receipt = engine.attach_storage_backend("memory")
-        assert [c.result(timeout=300) for c in clients] == [24] * 8
+    attach = functools.partial(engine.attach_storage_backend, "memory")
+    receipt = while_clients_generate(engine, attach, clients=8, requests=4, tokens=6)
     assert receipt.generation == 1 and get_memory().hicache_storage_backend == "memory"
     assert running_at_commit == [0]
     assert engine.scheduler.admission_paused == 0

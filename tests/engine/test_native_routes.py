@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine.serving import MODES, serve_in_mode
-
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
-
-
-@pytest.fixture(scope="module", params=MODES)
-def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
-        yield c
 
 
 def events(text: str) -> list[str]:

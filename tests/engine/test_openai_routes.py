@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import openai
 import pytest
 from fastapi.testclient import TestClient
@@ -11,16 +9,9 @@ from fastapi.testclient import TestClient
 from engine.http.app import GENERATION_HEADER
 from engine.http.openai_routes import render_chat
 from engine.streaming import StopCutter
-from tests.engine.serving import MODES, serve_in_mode
 
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
-
-
-@pytest.fixture(scope="module", params=MODES)
-def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from engine.serve import load_serve_record, serve_parser
+from tests.support import ServeProcess, free_port
 
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_enables_hicache_unless_told_otherwise() -> None:
@@ -64,36 +57,17 @@ def test_serve_takes_aliases_and_shipped_model_names() -> None:
 
 def test_real_uvicorn_server_with_json_logs() -> None:
     """The console script serves /health and /generate over loopback and logs one JSON object per line."""
-    port = free_port()
-    args = ["serve", "--port", str(port), "--log-format", "json", "--max-total-tokens", "512"]
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
-        r = httpx.post(f"{base}/generate", json={"text": "hi", "max_new_tokens": 4, "ignore_eos": True}, timeout=30)
+    with ServeProcess("--log-format", "json", "--max-total-tokens", "512") as server:
+        server.wait_healthy()
+        r = httpx.post(
+            f"{server.base}/generate", json={"text": "hi", "max_new_tokens": 4, "ignore_eos": True}, timeout=30
+        )
         assert r.status_code == 200 and len(r.json()["output_ids"]) == 4
-        info = httpx.get(f"{base}/server_info", timeout=10).json()
+        info = httpx.get(f"{server.base}/server_info", timeout=10).json()
         assert info["config"]["memory"]["enable_hierarchical_cache"] is True
-        assert info["config"]["serving"]["port"] == port
-    finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=30)
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert info["config"]["serving"]["port"] == server.port
+        assert server.stop() == 0
+    events = [json.loads(line) for line in server.stdout().splitlines() if line.startswith("{")]
     requests = [e for e in events if e["event"] == "http.request"]
     assert {(e["method"], e["path"], e["status"]) for e in requests} >= {
         ("POST", "/generate", 200),

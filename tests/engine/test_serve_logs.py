@@ -4,61 +4,27 @@ health polls at debug, the listen URL whatever the level, and a one-line start-u
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support import ServeProcess
+
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(tmp_path: Path, *args: str) -> tuple[str, str]:
     """Run `sgconf serve ARGS` until it answers /health, poll it, ask /server_info, stop it; (stdout, stderr)."""
-    port = _free_port()
-    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGCONF_")}
-    with out_path.open("w") as out, err_path.open("w") as err:
-        # files, not pipes: a full pipe would block the server while the test waits on it
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sgconf", "serve", "--port", str(port), "--max-total-tokens", "512", *args],
-            stdout=out,
-            stderr=err,
-            cwd=tmp_path,
-            env=env,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 240
-            while True:
-                try:
-                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
-                time.sleep(0.2)
-            for _ in range(3):
-                assert httpx.get(f"{base}/health", timeout=10).status_code == 200
-            assert httpx.get(f"{base}/server_info", timeout=30).status_code == 200
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=120) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out_path.read_text(), err_path.read_text()
+    with ServeProcess(
+        "--max-total-tokens", "512", *args, workdir=tmp_path, merge_output=False, inherit_sgconf_env=False
+    ) as server:
+        server.wait_healthy()
+        for _ in range(3):
+            assert httpx.get(f"{server.base}/health", timeout=10).status_code == 200
+        assert httpx.get(f"{server.base}/server_info", timeout=30).status_code == 200
+        assert server.stop() == 0
+    return server.stdout(), server.stderr()
 
 
 def test_replica_group_logs_json_on_stderr_tagged_by_rank(tmp_path: Path) -> None:

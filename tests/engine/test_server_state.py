@@ -10,13 +10,12 @@ deadlines.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine.serving import MODES, serve_in_mode, wait_for
+from tests.support import wait_until
 
 pytestmark = pytest.mark.server_args_shared
 ADMIN = {"Authorization": "Bearer admin-key"}
@@ -29,12 +28,6 @@ FLAGS = {
     "replica_heartbeat_interval_s": 0.1,
 }
 LOAD_SERIES = ("sgconf:num_running_reqs", "sgconf:num_queue_reqs", "sgconf:token_usage", "sgconf:cache_hit_rate")
-
-
-@pytest.fixture(scope="module", params=MODES)
-def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
-        yield c
 
 
 def samples(http: TestClient) -> list[tuple[str, dict[str, str], float]]:
@@ -69,7 +62,7 @@ def test_every_engine_series_is_exported_labelled_by_replica_in_a_group(http: Te
         idle = all(v == 0 for n in LOAD_SERIES[:2] for _, v in got.get(n, []))
         return got if complete and idle else None
 
-    got = wait_for(settled, "every replica's report after the request")
+    got = wait_until("every replica's report after the request", settled)
     for _, value in got["sgconf:token_usage"] + got["sgconf:cache_hit_rate"]:
         assert 0.0 <= value <= 1.0
     names = {name for name, _, _ in samples(http)}

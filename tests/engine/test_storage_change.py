@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +16,9 @@ from engine.storage_change import ATTACH_SOURCE, StorageChange, attach_values
 
 
 @pytest.fixture
-def make_engine() -> Iterator[Callable[..., Engine]]:
-    engines: list[Engine] = []
-
-    def make(*argv: str) -> Engine:
-        from sgconf import load
-
-        engine = Engine(load(["--max-total-tokens", "256", *argv], env={}).record)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.shutdown()
+def make_engine(make_engine: Callable[..., Engine]) -> Callable[..., Engine]:
+    """The suite's factory on a small pool: attach and detach need no more."""
+    return functools.partial(make_engine, "--max-total-tokens", "256")
 
 
 def _refusal_on_engine(engine: Engine, values: dict[str, Any]) -> StorageRefused:

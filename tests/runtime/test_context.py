@@ -35,13 +35,6 @@ REJECTED = "override from 'http' rejected, nothing changed\n  "
 
 
 @pytest.fixture
-def ctx():
-    context = publish(ServerArgs(), role="scheduler")
-    yield context
-    reset()
-
-
-@pytest.fixture
 def hicache_ctx():
     context = publish(build_record({"enable_hierarchical_cache": True}), role="scheduler")
     yield context

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +13,6 @@ from runtime.errors import ContextReplacedError, RevertConflict
 from runtime.testing import install_depth
 from sgconf import ServerArgs, build_record
 from sgconf.errors import OverrideRefused
-
-
-@pytest.fixture
-def ctx() -> Iterator[Any]:
-    context = publish(ServerArgs(), role="scheduler")
-    yield context
-    reset()
 
 
 def test_a_revert_is_announced_to_subscribers(ctx: Any) -> None:

@@ -34,13 +34,6 @@ TIMEOUT = 60
 
 
 @pytest.fixture
-def ctx() -> Iterator[Any]:
-    context = publish(ServerArgs(), role="scheduler")
-    yield context
-    reset()
-
-
-@pytest.fixture
 def raising_sink() -> Iterator[None]:
     """structlog configured so that emitting `config.override` raises, as a closed pipe would."""
     saved = structlog.get_config()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -69,12 +68,6 @@ class _Claim:
         (self.path / "prepared").unlink()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def follower_main(argv: list[str]) -> None:
     """One follower rank: join the group, answer rounds, and take test commands on stdin.
 
@@ -130,6 +123,7 @@ class World:
         import torch.distributed as dist
 
         from runtime.distributed import ConfigGroup
+        from tests.support import free_port  # here: this file also runs as a follower script
 
         self.dist = dist
         self.dirs = [tmp / f"rank{r}" for r in range(size)]

@@ -10,17 +10,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from runtime import OverrideReceipt, RevertConflict, get_serving, process, publish, reset
+from runtime import OverrideReceipt, RevertConflict, get_serving, process, publish
 from sgconf import ServerArgs
 
 TIMEOUT = 60
-
-
-@pytest.fixture
-def ctx() -> Iterator[Any]:
-    context = publish(ServerArgs(), role="scheduler")
-    yield context
-    reset()
 
 
 class Owner:

@@ -9,39 +9,10 @@ import pytest
 
 import sgconf
 from sgconf import ConfigError, DeclarationError, Schema, setting
-from sgconf.fields import positive
 
 
 class Size(int):
     """A byte count that a schema's own converter hook parses from `4k`."""
-
-
-def make_schema() -> Schema:
-    """Three namespaces of our own, a MYRT_ prefix, no built-in field."""
-    schema = Schema("myrt", env_prefix="MYRT_")
-
-    @schema.namespace("lora")
-    class LoraConfig:
-        max_loras: int = setting(4, help="adapters resident at once", hot=True, checks=[positive()])
-        lora_paths: list[str] = setting(factory=list, help="adapter directories")
-
-    @schema.namespace("cache")
-    class CacheConfig:
-        page_size: int = setting(16, help="tokens per cache page")
-        policy: str = setting("lru", help="eviction policy")
-
-    @schema.namespace("api")
-    class ApiConfig:
-        port: int = setting(8000, help="HTTP port")
-        token: str | None = setting(None, help="bearer token", secret=True)
-
-    schema.role("lora_worker", namespaces=["lora"])
-    return schema.freeze()
-
-
-@pytest.fixture
-def myrt() -> Schema:
-    return make_schema()
 
 
 def test_load_from_file_env_and_flags_with_provenance(myrt: Schema, tmp_path: Path) -> None:

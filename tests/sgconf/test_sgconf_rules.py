@@ -19,31 +19,13 @@ RULE_CASES = [
     ),
     (
         "topk_one_draft_tokens",
-        [
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "3",
-            "--speculative-eagle-topk",
-            "1",
-            "--speculative-num-draft-tokens",
-            "5",
-        ],
+        "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5".split(),
         "$.spec.speculative_algorithm: --speculative-num-draft-tokens 5 must equal --speculative-num-steps + 1 = 4 "
         "when --speculative-eagle-topk is 1",
     ),
     (
         "draft_tokens_exceed_tree",
-        [
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "2",
-            "--speculative-eagle-topk",
-            "2",
-            "--speculative-num-draft-tokens",
-            "9",
-        ],
+        "--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 9".split(),
         "--speculative-num-draft-tokens 9 exceeds --speculative-num-steps * --speculative-eagle-topk + 1 = 5",
     ),
     (
@@ -85,24 +67,10 @@ def test_rule_names_the_flags(argv: list[str], fragment: str) -> None:
 def test_rules_pass_for_consistent_settings() -> None:
     """Consistent values across the same fields load fine."""
     rec = load(
-        [
-            "--enable-dp-attention",
-            "--tp-size",
-            "4",
-            "--dp-size",
-            "2",
-            "--speculative-algorithm",
-            "EAGLE",
-            "--speculative-num-steps",
-            "3",
-            "--speculative-eagle-topk",
-            "1",
-            "--speculative-num-draft-tokens",
-            "4",
-            "--enable-hierarchical-cache",
-            "--hicache-ratio",
-            "3",
-        ],
+        (
+            "--enable-dp-attention --tp-size 4 --dp-size 2 --speculative-algorithm EAGLE --speculative-num-steps 3"
+            " --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-hierarchical-cache --hicache-ratio 3"
+        ).split(),
         env={},
     ).record
     assert (rec.tp_size, rec.speculative_num_draft_tokens, rec.hicache_ratio) == (4, 4, 3.0)

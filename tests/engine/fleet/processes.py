@@ -1,44 +1,21 @@
 """Real processes for the fleet tests: an etcd on loopback ports in a temp dir, and `sgconf serve` members.
 
-Every wait polls with a generous deadline: a busy 2-core machine starts an engine
-slowly, and nothing here measures speed.
+The port, deadline and process helpers are the suite's own (`tests.support`).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-START_TIMEOUT_S = 180.0
+from tests.support import START_TIMEOUT_S, ServeProcess, free_port, wait_until
+
 NO_ETCD = "the etcd binary is not installed -- run 'make etcd' (installs Debian's etcd-server when root)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float = START_TIMEOUT_S, every_s: float = 0.1) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what` past the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every_s)
 
 
 class Etcd:
@@ -98,8 +75,8 @@ class Etcd:
         self.proc = None
 
 
-class Server:
-    """One `sgconf serve` process that is a member of a fleet."""
+class Server(ServeProcess):
+    """One `sgconf serve` process that is a member of a fleet, logging JSON."""
 
     def __init__(
         self,
@@ -110,66 +87,17 @@ class Server:
         env: dict[str, str] | None = None,
         port: int | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.server_id = server_id or f"s{self.port}"
-        self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [
-            sys.executable,
-            "-c",
-            "import sys; from sgconf.serving import main; sys.exit(main(sys.argv[1:]))",
-            "serve",
-            "--port",
-            str(self.port),
-            "--fleet",
-            fleet,
-            "--fleet-store",
-            store,
-            "--fleet-server-id",
-            self.server_id,
-            "--max-total-tokens",
-            "1024",
-            "--log-format",
-            "json",
-            *args,
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-        )
+        port = free_port() if port is None else port
+        self.server_id = server_id or f"s{port}"
+        fleet_args = ("--fleet", fleet, "--fleet-store", store, "--fleet-server-id", self.server_id)
+        super().__init__(*fleet_args, "--max-total-tokens", "1024", "--log-format", "json", *args, port=port, env=env)
 
-    def wait_healthy(self) -> dict[str, Any]:
-        """The first `/health` answer (the server serves only once it is in sync with its fleet, or gave up)."""
-
-        def first() -> dict[str, Any] | None:
-            assert self.proc.poll() is None, self.proc.communicate()[0]
-            try:
-                r = httpx.get(f"{self.base}/health", timeout=5)
-            except httpx.TransportError:
-                return None
-            return r.json()
-
-        return wait_until(f"server {self.server_id} to serve", first)
+    def wait_healthy(self, *, any_status: bool = True, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """The first `/health` answer, whatever its status: a member serves once in sync with its fleet, or gave up."""
+        return super().wait_healthy(any_status=any_status, timeout_s=timeout_s)
 
     def health(self) -> dict[str, Any]:
         return httpx.get(f"{self.base}/health", timeout=30).json()
 
     def info(self) -> dict[str, Any]:
         return httpx.get(f"{self.base}/server_info", timeout=30).json()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.communicate(timeout=60)
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = self.proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-        return out

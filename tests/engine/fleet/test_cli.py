@@ -181,7 +181,7 @@ def test_the_store_never_holds_a_secret_in_clear(
 
 
 def test_an_unreachable_store_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.engine.fleet.processes import free_port
+    from tests.support import free_port
 
     port = free_port()
     code, _, err = run(capsys, "status", "prod", "--store", f"etcd://127.0.0.1:{port}")
