@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import structlog
@@ -235,14 +236,20 @@ def test_leftover_temp_file_is_counted_at_attach(controllers, tmp_path):
     assert dst.prefetch(PROMPT, policy="wait_complete").ready_tokens == 4
 
 
-def test_best_effort_returns_without_waiting(controllers, gated):
-    """best_effort reports only what is in host now; the rest arrives in the background."""
+def reader_of_stored_pages(controllers: Any, *pool: Any, **kw: Any) -> HiCacheController:
+    """A controller on the gated storage, after another one stored PROMPT's 3 full pages there."""
     src = controllers()
     src.attach_storage_backend("gated")
     src.backup(PROMPT, torch.arange(1, 15))
     src.flush()
-    dst = controllers(prefetch_policy="best_effort")
+    dst = controllers(*pool, **kw)
     dst.attach_storage_backend("gated")
+    return dst
+
+
+def test_best_effort_returns_without_waiting(controllers, gated):
+    """best_effort reports only what is in host now; the rest arrives in the background."""
+    dst = reader_of_stored_pages(controllers, prefetch_policy="best_effort")
     res = dst.prefetch(PROMPT)
     assert (res.ready_tokens, res.requested_pages, res.fetched_pages, res.pending_pages, res.timed_out) == (
         0,
@@ -260,12 +267,7 @@ def test_best_effort_returns_without_waiting(controllers, gated):
 
 def test_timeout_waits_at_most_the_bound(controllers, gated):
     """timeout gives up after prefetch_timeout_s and says so."""
-    src = controllers()
-    src.attach_storage_backend("gated")
-    src.backup(PROMPT, torch.arange(1, 15))
-    src.flush()
-    dst = controllers(prefetch_policy="timeout", prefetch_timeout_s=0.05)
-    dst.attach_storage_backend("gated")
+    dst = reader_of_stored_pages(controllers, prefetch_policy="timeout", prefetch_timeout_s=0.05)
     res = dst.prefetch(PROMPT)
     assert (res.ready_tokens, res.pending_pages, res.timed_out) == (0, 3, True)
     gated.set()
@@ -275,12 +277,7 @@ def test_timeout_waits_at_most_the_bound(controllers, gated):
 
 def test_wait_complete_waits_for_every_page(controllers, gated):
     """wait_complete returns once every requested page is in host."""
-    src = controllers()
-    src.attach_storage_backend("gated")
-    src.backup(PROMPT, torch.arange(1, 15))
-    src.flush()
-    dst = controllers(prefetch_policy="wait_complete")
-    dst.attach_storage_backend("gated")
+    dst = reader_of_stored_pages(controllers, prefetch_policy="wait_complete")
     threading.Timer(0.05, gated.set).start()
     res = dst.prefetch(PROMPT)
     assert (res.ready_tokens, res.fetched_pages, res.pending_pages, res.timed_out) == (12, 3, 0, False)
@@ -473,12 +470,9 @@ def test_cuda_pool_round_trips_through_pinned_host(controllers):
 
 def test_hung_storage_reads_are_misses_after_the_read_timeout(controllers, gated):
     """load and wait_complete wait at most read_timeout_s for a hung read, count it and treat it as a miss."""
-    src = controllers()
-    src.attach_storage_backend("gated")
-    src.backup(PROMPT, torch.arange(1, 15))
-    src.flush()
-    dst = controllers(make_pool(seed=None), prefetch_policy="wait_complete", read_timeout_s=0.05)
-    dst.attach_storage_backend("gated")
+    dst = reader_of_stored_pages(
+        controllers, make_pool(seed=None), prefetch_policy="wait_complete", read_timeout_s=0.05
+    )
     assert dst.lookup(PROMPT) == 12  # existence checks answer; the reads hang
     assert dst.load(PROMPT, 12, torch.arange(30, 42)) == 0
     assert dst.stats.read_timeouts == 1

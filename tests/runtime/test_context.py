@@ -447,18 +447,7 @@ def test_resolved_dict_nests_and_applies_overrides(ctx):
     """resolved_dict() nests by namespace (exec children too) and shows overrides."""
     ctx.override("http", stream_interval=6)
     out = ctx.resolved_dict()
-    assert list(out) == [
-        "model",
-        "device",
-        "parallel",
-        "memory",
-        "schedule",
-        "spec",
-        "disagg",
-        "serving",
-        "observability",
-        "exec",
-    ]
+    assert list(out) == "model device parallel memory schedule spec disagg serving observability exec".split()
     assert out["serving"]["stream_interval"] == 6
     assert out["schedule"]["page_size"] == 1
     assert list(out["exec"]) == ["kernel", "graph", "mamba"]
