@@ -7,7 +7,6 @@ field and the type, so an adopter learns at declaration what to change.
 
 from __future__ import annotations
 
-import enum
 import types
 import typing
 from typing import Any
@@ -18,7 +17,8 @@ from cattrs.errors import StructureHandlerNotFoundError
 from sgconf.convert import _strip_optional, scalar_union
 from sgconf.errors import DeclarationError
 from sgconf.fieldinfo import FieldInfo, literal_choices
-from sgconf.subrecords import is_frozen_record_type, is_record_type, sub_fields
+from sgconf.kinds import ClassKind, class_kind
+from sgconf.subrecords import is_frozen_record_type, sub_fields
 
 _CONTAINERS = (list, tuple, set, frozenset, dict)
 
@@ -60,9 +60,10 @@ def _unsupported(tp: Any, conv: cattrs.Converter) -> str | None:
             if found is not None:
                 return found
         return None
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+    kind = class_kind(tp)
+    if kind is ClassKind.ENUM:
         return None
-    if is_record_type(tp):
+    if kind is ClassKind.RECORD:
         if not is_frozen_record_type(tp):
             return (
                 f"{_name(tp)} is a mutable class, and its instance would be shared by every reader of the bag "

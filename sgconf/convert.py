@@ -11,7 +11,6 @@ import datetime
 import enum
 import json
 import math
-import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from sgconf.durations import FORMAT, from_seconds, parse_duration
 from sgconf.errors import ConversionError
 from sgconf.fieldinfo import FieldInfo, literal_choices
 from sgconf.frozen import deep_freeze
+from sgconf.kinds import ClassKind, class_kind
 from sgconf.subrecords import is_record_type, sub_fields
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -286,7 +286,7 @@ def _make_converter() -> cattrs.Converter:
         (lambda t: (typing.get_origin(t) or t) in _SEQUENCES, _sequence_hook),
         (lambda t: scalar_union(t) is not None, _union_hook),
     ]
-    conv.register_structure_hook_func(lambda t: isinstance(t, type) and issubclass(t, enum.Enum), _to_enum)
+    conv.register_structure_hook_func(lambda t: class_kind(t) is ClassKind.ENUM, _to_enum)
     conv.register_structure_hook_factory(is_record_type, _record_hook)
     for predicate, factory in factories:
         conv.register_structure_hook_factory(predicate, factory)
@@ -369,16 +369,18 @@ def describe_type(tp: Any) -> str:
             tuple: "a list",
             set: "a set",
             frozenset: "a set",
-            datetime.timedelta: "a duration",
         }.get(origin) or _describe_class(inner)
     return f"{text} or null" if optional else text
 
 
 def _describe_class(tp: Any) -> str:
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+    kind = class_kind(tp)
+    if kind is ClassKind.ENUM:
         return "one of " + ", ".join(repr(m.value) for m in tp)
-    if isinstance(tp, type) and issubclass(tp, os.PathLike):
-        return "a path"
-    if is_record_type(tp):
+    if kind is ClassKind.RECORD:
         return f"an object of {', '.join(f.name for f in sub_fields(tp))}"
+    if kind is ClassKind.PATH:
+        return "a path"
+    if kind is ClassKind.DURATION:
+        return "a duration"
     return str(tp)

@@ -8,13 +8,13 @@ is no process-wide default schema to ask.
 
 from __future__ import annotations
 
-import enum
 import typing
 from typing import Any
 
 import attrs
 
 from sgconf.fields import FieldSpec
+from sgconf.kinds import ClassKind, class_kind
 from sgconf.redaction import redact
 
 
@@ -62,7 +62,9 @@ class FieldInfo:
         if found is not None:
             return found
         union = typing.get_origin(self.type) in (typing.Union, _UnionType)
-        members = [a for a in (typing.get_args(self.type) if union else (self.type,)) if _is_enum(a)]
+        members = [
+            a for a in (typing.get_args(self.type) if union else (self.type,)) if class_kind(a) is ClassKind.ENUM
+        ]
         return tuple(m.value for m in members[0]) if members else None
 
     @property
@@ -84,10 +86,6 @@ def literal_choices(tp: Any) -> tuple[Any, ...] | None:
             if found is not None:
                 return found
     return None
-
-
-def _is_enum(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
 try:

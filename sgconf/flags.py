@@ -15,9 +15,7 @@ once, as the field's help text or the command states it.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -28,7 +26,7 @@ from sgconf.durations import FORMAT
 from sgconf.errors import Problem, UsageError
 from sgconf.fieldinfo import FieldInfo
 from sgconf.frozen import thaw
-from sgconf.subrecords import is_record_type
+from sgconf.kinds import ClassKind, class_kind
 from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
@@ -275,7 +273,7 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
     if info.setting.apply == "drain":  # hot fields apply between steps; these wait for an idle engine
         marks.append("applies after a drain")
     tail = f" [{', '.join(marks)}]" if marks else ""
-    if _strip_optional(info.type) is datetime.timedelta:
+    if class_kind(_strip_optional(info.type)) is ClassKind.DURATION:
         tail += f"; DURATION is {FORMAT}"
     if shown_default is not None:
         text = f"{info.setting.help} (default: {shown_default})"
@@ -303,10 +301,9 @@ def _metavar(info: FieldInfo) -> str:
         return "{" + ",".join(str(c) for c in choices) + "}"
     inner = _strip_optional(info.type)
     origin = getattr(inner, "__origin__", inner)
-    if isinstance(origin, type) and issubclass(origin, os.PathLike):
-        return "PATH"
-    if is_record_type(origin):
-        return "JSON"  # an object of the class's fields
+    kind = class_kind(origin)
+    if kind is not None and kind is not ClassKind.ENUM:  # an Enum field has choices, shown above
+        return _CLASS_METAVARS[kind]
     return _METAVARS.get(origin, "VALUE")
 
 
@@ -319,8 +316,9 @@ _METAVARS = {
     tuple: "LIST",
     set: "LIST",
     frozenset: "LIST",
-    datetime.timedelta: "DURATION",
 }
+# a record is written as a JSON object of its fields
+_CLASS_METAVARS = {ClassKind.PATH: "PATH", ClassKind.DURATION: "DURATION", ClassKind.RECORD: "JSON"}
 
 
 def given_fields(ns: argparse.Namespace, schema: Declarations) -> dict[str, Any]:

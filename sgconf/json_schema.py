@@ -6,8 +6,6 @@ The same shape validates a nested config file (flat files are not described) and
 
 from __future__ import annotations
 
-import datetime
-import os
 import typing
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +14,7 @@ from sgconf.dump import plain
 from sgconf.durations import FORMAT
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import REQUIRED, _Interval
-from sgconf.subrecords import is_record_type
+from sgconf.kinds import ClassKind, class_kind
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -36,19 +34,16 @@ _JSON_TYPES = {
 }
 
 
-def _json_type_of_class(inner: Any) -> tuple[str, ...] | None:
-    if inner is datetime.timedelta:
-        return ("string", "number")
-    if isinstance(inner, type) and issubclass(inner, os.PathLike):
-        return ("string",)
-    return ("object",) if is_record_type(inner) else None
+# the JSON types of the classes written by their own rule (an Enum is its choices), and their x-format
+_CLASS_TYPES = {ClassKind.DURATION: ("string", "number"), ClassKind.PATH: ("string",), ClassKind.RECORD: ("object",)}
+_CLASS_FORMATS = {ClassKind.DURATION: FORMAT, ClassKind.PATH: "a file system path"}
 
 
 def _json_type(inner: Any, info: FieldInfo) -> tuple[str, ...] | None:
     """The JSON types a field's value is written as: a float that accepts inf and nan is also their text."""
     if inner is float and info.setting.nonfinite:
         return ("number", "string")
-    found = _json_type_of_class(inner)
+    found = _CLASS_TYPES.get(class_kind(inner))  # type: ignore[arg-type]
     if found is not None:
         return found
     members = scalar_union(inner)
@@ -72,10 +67,9 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
         name = _json_type(inner, info)
         if name is not None:
             out["type"] = [*name, "null"] if optional else (name[0] if len(name) == 1 else list(name))
-    if inner is datetime.timedelta:
-        out["x-format"] = FORMAT
-    elif isinstance(inner, type) and issubclass(inner, os.PathLike):
-        out["x-format"] = "a file system path"
+    x_format = _CLASS_FORMATS.get(class_kind(inner))  # type: ignore[arg-type]
+    if x_format is not None:
+        out["x-format"] = x_format
     for check in info.setting.checks:
         if isinstance(check, _Interval):
             if check.low is not None:
