@@ -16,7 +16,8 @@ Write policies: `write_through` stores a page in host and storage at backup time
 `flush()` or on detach; `write_through_selective` stores a page once it has been
 loaded back at least once (proven reuse), and on nothing else.
 
-Storage I/O runs on background threads (one writer, `io_threads` readers); host pool
+Storage I/O runs on background threads (one writer, `io_threads` readers, one for the
+existence checks of lookups, so they never queue behind slow reads); host pool
 and device copies (`mem_cache.hicache.device_copy`) happen under one lock. Storage
 errors never reach the caller: damaged or forged pages are counted and treated as
 missing; failed writes are counted and back the backend off (it reports itself
@@ -110,6 +111,8 @@ class HiCacheController:
         self._extra_config: Mapping[str, Any] | None = None
         self._writer = cf.ThreadPoolExecutor(1, thread_name_prefix="hicache-write")
         self._readers = cf.ThreadPoolExecutor(max(1, io_threads), thread_name_prefix="hicache-read")
+        # existence checks have their own thread: behind slow page reads they would wait for them
+        self._lookups = cf.ThreadPoolExecutor(1, thread_name_prefix="hicache-lookup")
         self._pending_writes: set[cf.Future[bool]] = set()
         self._inflight: dict[str, cf.Future[bool]] = {}
         self._retired_corrupt = 0
@@ -430,6 +433,7 @@ class HiCacheController:
         self._closed = True
         self._writer.shutdown(wait=True)
         self._readers.shutdown(wait=True)
+        self._lookups.shutdown(wait=True)
 
     # -- internals ---------------------------------------------------------------------
     def _settle(self, prepared: PreparedAttach, state: str) -> None:
@@ -502,7 +506,7 @@ class HiCacheController:
     def _stored_run(self, backend: StorageBase, keys: Sequence[str]) -> int:
         """How many of `keys`, from the first, host, a running read or the backend holds.
 
-        The backend is asked on a reader thread and waited for at most `read_timeout_s`;
+        The backend is asked on the lookup thread and waited for at most `read_timeout_s`;
         past that the answer is 0 (a miss), counted in `read_timeouts`.
         """
 
@@ -517,8 +521,8 @@ class HiCacheController:
             return n
 
         try:
-            fut = self._readers.submit(run)
-        except RuntimeError:  # the readers were shut down: the controller is closing
+            fut = self._lookups.submit(run)
+        except RuntimeError:  # the threads were shut down: the controller is closing
             return 0
         try:
             return fut.result(timeout=self.read_timeout_s)

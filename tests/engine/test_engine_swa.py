@@ -110,6 +110,8 @@ def test_best_effort_prefetch_never_waits_for_storage(make_engine) -> None:
     finally:
         gate.set()
     assert r.token_ids == expected and r.stats.prefetched_tokens == 0
+    # the lookup's existence checks did not queue behind the hung page reads (and time out)
+    assert reader.hicache.controller.stats.read_timeouts == 0
     assert reader.hicache.controller.wait_idle(timeout=20)
     with reader._lock:
         reader.prefix_cache.reset()
