@@ -74,6 +74,7 @@ def test_the_import_check_catches_a_lazy_import() -> None:
     assert not allowed("runtime", "engine") and not allowed("tools", "runtime") and allowed("attention", "mem_cache")
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 @pytest.mark.parametrize("modules", ["runtime", "sgconf", "runtime, sgconf, engine"])
 def test_config_core_imports_no_torch_or_web_stack(modules: str) -> None:
     """`import runtime`, `import sgconf` (and the `engine` package itself) leave torch, fastapi and uvicorn out."""
@@ -110,6 +111,7 @@ def test_no_module_is_over_600_lines() -> None:
     assert long == []
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_importing_every_runtime_module_leaves_torch_out() -> None:
     """Not only `import runtime`: every module of it, the config group's included, imports torch only when used."""
     names = sorted(

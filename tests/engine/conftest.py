@@ -45,9 +45,11 @@ def serve(make_engine: Callable[..., Engine]) -> Callable[..., tuple[Engine, Tes
     return start
 
 
-@pytest.fixture(scope="module", params=MODES)
+@pytest.fixture(
+    scope="module", params=[pytest.param(m, marks=[pytest.mark.slow] if m == "group" else []) for m in MODES]
+)
 def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    """A client of the app on one engine, then on a two-replica group, with the test module's `FLAGS`."""
+    """A client of the app on one engine, then on a two-replica group (slow: it starts processes), with `FLAGS`."""
     flags = getattr(request.module, "FLAGS", {})
     with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **flags) as client:
         yield client

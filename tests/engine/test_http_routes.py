@@ -8,26 +8,24 @@ as it found it (attach is followed by detach; generations are compared relativel
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.engine.serving import MODES, serve_in_mode
+from tests.engine.serving import ADMIN_AUTH as AUTH
+from tests.engine.serving import ADMIN_KEY as KEY
 
-KEY = "admin-secret"
-AUTH = {"Authorization": f"Bearer {KEY}"}
 # the servers live for the module and own their context; each test leaves the config as it found it
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4, "enable_hierarchical_cache": True, "admin_api_key": KEY}
 
 
-@pytest.fixture(scope="module", params=MODES)
-def client(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    with serve_in_mode(request.param, tmp_path_factory.mktemp("replicas"), **FLAGS) as c:
-        yield c
+@pytest.fixture(scope="module")
+def client(http: TestClient) -> TestClient:
+    """The suite's two-mode route client (`tests/engine/conftest.py`) on FLAGS."""
+    return http
 
 
 def generation(client: TestClient) -> int:

@@ -371,7 +371,11 @@ def test_every_hot_field_has_a_check() -> None:
     assert hot == set(HOT_CHECKS) | GROUP_FIELDS
 
 
-@pytest.mark.parametrize("name", sorted(HOT_CHECKS))
+# torch.compile runs the C++ compiler in child processes: that case is slow
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow] if n == "enable_torch_compile" else []) for n in sorted(HOT_CHECKS)],
+)
 def test_hot_field_changes_behaviour_on_a_running_engine(name: str, make_engine, log_stream) -> None:
     """Overriding the field on a running engine changes what the engine does, from the next step on."""
     HOT_CHECKS[name](make_engine, log_stream)

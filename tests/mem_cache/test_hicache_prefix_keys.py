@@ -52,6 +52,7 @@ def test_page_size_below_one_is_refused():
         page_keys([1], 0)
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_keys_are_stable_across_processes():
     """A process with a different hash seed computes the same keys."""
     code = "from mem_cache.hicache import page_keys; print(page_keys(list(range(12)), 4, namespace='x'))"

@@ -279,6 +279,7 @@ while True:
 """
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_writer_killed_mid_write_leaves_only_whole_pages(tmp_path):
     """After SIGKILL of a writing process, every page file is whole; leftovers are only temp files."""
     import signal

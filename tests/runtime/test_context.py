@@ -50,6 +50,7 @@ def test_all_names_import():
     assert list(runtime.__all__) == sorted(runtime.__all__)
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_import_is_light():
     """Importing runtime and runtime.context pulls in neither torch, FastAPI nor uvicorn."""
     code = textwrap.dedent(
@@ -357,6 +358,7 @@ def test_snapshot_is_one_generation(ctx):
     assert snap.bags()["serving"] is snap.serving
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_fingerprint_stable_and_sensitive(ctx):
     """Equal configs hash equal (across processes too); counted fields change it, opted-out ones do not."""
     first = ctx.fingerprint()

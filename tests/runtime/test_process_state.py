@@ -7,9 +7,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_reset_returns_the_process_to_its_import_time_state() -> None:
     """Publish, install, record role reads, tag and configure logs; reset; everything is as at import."""
     code = textwrap.dedent(

@@ -143,6 +143,7 @@ def test_override_server_args_honours_the_mode(monkeypatch):
         get_schedule()
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_record_mode_reports_to_stderr_at_exit(tmp_path):
     """A process in record mode prints its pairs to stderr when it exits."""
     code = textwrap.dedent(

@@ -306,6 +306,7 @@ def console(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*cmd, *argv], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_console_script_bad_flag_value_exits_2_without_traceback() -> None:
     """The installed `sgconf` command exits 2 and prints the problem, not a traceback."""
     proc = console("show", "--page-size", "12", "--tp-size", "x")
@@ -317,6 +318,7 @@ def test_console_script_bad_flag_value_exits_2_without_traceback() -> None:
     )
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_console_script_schema_is_json() -> None:
     """The installed `sgconf schema` prints a JSON document and exits 0."""
     proc = console("schema")
@@ -332,6 +334,7 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
     assert run(capsys, "-V") == (0, f"sgconf {metadata.version('sgconf')}\n", "")
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_python_dash_m_sgconf_is_the_same_command() -> None:
     """`python -m sgconf` runs the CLI: version, show with an alias, and status 2 for bad input."""
     from importlib import metadata

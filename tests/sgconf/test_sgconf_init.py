@@ -23,6 +23,7 @@ def test_every_exported_name_imports(name: str) -> None:
     assert namespace[name] is getattr(sgconf, name)
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_import_does_not_pull_heavy_dependencies() -> None:
     """`import sgconf` and `import sgconf.cli` import neither torch, FastAPI, uvicorn nor PyYAML."""
     code = (

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tools.ratchet.baseline import REFUSAL_LINES
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -117,6 +119,7 @@ def test_paths_outside_the_project_are_refused(repo, tmp_path_factory):
         assert err.startswith(f"sgconf-ratchet: '{outside}' is outside the project root {repo.root.resolve()}")
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_closed_pipe_ends_quietly(repo):
     """`check --format sarif | head -1` ends without a BrokenPipeError traceback."""
     repo.write("pkg/big.py", _reads(3000))

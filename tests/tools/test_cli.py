@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.ratchet.report import EXTRA_RULES
 from tools.ratchet.sites import KINDS
 
@@ -336,6 +338,7 @@ def test_inline_fields_make_it_work_on_any_codebase(repo):
     assert out.splitlines()[0] == "pkg/a.py:1:5: field 'block_size' read raw (direct) -- use get_cache().block_size"
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_check_never_imports_libcst():
     """Detection runs on the stdlib ast: a check in a fresh interpreter leaves libcst unimported."""
     import os

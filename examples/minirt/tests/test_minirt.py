@@ -67,6 +67,7 @@ def _minirt(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts a process: `make test-fast` leaves it out
 def test_python_m_minirt_run_and_show() -> None:
     """The `python -m minirt` entry loads MINIRT_* env and flags, and reports bad input without a traceback."""
     out = _minirt("run", "--use", "a,b,c", "--shrink-to", "1", MINIRT_MAX_LORAS="3")
