@@ -37,11 +37,11 @@ ratchet: install
 # two workers: the process and server tests wait on their children, so the suite runs in
 # about half the time on a 2-core machine; each worker publishes its own contexts
 test: lint ratchet etcd
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # the tests that start no process, server or replica group: a quick loop while editing
 test-fast: install
-	$(BIN)/python -m pytest -q -n 2 -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 run: install
 	$(BIN)/sgconf serve

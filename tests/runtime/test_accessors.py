@@ -161,6 +161,7 @@ def test_parallel_derived_members(sgconf_context):
         assert get_parallel().attn_dp_size == 2
 
 
+@pytest.mark.slow  # runs mypy: `make test-fast` leaves it out
 def test_accessors_are_typed_for_mypy(tmp_path) -> None:
     """`accessor(LoraConfig)` is a zero-argument function mypy knows returns a LoraConfig; built-ins are made alike."""
     import sys
