@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sgconf import Schema, setting
@@ -29,6 +31,13 @@ def make_myrt_schema() -> Schema:
 
     schema.role("lora_worker", namespaces=["lora"])
     return schema.freeze()
+
+
+@pytest.fixture
+def no_sgconf_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hide the developer's SGCONF_* variables, for tests of what the CLI resolves by itself."""
+    for var in [v for v in os.environ if v.startswith("SGCONF_")]:
+        monkeypatch.delenv(var)
 
 
 @pytest.fixture

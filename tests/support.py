@@ -1,4 +1,4 @@
-"""Helpers every test folder shares: a free loopback port, a polled deadline, and `sgconf serve` as a process.
+"""Helpers every test folder shares: a free port, a polled deadline, the CLI in-process, `sgconf serve` as a process.
 
 Every wait polls with a generous deadline and fails naming what it waited for: a busy
 2-core machine starts an engine slowly, and nothing here measures speed.
@@ -42,6 +42,15 @@ def wait_until(what: str, check: Callable[[], T], timeout_s: float = START_TIMEO
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(every_s)
+
+
+def run_sgconf(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """`sgconf ARGV` in this process: its exit status, stdout and stderr (read through `capsys`)."""
+    from sgconf.serving import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 class ServeProcess:
@@ -117,4 +126,4 @@ class ServeProcess:
         self.kill()
 
 
-__all__ = ["SERVE", "START_TIMEOUT_S", "ServeProcess", "free_port", "wait_until"]
+__all__ = ["SERVE", "START_TIMEOUT_S", "ServeProcess", "free_port", "run_sgconf", "wait_until"]

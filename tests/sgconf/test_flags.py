@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import functools as _functools
-import os
 
 import pytest
 
 from sgconf import SERVING as _SERVING
 from sgconf import DeclarationError, Schema, load, setting
 from sgconf.flags import config_parser as _config_parser
-from sgconf.serving import field_info, fields, main
+from sgconf.serving import field_info, fields
+from tests.support import run_sgconf as run
+
+pytestmark = pytest.mark.usefixtures("no_sgconf_env")
 
 config_parser = _functools.partial(_config_parser, schema=_SERVING)
 
@@ -31,18 +33,6 @@ ALIASES = [
     ("--max-num-seqs", "max_running_requests", "8"),
     ("--max-num-batched-tokens", "chunked_prefill_size", "512"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in [v for v in os.environ if v.startswith("SGCONF_")]:
-        monkeypatch.delenv(var)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(("alias", "name", "raw"), ALIASES)

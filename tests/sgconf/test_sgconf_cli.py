@@ -22,22 +22,13 @@ from sgconf import ConfigError, load, resolve_once
 from sgconf.cli import config_parser as _config_parser
 from sgconf.cli import load_from_args as _load_from_args
 from sgconf.cli import run_cli
-from sgconf.serving import SERVING, fields, main
+from sgconf.serving import SERVING, fields
+from tests.support import run_sgconf as run
+
+pytestmark = pytest.mark.usefixtures("no_sgconf_env")
 
 config_parser = _functools.partial(_config_parser, schema=_SERVING)
 load_from_args = _functools.partial(_load_from_args, schema=_SERVING)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in [v for v in os.environ if v.startswith("SGCONF_")]:
-        monkeypatch.delenv(var)
 
 
 def test_show_json_is_nested_and_resolved(capsys: pytest.CaptureFixture[str]) -> None:
