@@ -314,10 +314,33 @@ class Engine(EngineBuilding, EngineStorage):
         return req
 
     def cancel(self, reqs: Sequence[Req], reason: str = "the client went away") -> None:
-        """Take requests out at the next step boundary, freeing their KV (their client disconnected)."""
+        """Take requests out at the next step boundary, freeing their KV (their client disconnected).
+
+        Never waits for a step in flight: the server calls this on its event loop, and the
+        loop re-takes the engine lock step after step, so waiting for it would stall every
+        connection until the engine ran out of work.
+        """
         self.scheduler.cancel(reqs, reason)
+        self._nudge()
+
+    def _nudge(self) -> None:
+        """Wake the loop if it waits for work, without blocking on the lock a step holds.
+
+        A loop that holds the lock looks at the scheduler again before it waits, and sees
+        what was queued before this call; only between that look and its wait could it
+        miss it, so a busy lock hands the notify to a short-lived thread.
+        """
+        if self._wake.acquire(blocking=False):
+            try:
+                self._wake.notify_all()
+            finally:
+                self._wake.release()
+            return
+        threading.Thread(target=self._notify, name="engine-nudge", daemon=True).start()
+
+    def _notify(self) -> None:
         with self._wake:
-            self._wake.notify()
+            self._wake.notify_all()
 
     def expire_overdue(self) -> None:
         """Fail the requests past their deadline now (a waiter whose deadline passed while no step ran)."""

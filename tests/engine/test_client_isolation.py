@@ -156,6 +156,26 @@ def test_a_closed_socket_cancels_its_request_and_frees_its_kv(engine: Engine, pa
         engine.resume()
 
 
+def test_cancel_returns_while_a_step_holds_the_engine(engine: Engine) -> None:
+    """The server cancels on its event loop: `Engine.cancel` never waits for the lock a running step holds.
+
+    (The loop takes that lock again step after step, so a waiting cancel stalled every
+    connection of the server until the engine ran out of work.)
+    """
+    engine.pause()
+    req = engine.submit("held by a step", max_new_tokens=50, ignore_eos=True)
+    returned = threading.Event()
+    with engine._lock:  # what a step in flight holds
+        worker = threading.Thread(target=lambda: (engine.cancel([req]), returned.set()))
+        worker.start()
+        assert returned.wait(DEADLINE_S), "cancel waited for the engine lock"
+    worker.join(DEADLINE_S)
+    assert engine.scheduler.cancels_pending() == 1
+    engine.step()
+    assert engine.busy_counts() == (0, 0) and engine.scheduler.counters["cancelled"] == 1
+    engine.resume()
+
+
 # -- connection hygiene -----------------------------------------------------------------------
 
 
