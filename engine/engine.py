@@ -138,6 +138,9 @@ class Engine(EngineBuilding, EngineStorage):
         self._build_live_config(snap)
         self._thread = threading.Thread(target=self._loop, name="sgconf-engine", daemon=True)
         self._thread.start()
+        self._nudged = threading.Event()
+        self._waker = threading.Thread(target=self._wake_on_nudge, name="sgconf-engine-waker", daemon=True)
+        self._waker.start()
 
     @classmethod
     def from_args(cls, argv: Sequence[str], *, env: dict[str, str] | None = None) -> Engine:
@@ -282,11 +285,10 @@ class Engine(EngineBuilding, EngineStorage):
         """
         deadline = check_timeout(timeout_s, get_serving().request_timeout_s)
         reqs = [self._new_request(prompt, sampling, deadline, stream, add_special_tokens) for prompt, sampling in items]
-        with self._wake:
-            if self._stopping:
-                raise EngineStopped("the engine is shut down -- start a new one")
-            self.scheduler.submit_all(reqs)
-            self._wake.notify()
+        # no engine lock: a submit must not wait behind the steps of other clients' work
+        if self._stopping or not self.scheduler.submit_all(reqs):
+            raise EngineStopped("the engine is shut down -- start a new one")
+        self._nudge()
         return reqs
 
     def _new_request(
@@ -328,19 +330,25 @@ class Engine(EngineBuilding, EngineStorage):
 
         A loop that holds the lock looks at the scheduler again before it waits, and sees
         what was queued before this call; only between that look and its wait could it
-        miss it, so a busy lock hands the notify to a short-lived thread.
+        miss it, so a busy lock hands the notify to the waker thread, which delivers it
+        once the loop lets go of the lock.
         """
         if self._wake.acquire(blocking=False):
             try:
                 self._wake.notify_all()
             finally:
                 self._wake.release()
-            return
-        threading.Thread(target=self._notify, name="engine-nudge", daemon=True).start()
+        else:
+            self._nudged.set()
 
-    def _notify(self) -> None:
-        with self._wake:
-            self._wake.notify_all()
+    def _wake_on_nudge(self) -> None:
+        while True:
+            self._nudged.wait()
+            self._nudged.clear()
+            with self._wake:
+                if self._stopping:
+                    return
+                self._wake.notify_all()
 
     def expire_overdue(self) -> None:
         """Fail the requests past their deadline now (a waiter whose deadline passed while no step ran)."""
@@ -534,9 +542,12 @@ class Engine(EngineBuilding, EngineStorage):
                 return
             self._stopping = True
             self._wake.notify_all()
+        self._nudged.set()  # the waker sees `_stopping` and ends
         self.boundary.close()
         self._thread.join(timeout=30)
+        self._waker.join(timeout=30)
         with self._lock:
+            self.scheduler.close()  # a submit racing the shutdown is refused, or failed just below
             self.scheduler.abort_all("the engine was shut down")
             if self.hicache is not None:
                 self.hicache.close()

@@ -128,6 +128,7 @@ class Scheduler(SchedulerMemory):
         self.admission_paused = 0  # drains waiting for the running requests to finish
         self.decode = decode  # the tokenizer's, to find stop strings in the output
         self._cancels: list[tuple[Req, str]] = []
+        self._closed = False
 
     # -- submission ----------------------------------------------------------------------
 
@@ -190,15 +191,23 @@ class Scheduler(SchedulerMemory):
             group=rid,
         )
 
-    def submit(self, req: Req) -> None:
-        self.submit_all([req])
+    def submit(self, req: Req) -> bool:
+        return self.submit_all([req])
 
-    def submit_all(self, reqs: Sequence[Req]) -> None:
-        """Queue requests as one unit of work: they share the group of the first one."""
+    def submit_all(self, reqs: Sequence[Req]) -> bool:
+        """Queue requests as one unit of work (they share the group of the first one); False once closed."""
         for req in reqs:
             req.group = reqs[0].rid
         with self._inbox_lock:
+            if self._closed:
+                return False
             self._inbox.extend(reqs)
+        return True
+
+    def close(self) -> None:
+        """Refuse every later submit (the engine is shutting down); thread-safe."""
+        with self._inbox_lock:
+            self._closed = True
 
     def cancel(self, reqs: Sequence[Req], reason: str) -> None:
         """Ask for requests to leave at the start of the next step (thread-safe); finished ones are skipped."""

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.engine import Engine
+from engine.engine import Engine, EngineStopped
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from engine.request_params import SamplingParams
@@ -54,6 +54,42 @@ def test_a_fan_out_batch_cannot_hold_back_a_short_request(engine: Engine) -> Non
     engine.resume()
     for req in batch:
         engine.wait(req, timeout=DEADLINE_S)
+
+
+def test_a_submit_does_not_wait_behind_a_step_in_flight(engine: Engine) -> None:
+    """A client's request is queued while a step holds the engine lock: it never waits for the other work's steps.
+
+    (The loop takes that lock again step after step, so a waiting submit could sit out a
+    whole fan-out batch before its request was even queued.)
+    """
+    engine.pause()
+    queued: list[Any] = []
+    with engine._lock:  # what a step in flight holds
+        worker = threading.Thread(target=lambda: queued.append(engine.submit("light client", max_new_tokens=2)))
+        worker.start()
+        worker.join(DEADLINE_S)
+        assert queued, "submit waited for the engine lock"
+    assert engine.busy_counts() == (1, 0)
+    engine.resume()
+    assert engine.wait(queued[0], timeout=DEADLINE_S).token_ids
+
+
+def test_a_submit_after_shutdown_is_refused() -> None:
+    """Without the engine lock a submit still cannot slip in after the shutdown failed what was queued."""
+    from runtime import withdraw
+
+    eng = Engine.from_args(["--max-total-tokens", "256"])
+    eng.shutdown(unpublish=False)  # its config stays readable, so the refusal is the engine's own
+    try:
+        with pytest.raises(EngineStopped, match="the engine is shut down"):
+            eng.submit("too late", max_new_tokens=1)
+        eng._stopping = False  # as if the submit had passed that check just before the shutdown
+        with pytest.raises(EngineStopped, match="the engine is shut down"):
+            eng.submit("too late", max_new_tokens=1)
+        assert eng.busy_counts() == (0, 0)
+    finally:
+        eng._stopping = True
+        withdraw(eng.context)
 
 
 def test_units_of_work_share_rows_in_turn(engine: Engine) -> None:
