@@ -45,18 +45,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from engine.chat_template import load_chat_template
-from engine.http import openapi
+from engine.http import disconnect, openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
-from engine.http.disconnect import (
-    ClientGone,
-    ClosingStreamingResponse,
-    Started,
-    gone_response,
-    started,
-    unless_disconnected,
-)
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import Metrics, OverrideTally
@@ -165,16 +157,18 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
                 raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
             _asked(argss[0])
             try:
-                (stream,) = await started(request, [backend.stream(argss[0])])
-            except ClientGone:
-                return gone_response()
-            return ClosingStreamingResponse(_generate_events(stream, metrics), media_type="text/event-stream")
+                (stream,) = await disconnect.started(request, [backend.stream(argss[0])])
+            except disconnect.ClientGone:
+                return disconnect.gone_response()
+            return disconnect.ClosingStreamingResponse(
+                _generate_events(stream, metrics), media_type="text/event-stream"
+            )
         for args in argss:
             _asked(args)
         try:
-            bodies = await unless_disconnected(request, backend.generate_many(argss))
-        except ClientGone:
-            return gone_response()
+            bodies = await disconnect.unless_disconnected(request, backend.generate_many(argss))
+        except disconnect.ClientGone:
+            return disconnect.gone_response()
         for body in bodies:
             _finished(metrics, body)
         return bodies if req.batch else bodies[0]
@@ -234,7 +228,7 @@ def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
     )
 
 
-async def _generate_events(stream: Started, metrics: Metrics) -> AsyncIterator[str]:
+async def _generate_events(stream: disconnect.Started, metrics: Metrics) -> AsyncIterator[str]:
     """`/generate` as SSE: one event per chunk with the text so far, the final answer, then `[DONE]`."""
     text = ""
     try:
