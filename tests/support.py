@@ -7,12 +7,14 @@ Every wait polls with a generous deadline and fails naming what it waited for: a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -72,7 +74,10 @@ class ServeProcess:
     ) -> None:
         self.port = free_port() if port is None else port
         self.base = f"http://127.0.0.1:{self.port}"
-        self.workdir = Path(tempfile.mkdtemp(prefix="sgconf-serve-")) if workdir is None else workdir
+        if workdir is None:  # ours: removed once this object is gone (its output is read after the exit)
+            workdir = Path(tempfile.mkdtemp(prefix="sgconf-serve-"))
+            weakref.finalize(self, shutil.rmtree, workdir, True)
+        self.workdir = workdir
         self._out = self.workdir / f"serve-{self.port}.out"
         self._err = self._out if merge_output else self.workdir / f"serve-{self.port}.err"
         base_env = {k: v for k, v in os.environ.items() if inherit_sgconf_env or not k.startswith("SGCONF_")}
