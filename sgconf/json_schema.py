@@ -35,15 +35,19 @@ _JSON_TYPES = {
 
 
 # the JSON types of the classes written by their own rule (an Enum is its choices), and their x-format
-_CLASS_TYPES = {ClassKind.DURATION: ("string", "number"), ClassKind.PATH: ("string",), ClassKind.RECORD: ("object",)}
-_CLASS_FORMATS = {ClassKind.DURATION: FORMAT, ClassKind.PATH: "a file system path"}
+_CLASS_TYPES: dict[ClassKind | None, tuple[str, ...]] = {
+    ClassKind.DURATION: ("string", "number"),
+    ClassKind.PATH: ("string",),
+    ClassKind.RECORD: ("object",),
+}
+_CLASS_FORMATS: dict[ClassKind | None, str] = {ClassKind.DURATION: FORMAT, ClassKind.PATH: "a file system path"}
 
 
 def _json_type(inner: Any, info: FieldInfo) -> tuple[str, ...] | None:
     """The JSON types a field's value is written as: a float that accepts inf and nan is also their text."""
     if inner is float and info.setting.nonfinite:
         return ("number", "string")
-    found = _CLASS_TYPES.get(class_kind(inner))  # type: ignore[arg-type]
+    found = _CLASS_TYPES.get(class_kind(inner))
     if found is not None:
         return found
     members = scalar_union(inner)
@@ -67,7 +71,7 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
         name = _json_type(inner, info)
         if name is not None:
             out["type"] = [*name, "null"] if optional else (name[0] if len(name) == 1 else list(name))
-    x_format = _CLASS_FORMATS.get(class_kind(inner))  # type: ignore[arg-type]
+    x_format = _CLASS_FORMATS.get(class_kind(inner))
     if x_format is not None:
         out["x-format"] = x_format
     for check in info.setting.checks:

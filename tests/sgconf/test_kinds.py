@@ -13,6 +13,7 @@ import pytest
 
 from sgconf import Schema, setting
 from sgconf.convert import describe_type
+from sgconf.durations import FORMAT
 from sgconf.flags import config_parser
 from sgconf.json_schema import field_schema
 from sgconf.kinds import ClassKind, class_kind
@@ -89,3 +90,4 @@ def test_every_layer_describes_a_kind_the_same_way() -> None:
     wait, where, point = (field_schema(fields[n]) for n in ("wait", "where", "point"))
     assert (wait["type"], where["type"], point["type"]) == (["string", "number"], "string", "object")
     assert where["x-format"] == "a file system path" and "x-format" not in point
+    assert wait["x-format"] == FORMAT
