@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -73,7 +73,7 @@ class Committing(Proposing):
         write = Write(
             rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token
         )
-        new = self._next_state(state, proposal.snapshot, rec, add=write)
+        new = self._next_state(state, proposal.snapshot, rec, add=write, flat=proposal.flat)
         receipt = OverrideReceipt(self, rec, new.view, owner=owner)
         news = self._news("config.override", rec, new)
         self._swap(new)
@@ -90,8 +90,12 @@ class Committing(Proposing):
         add: Write | None = None,
         remove: Write | None = None,
         restore: State | None = None,
+        flat: Mapping[str, Any] | None = None,
     ) -> State:
-        """The state after `rec`: one write added or removed (or `restore`'s writes back), the log window moved on."""
+        """The state after `rec`: one write added or removed (or `restore`'s writes back), the log window moved on.
+
+        `flat` is the proposal's view of `snapshot`, when it has one.
+        """
         entries = state.log + (rec,)
         dropped, dropped_last = state.dropped, state.dropped_last
         # the log holds up to twice its window and trims back to it at once, so a commit never
@@ -113,14 +117,14 @@ class Committing(Proposing):
             else:
                 writes = tuple(w for w in writes if w is not remove)
             stacks = without_write(stacks, remove)
-        folded = fold(base, writes, self.limit)
+        folded = fold(base, writes, self.limit) if len(writes) > self.limit else None
         if folded is not None:
             base, writes = folded
             stacks = stacks_of(writes)
         return State(
             snapshot=snapshot,
             view=make_view(snapshot, self.role, self.role_mode),
-            flat=FlatView(snapshot, getters_of(self.schema)),
+            flat=FlatView(snapshot, getters_of(self.schema)) if flat is None else flat,
             base=base,
             writes=writes,
             stacks=stacks,

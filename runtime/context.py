@@ -280,7 +280,8 @@ class RuntimeContext(Committing):
                 )
                 raise ConfigError([Problem("$generation", msg)], header=f"catch-up from {source!r} rejected")
             proposal = self._propose(source, values, layer="override", check_source=False)
-            return attrs.evolve(proposal, snapshot=attrs.evolve(proposal.snapshot, generation=generation))
+            snapshot = attrs.evolve(proposal.snapshot, generation=generation)
+            return attrs.evolve(proposal, snapshot=snapshot, flat=FlatView(snapshot, getters_of(self.schema)))
 
     def commit(
         self,

@@ -9,7 +9,9 @@ process is being stopped: every later subscriber still runs, then it is re-raise
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -25,12 +27,22 @@ log = structlog.get_logger("sgconf.runtime")
 
 @attrs.frozen(slots=True, eq=False)
 class Announcement:
-    """What a commit tells the world once it is live: the log line's fields and the subscribers' event."""
+    """What a commit tells the world once it is live: the log line's record and the subscribers' event."""
 
     event_name: str
-    fields: dict[str, Any]
+    record: OverrideRecord
     event: ConfigEvent
     subscribers: tuple[Subscription, ...]
+
+    def fields(self) -> dict[str, Any]:
+        """The log line's fields, secrets redacted; rendered only when the line is written."""
+        rec = self.record
+        return {
+            "source": rec.source,
+            "layer": rec.layer,
+            "generation": rec.generation,
+            "fields": {c.name: c.redacted() for c in rec.changes},
+        }
 
 
 class Dispatching:
@@ -40,17 +52,11 @@ class Dispatching:
     _subscribers: tuple[Subscription, ...]
 
     def _news(self, event_name: str, rec: OverrideRecord, new: State) -> Announcement:
-        rendered = {
-            "source": rec.source,
-            "layer": rec.layer,
-            "generation": rec.generation,
-            "fields": {c.name: c.redacted() for c in rec.changes},
-        }
-        return Announcement(event_name, rendered, ConfigEvent(rec, new.view), self._subscribers)
+        return Announcement(event_name, rec, ConfigEvent(rec, new.view), self._subscribers)
 
     def _announce(self, news: Announcement) -> None:
         """Log the commit and notify subscribers, each isolated; re-raise a BaseException only after all ran."""
-        stop = _emit("info", news.event_name, **news.fields)
+        stop = _emit("info", news.event_name, render=news.fields)
         changed = news.event.fields
         for sub in news.subscribers:
             if not sub.wants(changed):
@@ -81,10 +87,21 @@ class Dispatching:
             raise stop
 
 
-def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
-    """Log one event; a failing sink is reported on stderr, never raised; a BaseException is returned."""
+def _emit(
+    level: str, event: str, /, render: Callable[[], dict[str, Any]] | None = None, **fields: Any
+) -> BaseException | None:
+    """Log one event; a failing sink is reported on stderr, never raised; a BaseException is returned.
+
+    With `render`, the fields are its result, built only when the logger would keep the
+    event (a filtered-out override line costs no copy of its values).
+    """
     try:
-        getattr(log, level)(event, **fields)
+        logger = _logger()
+        if render is not None:
+            if not _enabled(logger, level):
+                return None
+            fields = render()
+        getattr(logger, level)(event, **fields)
     except Exception as exc:
         try:
             sys.stderr.write(f"sgconf: could not log {event} ({type(exc).__name__}: {exc})\n")
@@ -93,6 +110,32 @@ def _emit(level: str, event: str, **fields: Any) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_bound: tuple[tuple[Any, ...], Any] = ((), None)
+
+
+def _logger() -> Any:
+    """`log` bound for structlog's current configuration and standard streams, bound once per change of them.
+
+    structlog's lazy proxy binds a new logger at every event, which costs ten times what a
+    filtered-out event does; a change of configuration (`structlog.configure`,
+    `capture_logs`) or of `sys.stdout`/`sys.stderr` (which a print logger binds at
+    creation) binds afresh, so what is logged is what the proxy would have logged.
+    """
+    global _bound
+    key = (*structlog.get_config().values(), sys.stdout, sys.stderr)  # held, so never a reused id
+    seen, bound = _bound
+    if seen != key:
+        bound = log.bind()
+        _bound = (key, bound)
+    return bound
+
+
+def _enabled(logger: Any, level: str) -> bool:
+    check = getattr(logger, "is_enabled_for", None)
+    return True if check is None else bool(check(_LEVELS[level]))
 
 
 def _name_of(callback: Any) -> str:

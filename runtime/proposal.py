@@ -21,9 +21,9 @@ from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
-from sgconf.rules import check_rules
+from sgconf.rules import check_rules, rules_reading
 from sgconf.suggest import did_you_mean
-from sgconf.validation import convert_fields
+from sgconf.validation import convert_value
 
 if TYPE_CHECKING:
     from runtime.roles import Mode
@@ -84,6 +84,7 @@ class Proposing(Dispatching):
         converted: dict[str, Any] = {}
         acting = inner_source(source)
         decided = self._decided
+        conv = self.schema.converter
         for name, raw in values.items():
             info = infos.get(name)
             if info is None:
@@ -94,24 +95,25 @@ class Proposing(Dispatching):
                 refused = True
                 problems.append(Problem(info.path, _refusal(info, raw, source), origin))
                 continue
-            good, bad = convert_fields({name: raw}, {name: origin}, schema=self.schema)
-            problems.extend(bad)
-            for key, value in good.items():
-                if _is_unresolved(value) and key in decided:
-                    refused = True
-                    problems.append(Problem(info.path, _unresolving(info, value, state.base[key]), origin))
-                    continue
-                converted[key] = detached(value)  # nothing the caller passed in is kept by reference
-        header = f"override from {source!r} rejected, nothing changed"
+            value, problem = convert_value(info, raw, origin, conv)
+            if problem is not None:
+                problems.append(problem)
+            elif _is_unresolved(value) and name in decided:
+                refused = True
+                problems.append(Problem(info.path, _unresolving(info, value, state.base[name]), origin))
+            else:
+                converted[name] = detached(value)  # nothing the caller passed in is kept by reference
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
-            raise cls(problems, header=header)
+            raise cls(problems, header=f"override from {source!r} rejected, nothing changed")
         flat = state.flat
-        broken = check_rules(
-            Overlay(converted, flat), dict.fromkeys(converted, origin), only_touching=set(converted), schema=self.schema
-        )
-        if broken:
-            raise ConfigError(broken, header=header)
+        rules = rules_reading(self.schema, converted)  # only what this change could break
+        if rules:
+            broken = check_rules(
+                Overlay(converted, flat), dict.fromkeys(converted, origin), schema=self.schema, rules=rules
+            )
+            if broken:
+                raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         changes = tuple(
             FieldChange(name, flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items()
         )

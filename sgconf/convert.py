@@ -302,31 +302,48 @@ def structure(value: Any, info: FieldInfo, conv: cattrs.Converter | None = None)
     `conv` is the schema's converter (the shared one when None). Raises ConversionError
     with a lowercase message naming what was expected.
     """
-    return deep_freeze(_structure(value, info, conv or converter))
+    conv = conv or converter
+    plan = info.plan
+    if plan is None or plan.conv is not conv:
+        plan = _Plan(info, conv)
+        object.__setattr__(info, "plan", plan)  # a cache on a frozen object: not part of its value
+    return deep_freeze(plan.structure(value))
 
 
-def _structure(value: Any, info: FieldInfo, conv: cattrs.Converter) -> Any:
-    tp = info.type
-    args = typing.get_args(tp)
-    optional = type(None) in args
-    if value is None:
-        if optional:
+class _Plan:
+    """What structuring a field's values needs to know of its type, worked out once per field and converter.
+
+    An override converts one value; taking the field's type apart again each time (its
+    Optional, its Literal choices) cost more than the conversion itself.
+    """
+
+    __slots__ = ("conv", "tp", "optional", "inner", "choices", "any_float")
+
+    def __init__(self, info: FieldInfo, conv: cattrs.Converter) -> None:
+        self.conv = conv
+        self.tp = info.type
+        self.optional = type(None) in typing.get_args(self.tp)
+        self.inner = _strip_optional(self.tp)
+        self.any_float = self.inner is float and info.setting.nonfinite
+        self.choices = literal_choices(self.inner)
+
+    def structure(self, value: Any) -> Any:
+        if value is None:
+            if self.optional:
+                return None
+            raise ConversionError(f"expected {describe_type(self.tp)}")
+        if self.optional and isinstance(value, str) and value.strip().lower() in _NONE:
             return None
-        raise ConversionError(f"expected {describe_type(tp)}")
-    if optional and isinstance(value, str) and value.strip().lower() in _NONE:
-        return None
-    inner = _strip_optional(tp)
-    if inner is float and info.setting.nonfinite:
-        return _any_float(value)
-    choices = literal_choices(inner)
-    if choices is not None:
-        return _to_choice(value, choices)
-    try:
-        return conv.structure(value, inner)
-    except ConversionError:
-        raise
-    except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:
-        raise ConversionError(f"expected {describe_type(tp)} ({exc})") from None
+        if self.any_float:
+            return _any_float(value)
+        if self.choices is not None:
+            return _to_choice(value, self.choices)
+        try:
+            return self.conv.structure(value, self.inner)
+        except ConversionError:
+            raise
+        except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:
+            raise ConversionError(f"expected {describe_type(self.tp)} ({exc})") from None
 
 
 def _to_choice(value: Any, choices: tuple[Any, ...]) -> Any:

@@ -30,6 +30,8 @@ class FieldInfo:
     setting: FieldSpec
     env_prefix: str = attrs.field(default="SGCONF_", kw_only=True)
     accessor_module: str = attrs.field(default="runtime", kw_only=True)
+    # how `sgconf.convert` structures this field's values, worked out at its first conversion
+    plan: Any = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def path(self) -> str:

@@ -26,6 +26,8 @@ from sgconf.durations import format_duration
 from sgconf.subrecords import is_record_type, rebuilt, values_of
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
+# exact types `thaw` hands back as they are (an enum member subclassing str or int is not one)
+_PLAIN = frozenset((str, int, bool, bytes, type(None)))
 
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
@@ -124,6 +126,11 @@ def thaw(value: Any) -> Any:
     (JSON has no such number): what a config file or a flag spells them as, so a dump
     loads back equal.
     """
+    kind = type(value)
+    if kind in _PLAIN:  # the common case first: every override's log line thaws its values
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, enum.Enum):
         return thaw(value.value)
     if isinstance(value, os.PathLike):

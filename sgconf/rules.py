@@ -9,7 +9,7 @@ fills it in and the rules run again on the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sgconf.errors import Problem
@@ -36,7 +36,7 @@ def check_rules(
     problems = []
     if only_touching is not None:
         if rules is None and schema.frozen:
-            rules = _reading(schema, only_touching)  # what a change could break, found in O(touched)
+            rules = rules_reading(schema, only_touching)  # what a change could break, found in O(touched)
         else:
             candidates = schema.rules if rules is None else rules
             rules = [r for r in candidates if not r.launch_only and not only_touching.isdisjoint(r.fields)]
@@ -52,7 +52,7 @@ def check_rules(
     return problems
 
 
-def _reading(schema: Declarations, names: set[str]) -> list[Rule]:
+def rules_reading(schema: Declarations, names: Iterable[str]) -> list[Rule]:
     """The schema's rules that read one of `names`, in declaration order, from an index built once per frozen schema."""
     cached = schema._cache.get("rules_by_field")
     if cached is not None and cached[0] == len(schema.rules):
@@ -72,4 +72,4 @@ def _reading(schema: Declarations, names: set[str]) -> list[Rule]:
     return [picked[pos] for pos in sorted(picked)]
 
 
-__all__ = ["Rule", "Values", "check_rules"]
+__all__ = ["Rule", "Values", "check_rules", "rules_reading"]

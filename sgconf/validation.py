@@ -29,10 +29,10 @@ def shown(info: FieldInfo, value: Any) -> str:
     return repr(info.shown(value))
 
 
-def _convert(
+def convert_value(
     info: FieldInfo, raw: Any, source: str | None, converter: cattrs.Converter | None = None
 ) -> tuple[Any, Problem | None]:
-    """The structured value, or the problem that stops it (structured once: this runs per override)."""
+    """One field's structured and checked value, or the problem that stops it (an override converts one at a time)."""
     try:
         value = structure(raw, info, converter)
     except ConversionError as exc:
@@ -61,7 +61,7 @@ def convert_fields(
                 Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", sources.get(name))
             )
             continue
-        converted, problem = _convert(info, value, sources.get(name), conv)
+        converted, problem = convert_value(info, value, sources.get(name), conv)
         if problem is not None:
             problems.append(problem)
         else:

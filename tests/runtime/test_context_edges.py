@@ -218,3 +218,55 @@ def test_refusing_a_secret_override_never_echoes_the_value() -> None:
     text = "\n".join(info.value.lines())
     assert "'api_key' is not hot" in text and "(got '***')" in text
     assert "leaked-key" not in text and "launch-key" not in text
+
+
+def test_override_lines_follow_each_change_of_logging_setup(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The override line goes where structlog is configured now, and to the stdout a print logger sees now."""
+    import io
+
+    saved = structlog.get_config()
+    try:
+        structlog.configure(processors=[structlog.processors.KeyValueRenderer(key_order=["event"])])
+        first, second = io.StringIO(), io.StringIO()
+        monkeypatch.setattr("sys.stdout", first)
+        ctx.override("ops", stream_interval=4)
+        monkeypatch.setattr("sys.stdout", second)
+        ctx.override("ops", stream_interval=5)
+        with capture_logs() as logs:
+            ctx.override("ops", stream_interval=6)
+    finally:
+        structlog.configure(**saved)
+    assert "event='config.override'" in first.getvalue() and "'new': 4" in first.getvalue()
+    assert "'new': 5" in second.getvalue() and "'new': 4" not in second.getvalue()
+    assert "'new': 6" not in second.getvalue()
+    assert [(e["event"], e["fields"]) for e in logs] == [
+        ("config.override", {"stream_interval": {"old": 5, "new": 6}})
+    ]
+
+
+def test_a_filtered_out_override_line_is_never_rendered(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below the logger's level the line's values are not copied; at its level they are, redacted."""
+    import logging
+
+    from runtime.overrides import FieldChange
+
+    rendered: list[str] = []
+    plain = FieldChange.redacted
+
+    def counting(self: FieldChange) -> dict[str, Any]:
+        rendered.append(self.name)
+        return plain(self)
+
+    monkeypatch.setattr(FieldChange, "redacted", counting)
+    saved = structlog.get_config()
+    try:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        ctx.override("ops", stream_interval=4)
+        assert rendered == []
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO), processors=[])
+        with capture_logs() as logs:
+            ctx.override("ops", stream_interval=5)
+    finally:
+        structlog.configure(**saved)
+    assert rendered == ["stream_interval"]
+    assert logs[0]["fields"] == {"stream_interval": {"old": 4, "new": 5}}

@@ -190,3 +190,16 @@ def test_a_union_of_scalars_is_one_of_two_or_more_scalars() -> None:
     assert scalar_union(int | list[int]) is None
     assert describe_type(Literal["a", "b"]) == "one of 'a', 'b'"
     assert describe_type(Literal["a"] | None) == "one of 'a' or null"
+
+
+def test_a_field_structured_by_two_converters_uses_each_ones_hooks() -> None:
+    """What a field's first conversion works out is kept per converter: another converter's hooks still apply."""
+    info = info_of(int)
+    shouting = converter.copy()
+    shouting.register_structure_hook(int, lambda value, _: int(value) * 10)
+    assert structure("3", info) == 3
+    assert structure("3", info, shouting) == 30
+    assert structure("3", info) == 3
+    assert structure(None, info_of(int | None)) is None
+    with pytest.raises(ConversionError, match="expected an integer"):
+        structure(None, info)
