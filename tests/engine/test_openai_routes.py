@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -10,12 +11,17 @@ from engine.http.app import GENERATION_HEADER
 from engine.http.openai_routes import render_chat
 from engine.streaming import StopCutter
 
+if TYPE_CHECKING:  # imported where used: the client takes a second to import, and `make test-fast` collects this file
+    import openai
+
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 FLAGS = {"max_total_tokens": 1024, "page_size": 4}
 
 
 @pytest.fixture(scope="module")
 def client(http: TestClient) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
 
 
@@ -158,6 +164,8 @@ def test_n_choices_stream_each_with_its_index(client: openai.OpenAI) -> None:
 )
 def test_bad_parameters_are_400_in_openai_error_body(client: openai.OpenAI, extra: dict, param: str) -> None:
     """Parameters the engine cannot honour are refused with 400 naming the parameter."""
+    import openai
+
     extra.pop("extra_body", None)
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model="tiny", prompt="x", **extra)

@@ -239,9 +239,7 @@ def test_override_lines_follow_each_change_of_logging_setup(ctx: Any, monkeypatc
     assert "event='config.override'" in first.getvalue() and "'new': 4" in first.getvalue()
     assert "'new': 5" in second.getvalue() and "'new': 4" not in second.getvalue()
     assert "'new': 6" not in second.getvalue()
-    assert [(e["event"], e["fields"]) for e in logs] == [
-        ("config.override", {"stream_interval": {"old": 5, "new": 6}})
-    ]
+    assert [(e["event"], e["fields"]) for e in logs] == [("config.override", {"stream_interval": {"old": 5, "new": 6}})]
 
 
 def test_a_filtered_out_override_line_is_never_rendered(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> None:
