@@ -185,7 +185,7 @@ def dropped_streams(base: str, engine: object) -> tuple[float, int]:
 
 
 def main() -> int:
-    from engine.engine import Engine
+    from engine.engine import Engine, freeze_start_up_heap
     from engine.http.app import create_app
     from engine.http.engine_backend import EngineBackend
     from engine.http.listeners import bind, uvicorn_server
@@ -207,7 +207,9 @@ def main() -> int:
             "4096",
         ]
     )
-    server = uvicorn_server(create_app(EngineBackend(engine)), grace_s=0)
+    app = create_app(EngineBackend(engine))
+    freeze_start_up_heap()  # as `sgconf serve` does before it listens
+    server = uvicorn_server(app, grace_s=0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
@@ -268,7 +270,7 @@ def main() -> int:
     )
     print(
         f"          engine steps per light request: {steps_crowded:.1f} beside the fan-out vs {steps_alone:.1f} alone"
-        " (the rest of the ratio is the cost of a step that carries the batch)"
+        " (the rest of the ratio is the cost of the steps that carry the batch's fair_unit_rows items)"
     )
     print(
         f"dropped streams: KV back to idle {recovery:.3f} s after {DROPPED_STREAMS} streams of 300 tokens were dropped"

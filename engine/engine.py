@@ -23,6 +23,7 @@ How the parts are built (pools, model, caches, scheduler) is `engine.engine_buil
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -562,6 +563,20 @@ class Engine(EngineBuilding, EngineStorage):
         self.shutdown()
 
 
+def freeze_start_up_heap() -> None:
+    """Move every object alive now into the collector's permanent generation (`gc.freeze`).
+
+    A serving process builds its model, pools, modules and config once, then keeps them
+    for its life; a full collection under load walks all of them. Beside a client sending
+    200-item batches that walk paused the engine loop for about 120 ms, six times a short
+    request's whole latency. Called once by the processes that serve (the server, each
+    replica) when they are built, never by an embedding program's engine: a frozen object
+    is never freed.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 __all__ = [
     "DrainTimeout",
     "Engine",
@@ -570,4 +585,5 @@ __all__ = [
     "GenerateResult",
     "GenerateStats",
     "GenerationError",
+    "freeze_start_up_heap",
 ]

@@ -18,6 +18,12 @@ Whatever the policy, rows are then shared fairly between units of work (`fair_sh
 the requests of one batch (or the n choices of one prompt) form a unit, and a unit with
 fewer requests running goes first, so one client's fan-out cannot hold back another
 client's request for longer than it takes one of the batch's requests to give a row back.
+
+Taking turns bounds how long a short request waits for a row, not how long its steps
+take: a step costs more with every request in it, so a short request admitted beside 63
+items of a batch decodes at the batch's pace. `bulk_units` names the units that are held
+to `fair_unit_rows` rows while a unit of at most that size is in the engine; alone, or
+beside other large units, a batch still fills every row.
 """
 
 from __future__ import annotations
@@ -117,4 +123,19 @@ def fair_share(ordered: Sequence[Req], running: Sequence[Req]) -> list[Req]:
     return sorted(ordered, key=lambda r: keys[r.rid])
 
 
-__all__ = ["POLICIES", "Policy", "PrefixProbe", "fair_share", "order_waiting"]
+def bulk_units(waiting: Sequence[Req], running: Sequence[Req], rows: int) -> frozenset[int]:
+    """The units of more than `rows` requests, when a unit of at most `rows` is in the engine too (else none).
+
+    Requests of one unit share `group`; `rows` 0 turns the limit off.
+    """
+    if rows <= 0:
+        return frozenset()
+    sizes: dict[int, int] = {}
+    for req in (*waiting, *running):
+        sizes[req.group] = sizes.get(req.group, 0) + 1
+    if all(n > rows for n in sizes.values()):
+        return frozenset()
+    return frozenset(group for group, n in sizes.items() if n > rows)
+
+
+__all__ = ["POLICIES", "Policy", "PrefixProbe", "bulk_units", "fair_share", "order_waiting"]

@@ -18,9 +18,14 @@ import torch
 from engine.request_params import SamplingParams
 
 
+def unpenalised(p: SamplingParams) -> bool:
+    """Whether `p` leaves the logits as the model gave them."""
+    return p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0
+
+
 def penalised(logits: torch.Tensor, p: SamplingParams, prompt: list[int], output: list[int]) -> torch.Tensor:
     """The logits after the repetition, frequency and presence penalties."""
-    if p.repetition_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
+    if unpenalised(p):
         return logits
     out = logits.float().clone()
     if p.repetition_penalty != 1.0:
@@ -56,4 +61,14 @@ def sample(logits: torch.Tensor, req: Any) -> int:
     return int(torch.multinomial(probs, 1, generator=req.generator))
 
 
-__all__ = ["SamplingParams", "penalised", "sample"]
+def plain_argmax_rows(reqs: list[Any]) -> list[int]:
+    """Indexes of the requests whose token is the argmax of their unchanged logits.
+
+    Their rows are drawn in one `argmax` over the batch (`sample` would give each the same
+    token, one tensor call a request); in a step that carries a batch of greedy requests the
+    per-request calls were a large part of the step.
+    """
+    return [i for i, req in enumerate(reqs) if req.params.greedy and unpenalised(req.params)]
+
+
+__all__ = ["SamplingParams", "penalised", "plain_argmax_rows", "sample", "unpenalised"]

@@ -5,7 +5,9 @@ override never lands inside a step (the engine applies overrides between steps),
 does, in order:
 1. admit waiting requests, in the order `schedule_policy` gives (`engine.policy`),
    while request rows, `max_running_requests` and the memory reserve of
-   `schedule_conservativeness` allow (unless a drain paused admission); each reuses
+   `schedule_conservativeness` allow (unless a drain paused admission), taking turns
+   between units of work and holding a large unit to `fair_unit_rows` rows while a
+   small one is in the engine; each reuses
    the longest cached page prefix (prefix cache, then the HiCache tiers);
 2. one extend batch of prefill chunks, at most `chunked_prefill_size` new tokens in all,
    so a long prompt never stalls running requests for more than one chunk; a request
@@ -52,10 +54,10 @@ import torch
 
 from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
-from engine.policy import fair_share, order_waiting
+from engine.policy import bulk_units, fair_share, order_waiting
 from engine.protocols import DraftWorker, HostCache, Runner
 from engine.request_state import Req, SchedulerLimits
-from engine.sampling import SamplingParams, sample
+from engine.sampling import SamplingParams, plain_argmax_rows, sample
 from engine.scheduler_memory import SchedulerMemory
 from mem_cache.prefix_cache import PrefixCache
 
@@ -357,31 +359,40 @@ class Scheduler(SchedulerMemory):
             return
         policy = self.snap.schedule.schedule_policy if self.snap is not None else "fcfs"
         ordered = order_waiting(list(self.waiting), policy, self.cache, self.rng)
-        self.waiting = collections.deque(fair_share(ordered, [*self.prefilling, *self.decoding]))
-        ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
         running = [*self.prefilling, *self.decoding]
+        self.waiting = collections.deque(fair_share(ordered, running))
+        ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
+        rows = int(self.snap.schedule.fair_unit_rows) if self.snap is not None else 0
+        bulk = bulk_units(self.waiting, running, rows)
+        held = collections.Counter(r.group for r in running if r.group in bulk)
+        passed: list[Req] = []  # requests of a bulk unit at its rows: they keep their place for a later step
         reserved = sum(self._reserve(r, ratio) for r in running)
         free = int(self.allocator.available_size()) + (self.cache.evictable_tokens() if self.cache is not None else 0)
-        while self.waiting:
-            if len(self.prefilling) + len(self.decoding) >= self.max_running():
-                return
+        while self.waiting and len(running) < self.max_running():
             req = self.waiting[0]
+            if req.group in bulk and held[req.group] >= rows:
+                passed.append(self.waiting.popleft())
+                continue
             need = req.prefill_target - req.kv_len + self._reserve(req, ratio)
             if running and ratio > 0 and free - reserved < need:
                 # the running requests' expected growth would not fit: leave it waiting rather
                 # than retract someone later (schedule_conservativeness 0 admits what fits now)
                 self.counters["admission_deferred"] += 1
-                return
-            rows = self.req_pool.alloc(1)
-            if rows is None:
-                return
+                break
+            slots = self.req_pool.alloc(1)
+            if slots is None:
+                break
             self.waiting.popleft()
-            req.row = rows[0]
+            req.row = slots[0]
             self._match_prefix(req)
             self.prefilling.append(req)
             running.append(req)
+            held[req.group] += 1
             reserved += need
             self.counters["admitted"] += 1
+        if passed:
+            self.counters["bulk_passed"] += len(passed)
+            self.waiting.extendleft(reversed(passed))
 
     @staticmethod
     def _reserve(req: Req, ratio: float) -> int:
@@ -497,8 +508,8 @@ class Scheduler(SchedulerMemory):
             if not self._retract_newest():
                 self._fail_decoding(reqs[0])
                 return
-        for req, slot in zip(reqs, out.tolist(), strict=True):
-            self.req_pool.req_to_token[req.row, req.kv_len] = slot
+        table = self.req_pool.req_to_token
+        table[[r.row for r in reqs], [r.kv_len for r in reqs]] = out.to(table.dtype)
         batch = ForwardBatch.decode(
             req_pool_indices=[r.slot_row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
         )
@@ -507,12 +518,25 @@ class Scheduler(SchedulerMemory):
         logits = self.runner.forward(batch, ids, positions)
         self.counters["decode_batches"] += 1
         self.counters["decode_tokens"] += len(reqs)
-        for i, req in enumerate(reqs):
+        for req, token in zip(reqs, self.sample_all(reqs, logits), strict=True):
             req.kv_len += 1
-            token = self.sample_or_fail(req, logits[i])
             if token is not None:
                 self.emit(req, token)
         self.reap()
+
+    def sample_all(self, reqs: list[Req], logits: torch.Tensor) -> list[int | None]:
+        """One token for each of `reqs` (row i of `logits` is request i's), None where sampling failed."""
+        tokens: list[int | None] = [None] * len(reqs)
+        plain = plain_argmax_rows(reqs)
+        if plain:
+            for i, token in zip(plain, torch.argmax(logits[plain], dim=-1).tolist(), strict=True):
+                tokens[i] = token
+        if len(plain) < len(reqs):
+            drawn = set(plain)
+            for i, req in enumerate(reqs):
+                if i not in drawn:
+                    tokens[i] = self.sample_or_fail(req, logits[i])
+        return tokens
 
     def _fail_decoding(self, req: Req) -> None:
         self.decoding.remove(req)

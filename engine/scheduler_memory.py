@@ -99,7 +99,7 @@ class SchedulerMemory:
             req.swa_gap = (min(a, todo[0][0]), max(b, todo[-1][1]))
         return bool(todo)
 
-    def _release(self, req: Req, *, cache: bool, frees: list[torch.Tensor] | None = None) -> None:
+    def _release(self, req: Req, *, cache: bool, frees: list[int] | None = None) -> None:
         """Give the request's KV to the prefix cache (or free it), unlock its prefix, free its row.
 
         With `frees`, the slots to free are appended to it for one allocator call over many
@@ -107,22 +107,23 @@ class SchedulerMemory:
         """
         assert req.row is not None
         keep = self._seen_len(req)
-        gone: torch.Tensor | None = None
+        gone: list[int] = []
+        table = self.req_pool.req_to_token
         if self.cache is not None and cache:
-            slots = self.slots_of(req, 0, req.kv_len)
-            spare = self.cache.insert(req.all_ids[:keep], slots[:keep].tolist(), swa_gap=req.swa_gap)
-            tail = slots[keep:].tolist()
+            slots = table[req.row, : req.kv_len].tolist()
+            spare = self.cache.insert(req.all_ids[:keep], slots[:keep], swa_gap=req.swa_gap)
+            tail = slots[keep:]
             if spare or tail:
-                gone = torch.tensor(sorted(set(spare) | set(tail)), dtype=torch.int64)
+                gone = sorted(set(spare) | set(tail))
             if self.hicache is not None:
                 self.hicache.backup_prefix(req.all_ids[:keep], self)
         elif req.kv_len > req.matched_len:
-            gone = self.slots_of(req, req.matched_len, req.kv_len)
-        if gone is not None:
+            gone = table[req.row, req.matched_len : req.kv_len].tolist()
+        if gone:
             if frees is None:
-                self.allocator.free(gone)
+                self.allocator.free(torch.tensor(gone, dtype=torch.int64))
             else:
-                frees.append(gone)
+                frees.extend(gone)
         if self.cache is not None and req.node is not None:
             self.cache.unlock(req.node)
         req.node = None
@@ -133,11 +134,11 @@ class SchedulerMemory:
 
     def release_all(self, reqs: list[Req], cache: Callable[[Req], bool]) -> None:
         """`_release` each of `reqs`, freeing all their slots in one allocator call (requests own disjoint pages)."""
-        frees: list[torch.Tensor] = []
+        frees: list[int] = []
         for req in reqs:
             self._release(req, cache=cache(req), frees=frees)
         if frees:
-            self.allocator.free(torch.cat(frees))
+            self.allocator.free(torch.tensor(frees, dtype=torch.int64))
 
     def _retract_newest(self) -> bool:
         """Free the newest decoding request's KV and requeue it first; False when none can go."""

@@ -214,6 +214,7 @@ def run_app(
     admin routes and the admin app has only those (and `/health`). With `fleet` (a
     `FleetOptions`) the server applies its fleet's desired config before it serves.
     """
+    from engine.engine import freeze_start_up_heap
     from engine.fleet.backend import fleet_member
     from engine.http.app import create_app
     from engine.http.lifecycle import Lifecycle
@@ -230,6 +231,7 @@ def run_app(
                 create_app(backend, public=li.public, admin=li.admin, lifecycle=lifecycle, tally=tally)
                 for li in listeners
             ]
+            freeze_start_up_heap()  # built for good: no full collection walks it under load
             for li in listeners:
                 # whatever the level: an operator must always be able to find where the server listens
                 announce("server.listen", url=li.url, routes=li.name, pid=os.getpid(), **listen_fields)

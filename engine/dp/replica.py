@@ -137,7 +137,7 @@ def replica_main(
     configure_from_record(record)
     import torch.distributed as dist
 
-    from engine.engine import Engine
+    from engine.engine import Engine, freeze_start_up_heap
     from runtime.distributed import ConfigGroup
 
     engine = Engine(record, configure_logs=True)
@@ -148,6 +148,7 @@ def replica_main(
     group = ConfigGroup(None, rank, world_size, address=address)
     group.add_effect(BoundaryEffect(engine))
     group.start()
+    freeze_start_up_heap()  # built for good: no full collection walks it under load
     sender = _Sender(conn)
     sender.send(Ready(rank, os.getpid()))
     log.info("replica.ready", pid=os.getpid())

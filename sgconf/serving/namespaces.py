@@ -238,6 +238,14 @@ class ScheduleConfig:
     schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting(
         "fcfs", help="request ordering policy", hot=True
     )
+    fair_unit_rows: int = setting(
+        4,
+        help="while a unit of work (one request, or one batch or n-choice prompt) of at most this many requests "
+        "is in the engine, a larger unit may hold at most this many running rows, so a short request shares its "
+        "steps with little bulk work; alone or among large units a batch uses every row; 0 turns this off",
+        checks=[interval(0, 1 << 20)],
+        hot=True,
+    )
     schedule_conservativeness: float = setting(
         1.0,
         help="how much of running requests' future tokens admission keeps free (0: admit whatever fits now)",

@@ -130,3 +130,84 @@ def test_a_prompt_too_big_for_one_chunk_waits_for_running_decodes(make_scheduler
     assert short.output == reference_generate(engine.model, short.prompt, 30, ignore_eos=True)
     assert long.output == reference_generate(engine.model, long.prompt, 2, ignore_eos=True)
     assert sched.counters["prefill_batches"] == 3  # the short prompt, then the long one in two chunks
+
+
+def submit_unit(sched: Scheduler, items: int, max_new_tokens: int = 2) -> list[Req]:
+    """One unit of work (a batch) of `items` short prompts."""
+    reqs = [
+        sched.new_request([i + 1, 7], max_new_tokens=max_new_tokens, temperature=0.0, seed=0, ignore_eos=True)
+        for i in range(items)
+    ]
+    sched.submit_all(reqs)
+    return reqs
+
+
+def running_by_unit(sched: Scheduler) -> dict[int, int]:
+    held: dict[int, int] = {}
+    for req in [*sched.prefilling, *sched.decoding]:
+        held[req.group] = held.get(req.group, 0) + 1
+    return held
+
+
+def test_a_batch_beside_a_short_request_holds_fair_unit_rows(make_scheduler: MakeScheduler) -> None:
+    """With a short request in the engine, a 40-item batch holds 4 rows, so the short one's steps stay small;
+    once it is gone the batch fills every row again."""
+    _, sched = make_scheduler("--fair-unit-rows", "4", max_running_requests=16)
+    batch = submit_unit(sched, 40, max_new_tokens=3)
+    short = submit(sched, 6, max_new_tokens=3)
+    sizes = []
+    while short.finish_reason is None:
+        before = sched.counters["decode_tokens"]
+        sched.step()
+        sizes.append(sched.counters["decode_tokens"] - before)
+        assert running_by_unit(sched).get(batch[0].group, 0) <= 4
+    assert sizes == [5, 5, 5]  # each of the short request's three decodes beside 4 batch items
+    assert sched.counters["bulk_passed"] > 0
+    sched.step()
+    assert running_by_unit(sched) == {batch[0].group: 16}  # alone, the batch uses every row
+    run_to_end(sched)
+    assert all(r.finish_reason == "length" and len(r.output) == 3 for r in [*batch, short])
+
+
+def test_large_units_among_themselves_share_every_row(make_scheduler: MakeScheduler) -> None:
+    """Two batches larger than fair_unit_rows take turns for all 16 rows: the limit is for small units' sake."""
+    _, sched = make_scheduler("--fair-unit-rows", "4", max_running_requests=16)
+    first, second = submit_unit(sched, 20), submit_unit(sched, 20)
+    sched.step()
+    assert running_by_unit(sched) == {first[0].group: 8, second[0].group: 8}
+    assert sched.counters["bulk_passed"] == 0
+    run_to_end(sched)
+
+
+def test_a_unit_at_the_limit_is_small(make_scheduler: MakeScheduler) -> None:
+    """A batch of exactly fair_unit_rows items is a small unit: beside it a larger one is held, it is not."""
+    _, sched = make_scheduler("--fair-unit-rows", "4", max_running_requests=16)
+    large, small = submit_unit(sched, 20), submit_unit(sched, 4)
+    sched.step()
+    assert running_by_unit(sched) == {large[0].group: 4, small[0].group: 4}
+    run_to_end(sched)
+
+
+def test_fair_unit_rows_zero_lets_a_batch_take_every_row(make_scheduler: MakeScheduler) -> None:
+    """Turned off, the batch and the short request take turns for all the rows, as before the limit existed."""
+    _, sched = make_scheduler("--fair-unit-rows", "0", max_running_requests=16)
+    batch = submit_unit(sched, 40)
+    short = submit(sched, 6)
+    sched.step()
+    assert running_by_unit(sched) == {batch[0].group: 15, short.group: 1}
+    run_to_end(sched)
+
+
+def test_fair_unit_rows_is_read_at_each_step(make_scheduler: MakeScheduler) -> None:
+    """An override of the hot setting changes the very next admission."""
+    engine, sched = make_scheduler(
+        "--fair-unit-rows", "2", "--schedule-conservativeness", "0", max_running_requests=16
+    )
+    batch = submit_unit(sched, 40, max_new_tokens=30)
+    short = submit(sched, 6, max_new_tokens=30)
+    sched.step()
+    assert running_by_unit(sched) == {batch[0].group: 2, short.group: 1}
+    engine.context.override("ops", fair_unit_rows=0)
+    sched.step()
+    assert running_by_unit(sched) == {batch[0].group: 15, short.group: 1}
+    run_to_end(sched)
