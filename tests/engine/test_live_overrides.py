@@ -15,6 +15,7 @@ import structlog
 from engine.engine import Engine
 from engine.errors import DrainTimeout
 from engine.model import reference_generate
+from engine.request_params import SamplingParams
 from runtime.serving import get_memory
 from sgconf.errors import ConfigError
 from sgconf.serving import fields
@@ -170,6 +171,27 @@ def check_schedule_conservativeness(make_engine: Callable[..., Engine], log_stre
 
     assert deferred(0.0) == 0  # both admitted at once
     assert deferred(4.0) >= 1  # the second waits for room the first will grow into
+
+
+def check_fair_unit_rows(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    engine = make_engine("--max-running-requests", "8", "--schedule-conservativeness", "0")
+    engine.pause()
+    fan = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    batch = engine.submit_batch([(f"{PROMPT[:20]} {i}", fan) for i in range(20)])
+    short = engine.submit(PROMPT[:20], max_new_tokens=30, ignore_eos=True)
+
+    def rows_of_batch() -> int:
+        return sum(r.row is not None for r in batch)
+
+    engine.override_config("test", fair_unit_rows=2)
+    engine.step()
+    assert (rows_of_batch(), short.row is not None) == (2, True)
+    engine.override_config("test", fair_unit_rows=0)
+    engine.step()
+    assert rows_of_batch() == 7
+    engine.resume()
+    for r in [*batch, short]:
+        engine.wait(r, timeout=120)
 
 
 def spec_engine(make_engine: Callable[..., Engine]) -> Engine:
@@ -356,6 +378,7 @@ HOT_CHECKS: dict[str, Callable[..., None]] = {
     "max_running_requests": check_max_running_requests,
     "chunked_prefill_size": check_chunked_prefill_size,
     "schedule_conservativeness": check_schedule_conservativeness,
+    "fair_unit_rows": check_fair_unit_rows,
     "drain_timeout_s": check_drain_timeout_s,
     "speculative_num_steps": check_speculative_num_steps,
     "speculative_num_draft_tokens": check_speculative_num_draft_tokens,

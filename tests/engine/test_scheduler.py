@@ -200,9 +200,7 @@ def test_fair_unit_rows_zero_lets_a_batch_take_every_row(make_scheduler: MakeSch
 
 def test_fair_unit_rows_is_read_at_each_step(make_scheduler: MakeScheduler) -> None:
     """An override of the hot setting changes the very next admission."""
-    engine, sched = make_scheduler(
-        "--fair-unit-rows", "2", "--schedule-conservativeness", "0", max_running_requests=16
-    )
+    engine, sched = make_scheduler("--fair-unit-rows", "2", "--schedule-conservativeness", "0", max_running_requests=16)
     batch = submit_unit(sched, 40, max_new_tokens=30)
     short = submit(sched, 6, max_new_tokens=30)
     sched.step()
