@@ -105,8 +105,16 @@ def test_freezing_a_tuple_keeps_it_when_already_frozen_and_copies_it_otherwise()
     assert thaw(frozenset({2, 1})) == [1, 2]
 
 
+class _Ratio(float):
+    """A float subclass, as numpy's float64 is: it misses thaw's fast path for exact floats."""
+
+
 def test_thaw_spells_only_non_finite_floats_as_text() -> None:
     assert thaw(1.5) == 1.5 and thaw(float("inf")) == "inf" and thaw(float("-inf")) == "-inf"
+    assert thaw(float("nan")) == "nan"
+    finite = _Ratio(1.5)
+    assert thaw(finite) is finite
+    assert thaw(_Ratio("inf")) == "inf" and thaw(_Ratio("nan")) == "nan"
 
 
 class _CountsHashes:
