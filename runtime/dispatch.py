@@ -134,8 +134,13 @@ def _logger() -> Any:
 
 
 def _enabled(logger: Any, level: str) -> bool:
-    check = getattr(logger, "is_enabled_for", None)
-    return True if check is None else bool(check(_LEVELS[level]))
+    """Whether `logger` keeps `level`, asked only of a class that defines `is_enabled_for`.
+
+    Looked up on the class: structlog's generic BoundLogger answers any attribute with a
+    proxy that logs the call as an event (and returns what the renderer made of it).
+    """
+    check = getattr(type(logger), "is_enabled_for", None)
+    return True if check is None else bool(check(logger, _LEVELS[level]))
 
 
 def _name_of(callback: Any) -> str:

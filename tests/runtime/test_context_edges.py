@@ -12,7 +12,7 @@ from runtime import get_context, is_published, override_server_args, publish, re
 from runtime.errors import ContextReplacedError, RevertConflict
 from runtime.testing import install_depth
 from sgconf import ServerArgs, build_record
-from sgconf.errors import OverrideRefused
+from sgconf.errors import ConfigError, OverrideRefused
 
 
 def test_a_revert_is_announced_to_subscribers(ctx: Any) -> None:
@@ -268,3 +268,127 @@ def test_a_filtered_out_override_line_is_never_rendered(ctx: Any, monkeypatch: p
         structlog.configure(**saved)
     assert rendered == ["stream_interval"]
     assert logs[0]["fields"] == {"stream_interval": {"old": 4, "new": 5}}
+
+
+# -- the undo window: which write a revert takes away ---------------------------------------------
+
+
+def test_reverting_an_older_override_leaves_the_newer_one_live(ctx: Any) -> None:
+    """Two overrides of different fields: reverting the older takes only it away; the newer reverts after."""
+    older = ctx.override("ops", stream_interval=4)
+    newer = ctx.override("ops", schedule_conservativeness=0.5)
+    older.revert()
+    assert (ctx.value("stream_interval"), ctx.value("schedule_conservativeness")) == (1, 0.5)
+    newer.revert()
+    assert (ctx.value("stream_interval"), ctx.value("schedule_conservativeness")) == (1, 1.0)
+    with pytest.raises(RevertConflict, match="no longer applied"):
+        older.revert()
+
+
+def test_a_reverted_override_cannot_be_reverted_again(ctx: Any) -> None:
+    """The newest write, once reverted, is gone from the undo window: a second revert is refused."""
+    receipt = ctx.override("ops", stream_interval=4)
+    receipt.revert()
+    with pytest.raises(RevertConflict, match="no longer applied"):
+        receipt.revert()
+    assert ctx.value("stream_interval") == 1 and ctx.generation == 2
+
+
+def test_an_override_folded_out_of_the_undo_window_cannot_be_reverted() -> None:
+    """Past `overrides_log_limit` live overrides the oldest fold into the base: reverting one says so."""
+    ctx = publish(ServerArgs(overrides_log_limit=4), role="scheduler")
+    try:
+        receipts = [ctx.override("ops", stream_interval=2 + i) for i in range(6)]
+        assert all(w in ctx._state.writes for stack in ctx._state.stacks.values() for w in stack)
+        with pytest.raises(RevertConflict, match="no longer applied"):
+            receipts[0].revert()
+        receipts[-1].revert()
+        assert ctx.value("stream_interval") == 6  # the write beneath it shows again
+    finally:
+        reset()
+
+
+def _spec_context() -> Any:
+    """A context whose speculative tuning is checked by a cross-field rule: draft <= steps * topk + 1."""
+    record = build_record(
+        {
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 4,
+        }
+    )
+    return publish(record, role="scheduler")
+
+
+def test_a_revert_that_would_break_a_rule_is_refused_and_changes_nothing() -> None:
+    """Reverting the steps under a later, larger draft would break the draft bound: refused, nothing changed."""
+    ctx = _spec_context()
+    try:
+        steps = ctx.override("ops", speculative_num_steps=5)
+        ctx.override("ops", speculative_num_draft_tokens=9)  # fits 5 * 2 + 1, not 3 * 2 + 1
+        generation = ctx.generation
+        with pytest.raises(ConfigError, match="exceeds"):
+            steps.revert()
+        assert ctx.generation == generation
+        assert (ctx.value("speculative_num_steps"), ctx.value("speculative_num_draft_tokens")) == (5, 9)
+    finally:
+        reset()
+
+
+def test_a_scope_exit_always_restores_even_when_a_later_override_depends_on_it() -> None:
+    """A scope's exit never raises: it puts back what lay underneath, whatever was overridden inside it."""
+    ctx = _spec_context()
+    try:
+        with ctx.scoped(speculative_num_steps=5):
+            ctx.override("ops", speculative_num_draft_tokens=9)
+        assert ctx.value("speculative_num_steps") == 3
+    finally:
+        reset()
+
+
+def test_a_revert_of_a_revert_of_a_catch_up_is_checked_like_an_override(ctx: Any) -> None:
+    """A catch-up skips the allow-lists (its group checked them); putting its value back later is a new override."""
+    receipt = ctx.commit(ctx.validate_catch_up("group", generation=1, page_size=16))
+    undone = receipt.revert()
+    assert ctx.value("page_size") is None or ctx.value("page_size") != 16
+    with pytest.raises(OverrideRefused):
+        undone.revert()
+
+
+def test_a_secret_taken_away_by_a_scope_exit_is_never_logged(ctx: Any) -> None:
+    """The remove record of a scope's exit redacts a secret field as the override did."""
+    with capture_logs() as logs:
+        with ctx.scoped(api_key="s3cret-key"):
+            pass
+    assert logs and "s3cret-key" not in repr(logs)
+
+
+def test_a_rollback_lists_only_the_fields_it_really_changed(ctx: Any) -> None:
+    """A field overridden to an equal value (a new object) is no change for the rollback's log line."""
+    with capture_logs() as logs, pytest.raises(OSError, match="refused"):
+        ctx.apply_override("ops", _refuse, schedule_conservativeness="1.0", stream_interval=4)
+    (rolled,) = [e for e in logs if e["event"] == "config.rollback"]
+    assert rolled["fields"] == {"stream_interval": {"old": 4, "new": 1}}
+
+
+def _refuse(receipt: Any) -> None:
+    raise OSError("the effect refused")
+
+
+def test_override_lines_are_written_by_a_logger_that_cannot_say_what_it_filters(ctx: Any) -> None:
+    """structlog's generic BoundLogger has no `is_enabled_for`: the override line is written, not skipped."""
+    lines: list[dict[str, Any]] = []
+
+    def keep(_: Any, __: str, event: dict[str, Any]) -> Any:
+        lines.append(event)
+        raise structlog.DropEvent
+
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.BoundLogger, processors=[keep])
+    try:
+        ctx.override("ops", stream_interval=4)
+    finally:
+        structlog.configure(**saved)
+    (line,) = [e for e in lines if e["event"] == "config.override"]
+    assert line["fields"] == {"stream_interval": {"old": 1, "new": 4}}
