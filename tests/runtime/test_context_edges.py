@@ -392,3 +392,21 @@ def test_override_lines_are_written_by_a_logger_that_cannot_say_what_it_filters(
         structlog.configure(**saved)
     (line,) = [e for e in lines if e["event"] == "config.override"]
     assert line["fields"] == {"stream_interval": {"old": 1, "new": 4}}
+
+
+def test_the_undo_window_folds_only_the_overrides_still_live() -> None:
+    """Reverted writes leave the window for good: when it folds past its limit, only live values reach the base."""
+    ctx = publish(ServerArgs(overrides_log_limit=4), role="scheduler")
+    try:
+        ctx.override("ops", schedule_conservativeness=0.5)  # live: folds into the base
+        ctx.override("ops", stream_interval=5).revert()  # the newest write taken away
+        older = ctx.override("ops", stream_interval=6)
+        ctx.override("ops", drain_timeout_s=10.0)
+        older.revert()  # a write under a newer one taken away
+        for i in range(6):
+            ctx.override("ops", drain_timeout_s=11.0 + i)  # past the limit: the oldest live ones fold
+        ctx.override("ops", stream_interval=2).revert()
+        ctx.override("ops", schedule_conservativeness=0.9).revert()
+        assert (ctx.value("stream_interval"), ctx.value("schedule_conservativeness")) == (1, 0.5)
+    finally:
+        reset()
