@@ -349,11 +349,14 @@ def test_a_scope_exit_always_restores_even_when_a_later_override_depends_on_it()
 
 def test_a_revert_of_a_revert_of_a_catch_up_is_checked_like_an_override(ctx: Any) -> None:
     """A catch-up skips the allow-lists (its group checked them); putting its value back later is a new override."""
+    published = ctx.value("page_size")
     receipt = ctx.commit(ctx.validate_catch_up("group", generation=1, page_size=16))
+    assert ctx.value("page_size") == 16 != published
     undone = receipt.revert()
-    assert ctx.value("page_size") is None or ctx.value("page_size") != 16
-    with pytest.raises(OverrideRefused):
+    assert (ctx.value("page_size"), ctx.generation) == (published, 2)
+    with pytest.raises(OverrideRefused, match="page_size"):
         undone.revert()
+    assert (ctx.value("page_size"), ctx.generation) == (published, 2)
 
 
 def test_a_secret_taken_away_by_a_scope_exit_is_never_logged(ctx: Any) -> None:
