@@ -111,6 +111,10 @@ class ReplicaRunning(EngineError):
     """Raised when asked to restart a replica whose process is still running."""
 
 
+class ReplicaElsewhere(EngineError):
+    """Raised when asked to restart a replica that another node runs (that node restarts its own)."""
+
+
 class ReplicaExited(EngineError):
     """Raised when asked to resync a replica whose process has exited."""
 
@@ -131,6 +135,7 @@ __all__ = [
     "NoSuchReplica",
     "PortUnavailable",
     "Refusal",
+    "ReplicaElsewhere",
     "ReplicaExited",
     "ReplicaFailed",
     "ReplicaLost",

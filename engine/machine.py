@@ -1,6 +1,7 @@
 """What the embedded engine cannot honour on this machine, refused before anything is built.
 
-The engine is one process on one device. A setting it would otherwise accept and then
+The engine is one process on one device; it spans nodes only as a replica group
+(`--dp-size` a multiple of `--nnodes`). A setting it would otherwise accept and then
 ignore (pipeline or expert parallelism, a device this torch cannot reach) is refused
 here, naming the flag and why, so an operator never runs a server that silently differs
 from its command line. `sgconf serve` calls this right after loading, before binding a
@@ -48,6 +49,15 @@ def unhonoured(snap: Any, sources: Mapping[str, str] | None = None) -> list[Prob
         problems.append(_one_rank("pp_size", int(parallel.pp_size), "pipeline layers", ""))
     if int(parallel.ep_size) > 1:
         problems.append(_one_rank("ep_size", int(parallel.ep_size), "spread experts", ""))
+    nnodes, dp_size = int(parallel.nnodes), int(parallel.dp_size)
+    if nnodes > 1 and dp_size % nnodes:
+        info = field_info("nnodes")
+        msg = (
+            "the embedded engine spans nodes only as one group of replicas, as many on each node,"
+            f" so --dp-size {dp_size} cannot be split over {info.flag} {nnodes}"
+            f" -- give --dp-size a multiple of {nnodes} (the replicas of all nodes together)"
+        )
+        problems.append(Problem(info.path, msg, sources.get("nnodes") or sources.get("dp_size")))
     if str(device.device) == "cuda":
         import torch
 

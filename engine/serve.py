@@ -12,6 +12,9 @@ level, and each engine logs a one-line start-up summary (`engine.start`).
 
 With `--dp-size N` (N > 1) this process becomes the controller of N replica processes
 (role `dp_controller`); the HTTP app is the same either way, only its backend differs.
+With `--nnodes M` the N replicas are spread over M nodes: node 0 serves HTTP and
+controls the group, every other node (`--node-rank R`) only runs its share of the
+replicas, which join node 0 (`engine.dp.nodes`).
 """
 
 from __future__ import annotations
@@ -122,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from engine.fleet.flags import fleet_options
 
         fleet = fleet_options(serve_parser().parse_args(args), serving)
+        if to_bags(record)["parallel"].node_rank > 0:  # another node of a multi-node group: no HTTP here
+            from engine.dp.nodes import serve_node
+
+            return serve_node(record, early)
         try:
             listeners = bind_listeners(serving)
         except PortUnavailable as exc:

@@ -35,6 +35,11 @@ through `engine.dp.group_backend.ReplicaGroupBackend`.
   request comes back piece by piece (`Chunk`), as one engine streams. A report that shows progress again
   makes it responsive again. The check runs on a monitor thread every heartbeat
   interval (`check_liveness`, which tests call themselves with `monitor=False`).
+- With `--nnodes N` the group spans nodes (`engine.dp.nodes`): this controller runs on
+  node 0 with that node's replicas, and the replicas of every other node join it over
+  its node link; they are routed to, streamed from, watched and configured exactly as
+  local ones. A node that comes back rejoins by itself at the group's generation;
+  `restart` applies to node 0's replicas only.
 - Stopping (SIGTERM or SIGINT to the controller, or the server returning) stops every
   replica: a stop message, then terminate, then kill; a replica whose controller dies
   sees its pipe close and exits, so no replica is left behind.
@@ -45,7 +50,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -53,10 +57,21 @@ from typing import Any
 import structlog
 
 from engine.dp.handle import Replica
-from engine.dp.messages import FlushCache
+from engine.dp.messages import FlushCache, Welcome
+from engine.dp.nodes import (
+    LINK_KEY,
+    NodeLayout,
+    NodeLink,
+    RemoteProcess,
+    open_rendezvous,
+    refuse,
+    send_quietly,
+    split_addr,
+)
 from engine.dp.routing import RequestRouter, choose
 from engine.errors import (
     NoSuchReplica,
+    ReplicaElsewhere,
     ReplicaExited,
     ReplicaFailed,
     ReplicaRunning,
@@ -95,8 +110,10 @@ class DPController:
 
         parallel = get_parallel()
         self.dp_size = int(parallel.dp_size)
+        self.layout = NodeLayout.of(parallel)
         world_size = self.dp_size + 1
-        init_method = f"tcp://{parallel.dist_init_addr or f'127.0.0.1:{_free_port()}'}"
+        addr = parallel.dist_init_addr
+        host, port = split_addr(addr) if addr else ("127.0.0.1", 0)
         self._record = get_server_args()
         self._workdirs = workdirs
         self._start_timeout_s = start_timeout_s
@@ -107,41 +124,92 @@ class DPController:
         self.router = RequestRouter(self.replicas, self._rids)
         self._restart_lock = threading.Lock()
         self._closed = False
+        self.link: NodeLink | None = None
         try:
-            for index in range(self.dp_size):
-                self.replicas.append(self._spawn(index, init_method=init_method))
+            # the rendezvous store lives here, so the other nodes find the node link through it
+            self._store = open_rendezvous(host, port, start_timeout_s)
+            self._rendezvous = (host, int(self._store.port))
+            if self.layout.nnodes > 1:
+                self.link = NodeLink(host, self.layout)
+                self._store.set(LINK_KEY, f"{self.link.address[0]}:{self.link.address[1]}")
+            for index in self.layout.indices(0):
+                self.replicas.append(self._spawn(index, rendezvous=self._rendezvous))
             dist.init_process_group(
                 "gloo",
-                init_method=init_method,
+                store=self._store,
                 rank=0,
                 world_size=world_size,
                 timeout=datetime.timedelta(seconds=start_timeout_s),
             )
-            self.group = ConfigGroup(None, 0, world_size)
+            self.group = ConfigGroup(None, 0, world_size, bind_host=host)
+            if self.link is not None:
+                for index in self.link.remote():
+                    conn = self.link.take(index, start_timeout_s)
+                    node = self.layout.node_of(index)
+                    self.replicas.append(Replica(index, RemoteProcess(node, conn), conn, node=node))
+                self.link.formed(self._rejoin)
             for replica in self.replicas:
                 replica.wait_ready(start_timeout_s)
         except BaseException:
             self._stop_replicas()
+            if self.link is not None:
+                self.link.close()
             raise
         self._stop_monitor = threading.Event()
         self._monitor: threading.Thread | None = None
         if monitor:
             self._monitor = threading.Thread(target=self._watch, name="dp-liveness", daemon=True)
             self._monitor.start()
-        log.info("dp.start", dp_size=self.dp_size, pids=[r.pid for r in self.replicas])
+        log.info(
+            "dp.start",
+            dp_size=self.dp_size,
+            nnodes=self.layout.nnodes,
+            pids=[r.pid for r in self.replicas],
+            rendezvous=f"{host}:{self._rendezvous[1]}",
+        )
 
-    def _spawn(self, index: int, *, init_method: str | None = None, address: tuple[str, int] | None = None) -> Replica:
+    def _spawn(
+        self, index: int, *, rendezvous: tuple[str, int] | None = None, address: tuple[str, int] | None = None
+    ) -> Replica:
         ours, theirs = self._spawn_context.Pipe()
         workdir = self._workdirs(index) if self._workdirs is not None else None
         process = self._spawn_context.Process(
             target=self._entry,
-            args=(index + 1, self.dp_size + 1, init_method, self._record, theirs, workdir, address),
+            args=(index + 1, self.dp_size + 1, rendezvous, self._record, theirs, workdir, address),
             name=f"sgconf-replica{index}",
             daemon=True,
         )
         process.start()
         theirs.close()
         return Replica(index, process, ours)
+
+    def _rejoin(self, index: int, conn: Any) -> None:
+        """A replica of another node joined after the group formed: take its slot if free, catch it up, route to it.
+
+        Runs on the node link's thread for that connection. The slot must hold a replica
+        that is gone (its node stopped or restarted); the new one rejoins the config board,
+        replays every committed override (`ConfigGroup.resync`) and only then gets requests.
+        """
+        node = self.layout.node_of(index)
+        with self._restart_lock:
+            old = self.replicas[index]
+            if self._closed or old.alive():
+                why = "the server is stopping" if self._closed else f"replica {index} is still connected"
+                refuse(conn, f"{why} -- a replica rejoins only in place of one whose link closed")
+                return
+            old.stop(5.0)
+            self.group.clear_inbox(old.rank)  # what was sent to the gone rank must not reach the new one
+            send_quietly(conn, Welcome(self.group.address))
+            new = Replica(index, RemoteProcess(node, conn), conn, node=node)
+            try:
+                new.wait_ready(self._start_timeout_s)
+                state = self.group.resync(new.rank)
+            except Exception as exc:  # it stays down; the node may try again
+                log.error("dp.replica_rejoin_failed", replica=index, node=node, error=str(exc))
+                new.stop(30.0)
+                return
+            self.replicas[index] = new  # routed to only now, at the group's generation
+        log.info("dp.replica_rejoined", replica=index, node=node, pid=new.pid, generation=state.generation)
 
     # -- routing -------------------------------------------------------------------------
 
@@ -228,10 +296,17 @@ class DPController:
         """
         dead = [r for r in self.replicas if not r.alive()]
         if dead:
-            which = ", ".join(f"{r.index} (exit code {r.process.exitcode})" for r in dead)
+            which = ", ".join(f"{r.index} ({r.ended()})" for r in dead)
+            remedies = []
+            if any(r.node == 0 for r in dead):
+                remedies.append("restart them with POST /replicas/<index>/restart")
+            nodes = sorted({r.node for r in dead if r.node})
+            if nodes:
+                where = ", ".join(map(str, nodes))
+                remedies.append(f"restart `sgconf serve --node-rank N` on node(s) {where} (they rejoin by themselves)")
             msg = (
                 f"cannot change the config while replica(s) {which} are down: every replica must take part"
-                f" -- restart them with POST /replicas/<index>/restart, then retry"
+                f" -- {' and '.join(remedies)}, then retry"
             )
             raise ReplicaFailed(msg)
         stuck = [r.index for r in self.replicas if r.unresponsive]
@@ -254,6 +329,13 @@ class DPController:
         """
         if not 0 <= index < self.dp_size:
             raise NoSuchReplica(f"there is no replica {index} -- replicas are numbered 0 to {self.dp_size - 1}")
+        node = self.layout.node_of(index)
+        if node != 0:
+            msg = (
+                f"replica {index} runs on node {node}, which starts its own replicas -- restart"
+                f" `sgconf serve --node-rank {node}` there; its replicas rejoin and catch up by themselves"
+            )
+            raise ReplicaElsewhere(msg)
         with self._restart_lock:
             old = self.replicas[index]
             if old.alive():
@@ -287,8 +369,7 @@ class DPController:
             replica = self.replicas[index]
             if not replica.alive():
                 msg = (
-                    f"replica {index} exited (exit code {replica.process.exitcode}) -- "
-                    f"start a new one with POST /replicas/{index}/restart"
+                    f"replica {index} exited ({replica.ended()}) -- start a new one with POST /replicas/{index}/restart"
                 )
                 raise ReplicaExited(msg)
             state = self.group.resync(replica.rank)
@@ -304,6 +385,9 @@ class DPController:
             row["role"] = ROLE if state.rank == 0 else "scheduler"
             if state.rank:
                 row["replica"] = state.rank - 1
+                row["node"] = self.layout.node_of(state.rank - 1)
+            else:
+                row["node"] = 0
             out.append(row)
         return out
 
@@ -323,6 +407,8 @@ class DPController:
             self._stop_monitor.set()
             monitor.join(5.0)
         self._stop_replicas()
+        if self.link is not None:
+            self.link.close()
         import torch.distributed as dist
 
         group = getattr(self, "group", None)
@@ -338,12 +424,6 @@ class DPController:
             t.start()
         for t in threads:
             t.join()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 __all__ = ["DPController", "Replica", "choose"]

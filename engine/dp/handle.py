@@ -4,7 +4,9 @@ One reader thread per replica takes every message from the pipe (`engine.dp.mess
 heartbeats update liveness and load, a streamed request's pieces go to its caller as
 they come, and each answer settles its request's future. When the pipe closes (the
 replica exited) every request it held fails with `ReplicaLost`, which the controller
-retries elsewhere (`engine.dp.controller`).
+retries elsewhere (`engine.dp.controller`). A replica of another node has a TCP link
+instead of a pipe and a `RemoteProcess` instead of a process (`engine.dp.nodes`); the
+handle treats both alike.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from engine.dp.messages import (
     Result,
     Stop,
 )
+from engine.dp.nodes import RemoteProcess
 from engine.errors import EngineStopped, ReplicaFailed, ReplicaLost, ReplicaUnresponsive
 
 log = structlog.get_logger("engine.dp.controller")
@@ -51,9 +54,10 @@ class _Call:
 class Replica:
     """The controller's handle on one replica process: its pipe, in-flight requests and liveness."""
 
-    def __init__(self, index: int, process: Any, conn: Any) -> None:
+    def __init__(self, index: int, process: Any, conn: Any, *, node: int = 0) -> None:
         self.index = index
         self.rank = index + 1
+        self.node = node
         self.process = process
         self.conn = conn
         self.pid: int | None = None
@@ -121,7 +125,7 @@ class Replica:
 
     def wait_ready(self, timeout_s: float) -> None:
         if not self.conn.poll(timeout_s):
-            msg = f"replica {self.index} did not start within {timeout_s:g}s (exit code {self.process.exitcode})"
+            msg = f"replica {self.index} did not start within {timeout_s:g}s ({self.ended()})"
             raise ReplicaFailed(msg)
         try:
             message = self.conn.recv()
@@ -129,7 +133,7 @@ class Replica:
             message = None
         if not isinstance(message, Ready):
             self.process.join(5.0)
-            msg = f"replica {self.index} exited while starting (exit code {self.process.exitcode}) -- see its log"
+            msg = f"replica {self.index} exited while starting ({self.ended()}) -- see its log"
             raise ReplicaFailed(msg)
         self.pid = message.pid
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
@@ -195,12 +199,18 @@ class Replica:
         with self._lock:
             self.gone = True
             pending, self.pending = self.pending, {}
+        if isinstance(self.process, RemoteProcess):
+            self.process.lost.set()
         self.process.join(1.0)
         if self.stopping:
-            log.info("dp.replica_stopped", replica=self.index, exitcode=self.process.exitcode)
+            log.info("dp.replica_stopped", replica=self.index, node=self.node, exitcode=self.process.exitcode)
         else:
             log.error(
-                "dp.replica_exited", replica=self.index, exitcode=self.process.exitcode, failed_requests=len(pending)
+                "dp.replica_exited",
+                replica=self.index,
+                node=self.node,
+                exitcode=self.process.exitcode,
+                failed_requests=len(pending),
             )
         for call in pending.values():
             call.fail(ReplicaLost(self._exit_text()))
@@ -213,8 +223,14 @@ class Replica:
             call.fail(EngineStopped(reason))
         return len(pending)
 
+    def ended(self) -> str:
+        """How the replica's process ended, as far as the controller can see."""
+        if isinstance(self.process, RemoteProcess):
+            return f"its link to node {self.node} closed"
+        return f"exit code {self.process.exitcode}"
+
     def _exit_text(self) -> str:
-        return f"replica {self.index} exited (exit code {self.process.exitcode}) -- the request was not served"
+        return f"replica {self.index} exited ({self.ended()}) -- the request was not served"
 
     def stop(self, timeout_s: float) -> None:
         """Ask the replica to stop; terminate, then kill it if it does not."""
@@ -236,6 +252,7 @@ class Replica:
         return {
             "replica": self.index,
             "rank": self.rank,
+            "node": self.node,
             "pid": self.pid,
             "alive": self.alive(),
             "exitcode": self.process.exitcode,

@@ -7,9 +7,14 @@ exception the controller raises in its place (`FAILURES`), so a client of the gr
 gets the answer one engine would give.
 
 Controller to replica: `Generate` (one request; with `stream` the replica sends a
-`Chunk` as each piece fills, then the `Result`), `FlushCache`, `Stop`.
+`Chunk` as each piece fills, then the `Result`), `FlushCache`, `Cancel`, `Stop`.
 Replica to controller: `Ready` once, a `Heartbeat` every heartbeat interval, and per
 request `Chunk`s, then one `Result` or `Failed`.
+
+A replica on another node (`engine.dp.nodes`) talks over a TCP link instead of a pipe,
+with the same messages, and opens it with `Join`; the controller answers `Welcome` (with
+the config board's address when the group formed already, so the replica rejoins and
+catches up) or `Refused`.
 """
 
 from __future__ import annotations
@@ -60,7 +65,30 @@ class Stop:
     """Leave the serve loop and shut the engine down."""
 
 
+@attrs.frozen(slots=True)
+class Welcome:
+    """The answer to `Join`: take part; `board` is None at the group's first forming, else the config board to rejoin."""
+
+    board: tuple[str, int] | None
+
+
+@attrs.frozen(slots=True)
+class Refused:
+    """The answer to `Join` when the controller cannot take this replica; the replica exits with `reason`."""
+
+    reason: str
+
+
 # -- replica to controller ---------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Join:
+    """The first message on a node link: which replica this is, so the controller knows the slot it fills."""
+
+    index: int
+    pid: int
+    node: int
 
 
 @attrs.frozen(slots=True)
@@ -158,8 +186,8 @@ class Failed:
         return error(self.detail)
 
 
-ToReplica = Generate | FlushCache | Stop
-FromReplica = Ready | Heartbeat | Chunk | Result | Failed
+ToReplica = Generate | FlushCache | Cancel | Stop | Welcome | Refused
+FromReplica = Join | Ready | Heartbeat | Chunk | Result | Failed
 
 __all__ = [
     "Cancel",
@@ -171,8 +199,11 @@ __all__ = [
     "FromReplica",
     "Generate",
     "Heartbeat",
+    "Join",
     "Ready",
+    "Refused",
     "Result",
     "Stop",
     "ToReplica",
+    "Welcome",
 ]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,26 @@ log = structlog.get_logger(__name__)
 MAX_CONCURRENT = 64
 # Seconds a stopping replica may spend cleaning up before it exits regardless.
 CLEANUP_TIMEOUT_S = 30.0
+# Seconds a replica waits for the rest of the group to reach the rendezvous, and for its node link's answer.
+RENDEZVOUS_TIMEOUT_S = 300.0
+JOIN_TIMEOUT_S = 300.0
+
+
+class _Stopping(Exception):
+    """SIGTERM reached a replica of another node: leave the serve loop as on `Stop`."""
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise _Stopping
+
+
+def _watch_lifeline(lifeline: Any) -> None:
+    """Stop this replica (as on SIGTERM) once the process that started it has ended."""
+    try:
+        lifeline.recv()  # nothing is ever sent: this returns when the other end closes
+    except (EOFError, OSError):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class BoundaryEffect:
@@ -116,17 +137,26 @@ class _Held:
 def replica_main(
     rank: int,
     world_size: int,
-    init_method: str | None,
+    rendezvous: tuple[str, int] | None,
     record: Any,
     conn: Any,
     workdir: str | None,
     address: tuple[str, int] | None = None,
+    *,
+    link: tuple[str, int] | None = None,
+    node: int = 0,
+    lifeline: Any = None,
 ) -> None:
     """Child-process entry point: build the engine, join the groups, serve the pipe, shut down cleanly.
 
-    A replica started in place of one that exited gets the config group's board
-    `address` instead of `init_method`: the gloo group cannot take a new member, and
-    the config group needs it only to learn that address.
+    The gloo group forms through the controller's `rendezvous` store. A replica started
+    in place of one that exited gets the config group's board `address` instead: the
+    gloo group cannot take a new member, and the config group needs it only to learn
+    that address. A replica of another node gets no pipe but the controller's node
+    `link` (`engine.dp.nodes`): it joins there first, and the controller's answer says
+    whether the group is forming or it rejoins the board. Such a replica leaves cleanly
+    on SIGTERM (its node's `sgconf serve` forwards a stop signal), and when its node's
+    process ends (its `lifeline` pipe closes), so a killed node leaves no replica behind.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if workdir is not None:
@@ -140,10 +170,24 @@ def replica_main(
     from engine.engine import Engine, freeze_start_up_heap
     from runtime.distributed import ConfigGroup
 
+    if link is not None:
+        from engine.dp.nodes import connect_link
+        from engine.errors import ReplicaFailed
+
+        try:
+            conn, welcome = connect_link(link, rank - 1, node, JOIN_TIMEOUT_S)
+        except (ReplicaFailed, OSError) as exc:
+            log.error("replica.join_failed", error=str(exc))
+            sys.exit(1)
+        address = welcome.board
     engine = Engine(record, configure_logs=True)
     if address is None:
+        from engine.dp.nodes import join_rendezvous
+
+        assert rendezvous is not None, "a replica joins through the rendezvous store or the board"
+        store = join_rendezvous(*rendezvous, timeout_s=RENDEZVOUS_TIMEOUT_S)
         dist.init_process_group(
-            "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
+            "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
         )
     group = ConfigGroup(None, rank, world_size, address=address)
     group.add_effect(BoundaryEffect(engine))
@@ -159,6 +203,10 @@ def replica_main(
     beat.start()
     pool = ThreadPoolExecutor(MAX_CONCURRENT, thread_name_prefix=f"replica{rank}")
     running = Running()
+    if link is not None:
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    if lifeline is not None:
+        threading.Thread(target=_watch_lifeline, args=(lifeline,), name="replica-lifeline", daemon=True).start()
     try:
         while True:
             try:
@@ -174,7 +222,10 @@ def replica_main(
                 _cancel(engine, message.rid, running)
             elif isinstance(message, FlushCache):
                 pool.submit(_flush_cache, engine, rank, message.rid, sender)
+    except _Stopping:
+        log.info("replica.stop_signal")
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one during cleanup ends it at once
         # a replica must never outlive its controller: if cleanup hangs, leave anyway
         watchdog = threading.Timer(CLEANUP_TIMEOUT_S, os._exit, args=(3,))
         watchdog.daemon = True

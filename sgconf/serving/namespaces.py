@@ -93,7 +93,8 @@ class ParallelConfig:
     )
     enable_dp_attention: bool = setting(False, help="data-parallel attention inside the tensor-parallel group")
     nnodes: int = setting(1, help="number of nodes", checks=[positive()])
-    node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)])
+    # each node of a group has its own rank; the group's config is the same on every node
+    node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)], fingerprint=False)
     dist_init_addr: str | None = setting(None, help="host:port for distributed init", checks=[host_port()])
     load_balance_method: Literal["round_robin", "shortest_queue"] = setting(
         "round_robin", help="how the data-parallel controller routes requests to replicas", hot=True

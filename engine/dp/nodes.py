@@ -1,0 +1,308 @@
+"""A replica group across nodes: `--nnodes N --node-rank R --dist-init-addr host:port`.
+
+`--dp-size` counts the replicas of the whole group; each node runs `dp_size / nnodes`
+of them, node R the indices `R * per_node ... (R + 1) * per_node - 1`. Node 0 runs the
+controller (`engine.dp.controller`): the HTTP app, the admin routes and the two-phase
+override over every rank of every node. Another node runs `sgconf serve` with its own
+`--node-rank`; it serves no HTTP, it only starts its replicas (`serve_node`) and waits
+for them.
+
+Meeting. The controller owns the torch.distributed rendezvous store at
+`--dist-init-addr` (a `TCPStore`; every rank forms the gloo group through it) and
+writes the address of its *node link* there: a TCP listener on the same host. Each
+replica of another node reads that address, connects, and says which replica it is
+(`Join`); from then on the link carries exactly the messages a local replica's pipe
+does (`engine.dp.messages`), so routing, streaming, liveness and cancellation work the
+same for every replica wherever it runs.
+
+Joining late. The gloo group takes its members once. A replica that joins after the
+group formed (its node restarted, or started late) is told so in the controller's
+`Welcome`, which carries the config board's address: it joins the board without the
+collective, and the controller replays every override committed so far
+(`ConfigGroup.resync`) before it routes a request there. So a node that comes back
+admits requests only at the group's generation. Until it is back, its replicas are down:
+`/health` is 503 naming them and config changes are refused, all or nothing.
+A node that is up but does not answer (stopped, cut off) makes each round wait out the
+sync timeout and refuse, naming its ranks.
+
+Trust. Like torch.distributed itself, the link trusts its network: messages are
+pickled. Give `--dist-init-addr` an address on the private network of the nodes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+import attrs
+import structlog
+
+from engine.dp.messages import Join, Refused, Welcome
+
+log = structlog.get_logger("engine.dp.controller")
+
+LINK_KEY = "sgconf/node_link"  # in the rendezvous store: "host:port" of the controller's node link
+JOIN_TIMEOUT_S = 10.0  # how long a connection may take to say which replica it is
+
+
+@attrs.frozen(slots=True)
+class NodeLayout:
+    """Which replicas run on which node of a group of `nnodes` nodes and `dp_size` replicas."""
+
+    dp_size: int
+    nnodes: int = 1
+    node_rank: int = 0
+
+    @classmethod
+    def of(cls, parallel: Any) -> NodeLayout:
+        return cls(int(parallel.dp_size), int(parallel.nnodes), int(parallel.node_rank))
+
+    @property
+    def per_node(self) -> int:
+        return self.dp_size // self.nnodes
+
+    def node_of(self, index: int) -> int:
+        return index // self.per_node
+
+    def indices(self, node: int | None = None) -> range:
+        """The replica indices of `node` (default: this one)."""
+        node = self.node_rank if node is None else node
+        return range(node * self.per_node, (node + 1) * self.per_node)
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """`host:port` as a pair (the schema checked its form when it loaded)."""
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def open_rendezvous(host: str, port: int, timeout_s: float) -> Any:
+    """The rendezvous store every rank forms the gloo group through, owned by the controller (port 0: any free one)."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, port, None, True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+
+
+def join_rendezvous(host: str, port: int, timeout_s: float) -> Any:
+    """A client of the controller's rendezvous store; waits up to `timeout_s` for the controller to be up."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+class RemoteProcess:
+    """The controller's view of a replica process on another node: alive while its link is open.
+
+    It answers what `Replica` asks of a local process; stopping it closes the link, on
+    which the replica leaves (it never outlives its controller).
+    """
+
+    exitcode = None  # another node's process: only its link is seen from here
+
+    def __init__(self, node: int, conn: Connection) -> None:
+        self.node = node
+        self._conn = conn
+        self.lost = threading.Event()  # set by the replica's reader when the link closed
+
+    def is_alive(self) -> bool:
+        return not self.lost.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.lost.wait(timeout)
+
+    def terminate(self) -> None:
+        self._conn.close()
+        self.lost.set()
+
+    kill = terminate
+
+
+class NodeLink:
+    """The controller's listener for the replicas of other nodes; see the module docstring.
+
+    Before the group forms, each replica's connection waits in `take`; after `formed`,
+    a replica that joins is handed to `rejoin(index, conn)` on a thread of its own
+    (the controller checks that the slot is free, replays the committed overrides and
+    routes to it only then).
+    """
+
+    def __init__(self, host: str, layout: NodeLayout) -> None:
+        self.layout = layout
+        self._listener = Listener((host, 0), family="AF_INET")
+        self.address: tuple[str, int] = (host, int(self._listener.address[1]))
+        self._waiting: dict[int, Connection] = {}
+        self._cond = threading.Condition()
+        self._rejoin: Callable[[int, Connection], None] | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name="dp-node-link", daemon=True)
+        self._thread.start()
+
+    def remote(self) -> list[int]:
+        """The replica indices that run on other nodes."""
+        return [i for i in range(self.layout.dp_size) if self.layout.node_of(i) != 0]
+
+    def take(self, index: int, timeout_s: float) -> Connection:
+        """The link of replica `index` at the first forming; ReplicaFailed when it did not connect in time."""
+        from engine.errors import ReplicaFailed
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: index in self._waiting or self._closed, timeout_s):
+                node = self.layout.node_of(index)
+                msg = (
+                    f"replica {index} of node {node} did not join within {timeout_s:g}s -- start"
+                    f" `sgconf serve --node-rank {node}` there with the same --dist-init-addr"
+                )
+                raise ReplicaFailed(msg)
+            return self._waiting.pop(index)
+
+    def formed(self, rejoin: Callable[[int, Connection], None]) -> None:
+        """The group formed: a later join goes to `rejoin`, which answers it (`Welcome` with the board, or `Refused`)."""
+        with self._cond:
+            self._rejoin = rejoin
+            late, self._waiting = self._waiting, {}
+        for conn in late.values():  # connected after its slot was given up: it starts again from the board
+            refuse(conn, "the group formed without this replica -- restart its node to rejoin")
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn = self._listener.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._greet, args=(conn,), name="dp-node-join", daemon=True).start()
+
+    def _greet(self, conn: Connection) -> None:
+        try:
+            join = conn.recv() if conn.poll(JOIN_TIMEOUT_S) else None
+        except (EOFError, OSError, ValueError, TypeError, AttributeError, ImportError):
+            join = None  # not one of ours: whatever it sent is dropped with it
+        if not isinstance(join, Join):
+            conn.close()
+            return
+        if join.index not in self.remote():
+            refuse(conn, f"replica {join.index} does not run on another node of this group")
+            return
+        with self._cond:
+            rejoin = self._rejoin
+            if rejoin is None:
+                if join.index in self._waiting:
+                    refuse(conn, f"replica {join.index} joined already")
+                    return
+                send_quietly(conn, Welcome(None))
+                self._waiting[join.index] = conn
+                self._cond.notify_all()
+                log.info("dp.node_replica_joined", replica=join.index, node=join.node, pid=join.pid)
+                return
+        rejoin(join.index, conn)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            waiting, self._waiting = self._waiting, {}
+            self._cond.notify_all()
+        self._listener.close()
+        for conn in waiting.values():
+            conn.close()
+
+
+def send_quietly(conn: Connection, message: Any) -> None:
+    """Send `message`; a link that closed meanwhile is left to whoever reads it."""
+    try:
+        conn.send(message)
+    except OSError:
+        pass
+
+
+def refuse(conn: Connection, reason: str) -> None:
+    """Answer a `Join` with `Refused(reason)` and close the link."""
+    send_quietly(conn, Refused(reason))
+    conn.close()
+
+
+def connect_link(address: tuple[str, int], index: int, node: int, timeout_s: float) -> tuple[Connection, Welcome]:
+    """A replica's side of joining: connect to the controller's node link and wait for its answer.
+
+    Raises ReplicaFailed with the controller's reason when it refuses this replica.
+    """
+    from engine.errors import ReplicaFailed
+
+    conn = Client(address, family="AF_INET")
+    conn.send(Join(index, os.getpid(), node))
+    answer = conn.recv() if conn.poll(timeout_s) else None
+    if isinstance(answer, Welcome):
+        return conn, answer
+    conn.close()
+    reason = answer.reason if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
+    raise ReplicaFailed(f"the controller at {address[0]}:{address[1]} did not take replica {index}: {reason}")
+
+
+def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0) -> int:
+    """Run this node's replicas of a multi-node group until they exit or SIGTERM/SIGINT; returns the exit status.
+
+    Waits up to `start_timeout_s` for the controller (node 0) to be up, then starts one
+    process per replica of this node; each joins the controller over its node link.
+    When they have all exited (the controller stopped them, or went away) it returns 0
+    when they all ended cleanly, 1 otherwise. A stop signal stops them first; so does
+    this process ending any other way (killed): each replica holds a lifeline pipe to it.
+    """
+    import signal
+    from multiprocessing.connection import wait
+
+    import torch.multiprocessing as mp
+
+    from engine.dp.replica import replica_main
+    from sgconf.record import to_bags
+
+    parallel = to_bags(record)["parallel"]
+    layout = NodeLayout.of(parallel)
+    host, port = split_addr(str(parallel.dist_init_addr))
+    store = join_rendezvous(host, port, start_timeout_s)
+    store.wait([LINK_KEY], datetime.timedelta(seconds=start_timeout_s))
+    link = split_addr(store.get(LINK_KEY).decode())
+    del store  # only the link's address was needed
+    spawn = mp.get_context("spawn")
+    processes, lifelines = [], []
+    for index in layout.indices():
+        ours, theirs = spawn.Pipe()  # closes when this process ends, however it ends: the replica then stops
+        process = spawn.Process(
+            target=replica_main,
+            args=(index + 1, layout.dp_size + 1, (host, port), record, None, None),
+            kwargs={"link": link, "node": layout.node_rank, "lifeline": theirs},
+            name=f"sgconf-replica{index}",
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        processes.append(process)
+        lifelines.append(ours)
+    log.info("node.start", node=layout.node_rank, replicas=list(layout.indices()), controller=f"{link[0]}:{link[1]}")
+    signalled = False
+    while any(p.is_alive() for p in processes):
+        wait([p.sentinel for p in processes if p.is_alive()], timeout=0.5)
+        if early is not None and early.received and not signalled:
+            signalled = True  # each replica leaves the group cleanly on SIGTERM
+            for p in processes:
+                if p.is_alive() and p.pid is not None:
+                    os.kill(p.pid, signal.SIGTERM)
+    codes = [p.exitcode for p in processes]
+    log.info("node.stop", node=layout.node_rank, exitcodes=codes)
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+__all__ = [
+    "LINK_KEY",
+    "NodeLayout",
+    "NodeLink",
+    "RemoteProcess",
+    "connect_link",
+    "join_rendezvous",
+    "open_rendezvous",
+    "refuse",
+    "send_quietly",
+    "serve_node",
+    "split_addr",
+]

@@ -1,0 +1,141 @@
+"""The parts of a multi-node replica group that need no second process: layout, the node link, the refusals."""
+
+from __future__ import annotations
+
+import threading
+from multiprocessing import Pipe
+from multiprocessing.connection import Client, Connection
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from engine.dp.messages import Join, Refused, Welcome
+from engine.dp.nodes import NodeLayout, NodeLink, RemoteProcess, connect_link, split_addr
+from engine.errors import ReplicaFailed
+
+
+def test_layout_splits_the_replicas_evenly_over_the_nodes() -> None:
+    layout = NodeLayout(dp_size=6, nnodes=3, node_rank=1)
+    assert layout.per_node == 2
+    assert list(layout.indices()) == [2, 3]
+    assert [list(layout.indices(n)) for n in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert [layout.node_of(i) for i in range(6)] == [0, 0, 1, 1, 2, 2]
+    parallel = SimpleNamespace(dp_size=4, nnodes=2, node_rank=0)
+    assert NodeLayout.of(parallel) == NodeLayout(4, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("addr", "pair"), [("10.0.0.1:5000", ("10.0.0.1", 5000)), ("[::1]:29500", ("::1", 29500)), ("h:1", ("h", 1))]
+)
+def test_split_addr(addr: str, pair: tuple[str, int]) -> None:
+    assert split_addr(addr) == pair
+
+
+@pytest.mark.parametrize(
+    ("dp_size", "nnodes", "refused"), [(4, 2, False), (6, 3, False), (3, 2, True), (1, 2, True), (2, 4, True)]
+)
+def test_a_group_that_cannot_be_split_over_the_nodes_is_refused(dp_size: int, nnodes: int, refused: bool) -> None:
+    from engine.machine import unhonoured
+
+    snap = SimpleNamespace(
+        parallel=SimpleNamespace(tp_size=1, pp_size=1, ep_size=1, dp_size=dp_size, nnodes=nnodes),
+        device=SimpleNamespace(device="cpu"),
+    )
+    problems = unhonoured(snap, {"nnodes": "from --nnodes"})
+    if not refused:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert problem.path == "$.parallel.nnodes"
+    assert problem.source == "from --nnodes"
+    assert f"--dp-size {dp_size} cannot be split over --nnodes {nnodes}" in problem.message
+    assert problem.message.endswith(f"-- give --dp-size a multiple of {nnodes} (the replicas of all nodes together)")
+
+
+@pytest.fixture
+def link() -> Any:
+    node_link = NodeLink("127.0.0.1", NodeLayout(dp_size=4, nnodes=2))
+    yield node_link
+    node_link.close()
+
+
+def _join(link: NodeLink, index: int) -> Connection:
+    conn = Client(link.address, family="AF_INET")
+    conn.send(Join(index, 1234, 1))
+    return conn
+
+
+def test_replicas_of_other_nodes_wait_for_the_group_to_form(link: NodeLink) -> None:
+    assert link.remote() == [2, 3]
+    conns = [_join(link, 2), _join(link, 3)]
+    assert [c.recv() for c in conns] == [Welcome(None), Welcome(None)]  # forming: no board yet
+    taken = [link.take(2, 30), link.take(3, 30)]
+    taken[0].send("ping")
+    assert conns[0].recv() == "ping"  # the controller's end of the same link
+    for c in conns + taken:
+        c.close()
+
+
+def test_a_join_the_link_cannot_take_is_refused_with_its_reason(link: NodeLink) -> None:
+    local = _join(link, 0)
+    assert local.recv() == Refused("replica 0 does not run on another node of this group")
+    first, twice = _join(link, 2), None
+    assert first.recv() == Welcome(None)
+    twice = _join(link, 2)
+    assert twice.recv() == Refused("replica 2 joined already")
+    garbage = Client(link.address, family="AF_INET")
+    garbage.send("not a join")
+    with pytest.raises(EOFError):
+        garbage.recv()  # dropped without an answer
+    for c in (local, first, twice, garbage):
+        c.close()
+
+
+def test_a_replica_that_never_joins_is_named_with_the_command_that_starts_it(link: NodeLink) -> None:
+    with pytest.raises(ReplicaFailed) as info:
+        link.take(3, 0.05)
+    assert str(info.value) == (
+        "replica 3 of node 1 did not join within 0.05s -- start"
+        " `sgconf serve --node-rank 1` there with the same --dist-init-addr"
+    )
+
+
+def test_after_forming_a_join_goes_to_the_rejoin_hook(link: NodeLink) -> None:
+    seen: list[tuple[int, Connection]] = []
+    arrived = threading.Event()
+
+    def rejoin(index: int, conn: Connection) -> None:
+        conn.send(Welcome(("127.0.0.1", 9)))
+        seen.append((index, conn))
+        arrived.set()
+
+    early = _join(link, 3)
+    assert early.recv() == Welcome(None)
+    link.formed(rejoin)
+    assert early.recv() == Refused("the group formed without this replica -- restart its node to rejoin")
+    conn, welcome = connect_link(link.address, 2, 1, 30)
+    assert welcome == Welcome(("127.0.0.1", 9))
+    assert arrived.wait(30) and seen[0][0] == 2
+    conn.close()
+    early.close()
+
+
+def test_connect_link_raises_the_controllers_reason(link: NodeLink) -> None:
+    with pytest.raises(ReplicaFailed) as info:
+        connect_link(link.address, 1, 0, 30)
+    assert str(info.value) == (
+        f"the controller at 127.0.0.1:{link.address[1]} did not take replica 1:"
+        " replica 1 does not run on another node of this group"
+    )
+
+
+def test_a_remote_process_is_alive_until_its_link_is_lost() -> None:
+    ours, theirs = Pipe()
+    process = RemoteProcess(1, ours)
+    assert process.is_alive() and process.exitcode is None
+    process.join(0.01)  # returns: the link is still open
+    process.terminate()
+    assert not process.is_alive() and ours.closed
+    with pytest.raises(EOFError):
+        theirs.recv()  # the replica sees its link close, and leaves
