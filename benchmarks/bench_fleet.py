@@ -12,6 +12,12 @@ size and the ratios to the single server measured beside it (goal: p99 at most 2
 servers). Needs the etcd binary (`make etcd`). On a machine with fewer cores than
 servers the members apply each version in turn, not at once, so the ratios there
 show the CPU they share as much as the fan-out.
+
+Then the multi-node replica group: one `POST /config/overrides` (the two-phase round
+over every rank) timed on a group of 2 nodes x 2 replicas (two `sgconf serve` trees
+on loopback, `--nnodes 2`), beside one node with 2 replicas and one node with 4 (the
+same number of ranks), the three taking turns round by round. Prints p50 and p99 and
+the ratios of the 2-node group to each one-node group.
 """
 
 from __future__ import annotations
@@ -156,6 +162,67 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+GROUPS = {"1 node x 2": (2, 1), "1 node x 4": (4, 1), "2 nodes x 2": (4, 2)}  # label: (dp_size, nnodes)
+ADMIN_KEY = "bench-admin-key"
+
+
+def start_group(dp_size: int, nnodes: int) -> tuple[str, list[subprocess.Popen[bytes]]]:
+    """A replica group of `dp_size` replicas over `nnodes` `sgconf serve` trees; (node 0's URL, every process)."""
+    port, rendezvous = free_port(), free_port()
+    procs = []
+    for rank in range(nnodes):
+        cmd = [sys.executable, "-m", "sgconf", "serve", "--port", str(port), "--dp-size", str(dp_size)]
+        cmd += ["--max-total-tokens", "1024", "--log-level", "warning"]
+        if nnodes > 1:
+            cmd += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", f"127.0.0.1:{rendezvous}"]
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", "SGCONF_ADMIN_API_KEY": ADMIN_KEY}
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+    return f"http://127.0.0.1:{port}", procs
+
+
+def group_rounds() -> dict[str, list[float]]:
+    """Seconds per two-phase round for each group of GROUPS, WARMUP + ROUNDS rounds each, taking turns."""
+    started = {label: start_group(*shape) for label, shape in GROUPS.items()}
+    times: dict[str, list[float]] = {label: [] for label in GROUPS}
+    try:
+        with httpx.Client(headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=120) as client:
+            for url, _ in started.values():
+                wait("a replica group", lambda url=url: healthy(f"{url}/health"))
+            for i in range(WARMUP + ROUNDS):
+                for label, (url, _) in started.items():
+                    start = time.perf_counter()
+                    r = client.post(f"{url}/config/overrides", json={"stream_interval": 2 + i % 2})
+                    took = time.perf_counter() - start
+                    if r.status_code != 200:
+                        raise SystemExit(f"bench_fleet: the round on {label} was refused: {r.text}")
+                    times[label].append(took)
+    finally:
+        procs = [proc for _, group in started.values() for proc in group]
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=120)
+    return {label: t[WARMUP:] for label, t in times.items()}
+
+
+def print_group_rounds(times: dict[str, list[float]]) -> None:
+    print()
+    print(f"two-phase override round over a replica group ({ROUNDS} rounds each, the groups taking turns)")
+    print(f"{'group':>12}  {'ranks':>5}  {'p50 ms':>8}  {'p99 ms':>8}")
+    for label, (dp_size, _) in GROUPS.items():
+        t = times[label]
+        print(f"{label:>12}  {dp_size + 1:>5}  {statistics.median(t) * 1e3:8.1f}  {p(t, 0.99) * 1e3:8.1f}")
+    two = times["2 nodes x 2"]
+    for label in ("1 node x 2", "1 node x 4"):
+        one = times[label]
+        print(
+            f"2 nodes x 2 / {label}: p50 {statistics.median(two) / statistics.median(one):.2f}x,"
+            f" p99 {p(two, 0.99) / p(one, 0.99):.2f}x"
+        )
+    ratio = p(two, 0.99) / p(times["1 node x 2"], 0.99)
+    print(f"goal p99 of 2 nodes x 2 <= 2.00x one node x 2: {ratio:.2f}x ({'met' if ratio <= 2 else 'missed'})")
+
+
 def main() -> int:
     # etcd's data in memory when the machine has /dev/shm: a shared VM's fsync stalls are not what this measures
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -194,6 +261,7 @@ def main() -> int:
     times, solo = results[SIZES[-1]]
     ratio = p(times, 0.99) / p(solo, 0.99)
     print(f"goal p99 at {SIZES[-1]} servers <= 2.00x one server: {ratio:.2f}x ({'met' if ratio <= 2 else 'missed'})")
+    print_group_rounds(group_rounds())
     return 0
 
 
