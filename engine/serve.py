@@ -118,14 +118,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = loaded.record
         launch = {name: chain[-1].describe() for name, chain in (provenance_of(record) or {}).items()}
         refuse_unhonoured(SimpleNamespace(**resolve_once(record).bags()), launch)  # before a port is bound
-        configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
-        warn_secrets_on_command_line(loaded)
         serving = to_bags(record)["serving"]  # the launch values; nothing is published yet
-        check_admin_key_file(serving)
         from engine.fleet.flags import fleet_options
 
         fleet = fleet_options(serve_parser().parse_args(args), serving)
-        if to_bags(record)["parallel"].node_rank > 0:  # another node of a multi-node group: no HTTP here
+        node_rank = to_bags(record)["parallel"].node_rank
+        if node_rank > 0 and fleet is not None:
+            msg = f"--fleet is for node 0, which configures every node of its group -- leave it off --node-rank {node_rank}"
+            raise ConfigError([Problem("$.fleet", msg, "from --fleet")])
+        configure_from_record(record)  # before anything logs, so every line goes to stderr in the chosen format
+        warn_secrets_on_command_line(loaded)
+        check_admin_key_file(serving)
+        if node_rank > 0:  # another node of a multi-node group: no HTTP here
             from engine.dp.nodes import serve_node
 
             return serve_node(record, early)

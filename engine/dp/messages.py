@@ -89,6 +89,8 @@ class Join:
     index: int
     pid: int
     node: int
+    dp_size: int  # the joining node's layout, which must be the group's
+    nnodes: int
 
 
 @attrs.frozen(slots=True)

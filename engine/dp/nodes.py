@@ -183,6 +183,14 @@ class NodeLink:
         if not isinstance(join, Join):
             conn.close()
             return
+        group = (self.layout.dp_size, self.layout.nnodes)
+        if (join.dp_size, join.nnodes) != group:
+            refuse(
+                conn,
+                f"node {join.node} runs --dp-size {join.dp_size} --nnodes {join.nnodes}, this group --dp-size"
+                f" {group[0]} --nnodes {group[1]} -- start every node with the same --dp-size and --nnodes",
+            )
+            return
         if join.index not in self.remote():
             refuse(conn, f"replica {join.index} does not run on another node of this group")
             return
@@ -223,7 +231,9 @@ def refuse(conn: Connection, reason: str) -> None:
     conn.close()
 
 
-def connect_link(address: tuple[str, int], index: int, node: int, timeout_s: float) -> tuple[Connection, Welcome]:
+def connect_link(
+    address: tuple[str, int], index: int, layout: NodeLayout, timeout_s: float
+) -> tuple[Connection, Welcome]:
     """A replica's side of joining: connect to the controller's node link and wait for its answer.
 
     Raises ReplicaFailed with the controller's reason when it refuses this replica.
@@ -231,13 +241,29 @@ def connect_link(address: tuple[str, int], index: int, node: int, timeout_s: flo
     from engine.errors import ReplicaFailed
 
     conn = Client(address, family="AF_INET")
-    conn.send(Join(index, os.getpid(), node))
+    conn.send(Join(index, os.getpid(), layout.node_rank, layout.dp_size, layout.nnodes))
     answer = conn.recv() if conn.poll(timeout_s) else None
     if isinstance(answer, Welcome):
         return conn, answer
     conn.close()
     reason = answer.reason if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
     raise ReplicaFailed(f"the controller at {address[0]}:{address[1]} did not take replica {index}: {reason}")
+
+
+def _wait_listening(host: str, port: int, timeout_s: float) -> None:
+    """Return once something accepts connections at host:port; TimeoutError past `timeout_s`."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=max(0.05, min(1.0, deadline - time.monotonic()))).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"nothing listens at {host}:{port}") from None
+            time.sleep(0.2)
 
 
 def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0) -> int:
@@ -260,9 +286,20 @@ def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0
     parallel = to_bags(record)["parallel"]
     layout = NodeLayout.of(parallel)
     host, port = split_addr(str(parallel.dist_init_addr))
-    store = join_rendezvous(host, port, start_timeout_s)
-    store.wait([LINK_KEY], datetime.timedelta(seconds=start_timeout_s))
-    link = split_addr(store.get(LINK_KEY).decode())
+    try:
+        _wait_listening(host, port, start_timeout_s)  # torch's own wait would log a stack trace per try
+        store = join_rendezvous(host, port, start_timeout_s)
+        store.wait([LINK_KEY], datetime.timedelta(seconds=start_timeout_s))
+        link = split_addr(store.get(LINK_KEY).decode())
+    except (RuntimeError, TimeoutError) as exc:  # nothing listens there, or it is not a controller
+        log.error(
+            "node.no_controller",
+            node=layout.node_rank,
+            dist_init_addr=f"{host}:{port}",
+            error=f"no controller answered within {start_timeout_s:g}s ({type(exc).__name__})"
+            f" -- start node 0 (--node-rank 0) with the same --dist-init-addr, then this node",
+        )
+        return 1
     del store  # only the link's address was needed
     spawn = mp.get_context("spawn")
     processes, lifelines = [], []
@@ -271,7 +308,7 @@ def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0
         process = spawn.Process(
             target=replica_main,
             args=(index + 1, layout.dp_size + 1, (host, port), record, None, None),
-            kwargs={"link": link, "node": layout.node_rank, "lifeline": theirs},
+            kwargs={"link": link, "layout": layout, "lifeline": theirs},
             name=f"sgconf-replica{index}",
             daemon=True,
         )

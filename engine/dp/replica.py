@@ -144,7 +144,7 @@ def replica_main(
     address: tuple[str, int] | None = None,
     *,
     link: tuple[str, int] | None = None,
-    node: int = 0,
+    layout: Any = None,
     lifeline: Any = None,
 ) -> None:
     """Child-process entry point: build the engine, join the groups, serve the pipe, shut down cleanly.
@@ -153,7 +153,7 @@ def replica_main(
     in place of one that exited gets the config group's board `address` instead: the
     gloo group cannot take a new member, and the config group needs it only to learn
     that address. A replica of another node gets no pipe but the controller's node
-    `link` (`engine.dp.nodes`): it joins there first, and the controller's answer says
+    `link` and its node's `layout` (`engine.dp.nodes`): it joins there first, and the controller's answer says
     whether the group is forming or it rejoins the board. Such a replica leaves cleanly
     on SIGTERM (its node's `sgconf serve` forwards a stop signal), and when its node's
     process ends (its `lifeline` pipe closes), so a killed node leaves no replica behind.
@@ -175,7 +175,7 @@ def replica_main(
         from engine.errors import ReplicaFailed
 
         try:
-            conn, welcome = connect_link(link, rank - 1, node, JOIN_TIMEOUT_S)
+            conn, welcome = connect_link(link, rank - 1, layout, JOIN_TIMEOUT_S)
         except (ReplicaFailed, OSError) as exc:
             log.error("replica.join_failed", error=str(exc))
             sys.exit(1)

@@ -62,7 +62,7 @@ def link() -> Any:
 
 def _join(link: NodeLink, index: int) -> Connection:
     conn = Client(link.address, family="AF_INET")
-    conn.send(Join(index, 1234, 1))
+    conn.send(Join(index, 1234, 1, 4, 2))
     return conn
 
 
@@ -92,6 +92,34 @@ def test_a_join_the_link_cannot_take_is_refused_with_its_reason(link: NodeLink) 
         c.close()
 
 
+def test_a_node_started_with_another_layout_is_refused(link: NodeLink) -> None:
+    with pytest.raises(ReplicaFailed) as info:
+        connect_link(link.address, 3, NodeLayout(6, 2, 1), 30)
+    assert str(info.value).endswith(
+        "node 1 runs --dp-size 6 --nnodes 2, this group --dp-size 4 --nnodes 2"
+        " -- start every node with the same --dp-size and --nnodes"
+    )
+
+
+def test_a_node_that_finds_no_controller_says_so_and_exits_1() -> None:
+    from structlog.testing import capture_logs
+
+    from engine.dp.nodes import serve_node
+    from engine.serve import load_serve_record
+    from tests.support import free_port
+
+    port = free_port()
+    argv = ["--dp-size", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", f"127.0.0.1:{port}"]
+    with capture_logs() as logs:
+        assert serve_node(load_serve_record(argv), start_timeout_s=0.3) == 1
+    (event,) = [e for e in logs if e["event"] == "node.no_controller"]
+    assert event["dist_init_addr"] == f"127.0.0.1:{port}" and event["node"] == 1
+    assert event["error"] == (
+        "no controller answered within 0.3s (TimeoutError) -- start node 0 (--node-rank 0)"
+        " with the same --dist-init-addr, then this node"
+    )
+
+
 def test_a_replica_that_never_joins_is_named_with_the_command_that_starts_it(link: NodeLink) -> None:
     with pytest.raises(ReplicaFailed) as info:
         link.take(3, 0.05)
@@ -114,7 +142,7 @@ def test_after_forming_a_join_goes_to_the_rejoin_hook(link: NodeLink) -> None:
     assert early.recv() == Welcome(None)
     link.formed(rejoin)
     assert early.recv() == Refused("the group formed without this replica -- restart its node to rejoin")
-    conn, welcome = connect_link(link.address, 2, 1, 30)
+    conn, welcome = connect_link(link.address, 2, NodeLayout(4, 2, 1), 30)
     assert welcome == Welcome(("127.0.0.1", 9))
     assert arrived.wait(30) and seen[0][0] == 2
     conn.close()
@@ -123,7 +151,7 @@ def test_after_forming_a_join_goes_to_the_rejoin_hook(link: NodeLink) -> None:
 
 def test_connect_link_raises_the_controllers_reason(link: NodeLink) -> None:
     with pytest.raises(ReplicaFailed) as info:
-        connect_link(link.address, 1, 0, 30)
+        connect_link(link.address, 1, NodeLayout(4, 2, 0), 30)
     assert str(info.value) == (
         f"the controller at 127.0.0.1:{link.address[1]} did not take replica 1:"
         " replica 1 does not run on another node of this group"
@@ -139,3 +167,13 @@ def test_a_remote_process_is_alive_until_its_link_is_lost() -> None:
     assert not process.is_alive() and ours.closed
     with pytest.raises(EOFError):
         theirs.recv()  # the replica sees its link close, and leaves
+
+
+def test_fleet_membership_belongs_to_node_0(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support import run_sgconf
+
+    group = ["--dp-size", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:9"]
+    code, out, err = run_sgconf(capsys, "serve", *group, "--fleet", "prod")
+    assert (code, out) == (2, "")
+    assert "$.fleet: --fleet is for node 0, which configures every node of its group" in err
+    assert "-- leave it off --node-rank 1 (from --fleet)" in err
