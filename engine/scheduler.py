@@ -15,6 +15,11 @@ does, in order:
 3. one decode step for every request whose prompt is in the cache (or one speculative
    draft-and-verify step when a draft worker is configured).
 
+With `enable_mixed_chunk` (hot) steps 2 and 3 are one forward when both have rows: each
+decode row is an extend of one token over its prefix, so the running requests pay one
+forward per step however much prefill shares it; a request whose prompt completes in a
+mixed step decodes from the next one.
+
 A request's invariant between steps: KV is held for `kv_len` tokens; while decoding,
 `kv_len == len(all_ids) - 1` (the newest token has no KV yet; the next step feeds it).
 Prefill computes KV for the prompt minus its last token, so the first sampled token
@@ -272,14 +277,15 @@ class Scheduler(SchedulerMemory):
             for req in arrived:
                 self.hicache.start_prefetch(req.all_ids[: req.prefill_target])
         self._admit()
-        ran = self._prefill()
-        ready = [r for r in self.prefilling if r.kv_len == r.prefill_target]
-        if ready:
-            self.prefilling = [r for r in self.prefilling if r.kv_len != r.prefill_target]
-            self.decoding.extend(ready)
-        if self.decoding:
-            self._decode()
+        if self._mixes() and self._mixed_step():
+            self._promote_prefilled()  # they decode from the next step on
             ran = True
+        else:
+            ran = self._prefill()
+            self._promote_prefilled()
+            if self.decoding:
+                self._decode()
+                ran = True
         if self.window is not None:
             for req in [*self.prefilling, *self.decoding]:
                 self._release_swa_behind_window(req)
@@ -422,7 +428,26 @@ class Scheduler(SchedulerMemory):
 
     # -- prefill -------------------------------------------------------------------------
 
+    def _promote_prefilled(self) -> None:
+        ready = [r for r in self.prefilling if r.kv_len == r.prefill_target]
+        if ready:
+            self.prefilling = [r for r in self.prefilling if r.kv_len != r.prefill_target]
+            self.decoding.extend(ready)
+
     def _prefill(self) -> bool:
+        chunk = self._prefill_chunk()
+        if not chunk:
+            return False
+        batch, ids, positions = self._extend_inputs(chunk)
+        self.runner.forward(batch, ids, positions)
+        if self.speculative is not None:
+            # same slots, same table: the draft keeps its KV in step with the target's
+            self.speculative.draft_extend(batch, ids, positions, [r for r, _, _ in chunk])
+        self._prefilled(chunk)
+        return True
+
+    def _prefill_chunk(self) -> list[tuple[Req, int, torch.Tensor]]:
+        """The requests of this step's prefill chunk, with the tokens each takes and their slots (allocated)."""
         budget = min(self.chunk_size(), self.limits.max_prefill_tokens)
         chunk: list[tuple[Req, int, torch.Tensor]] = []
         for req in list(self.prefilling):
@@ -455,24 +480,62 @@ class Scheduler(SchedulerMemory):
             budget -= take
             if capped:
                 break  # the pool is full: later requests wait until this prompt is in
-        if not chunk:
-            return False
+        return chunk
+
+    @staticmethod
+    def _extend_inputs(
+        chunk: list[tuple[Req, int, torch.Tensor]], decode: Sequence[Req] = (), out: torch.Tensor | None = None
+    ) -> tuple[ForwardBatch, torch.Tensor, torch.Tensor]:
+        """The extend batch, token ids and positions of a prefill chunk, then (mixed) one new token per `decode` row."""
+        rows = [(r, r.kv_len, n) for r, n, _ in chunk] + [(r, r.kv_len, 1) for r in decode]
+        slots = [s for _, _, s in chunk] + ([] if out is None else [out])
         batch = ForwardBatch.extend(
-            req_pool_indices=[r.slot_row for r, _, _ in chunk],
-            seq_lens=[r.kv_len + n for r, n, _ in chunk],
-            extend_prefix_lens=[r.kv_len for r, _, _ in chunk],
-            out_cache_loc=torch.cat([s for _, _, s in chunk]),
+            req_pool_indices=[r.slot_row for r, _, _ in rows],
+            seq_lens=[start + n for _, start, n in rows],
+            extend_prefix_lens=[start for _, start, _ in rows],
+            out_cache_loc=torch.cat(slots),
         )
-        ids = torch.tensor([t for r, n, _ in chunk for t in r.all_ids[r.kv_len : r.kv_len + n]], dtype=torch.long)
-        positions = torch.cat([torch.arange(r.kv_len, r.kv_len + n) for r, n, _ in chunk])
-        self.runner.forward(batch, ids, positions)
-        if self.speculative is not None:
-            # same slots, same table: the draft keeps its KV in step with the target's
-            self.speculative.draft_extend(batch, ids, positions, [r for r, _, _ in chunk])
+        ids = torch.tensor([t for r, start, n in rows for t in r.all_ids[start : start + n]], dtype=torch.long)
+        positions = torch.cat([torch.arange(start, start + n) for _, start, n in rows])
+        return batch, ids, positions
+
+    def _prefilled(self, chunk: list[tuple[Req, int, torch.Tensor]]) -> None:
         for req, n, _ in chunk:
             req.kv_len += n
         self.counters["prefill_tokens"] += sum(n for _, n, _ in chunk)
         self.counters["prefill_batches"] += 1
+
+    # -- mixed prefill and decode ------------------------------------------------------------
+
+    def _mixes(self) -> bool:
+        """Whether this step may run its prefill chunk and its decode rows as one forward."""
+        on = bool(self.snap.schedule.enable_mixed_chunk) if self.snap is not None else False
+        return on and self.speculative is None and bool(self.decoding) and bool(self.prefilling)
+
+    def _mixed_step(self) -> bool:
+        """One extend forward for the prefill chunk and every decoding request's next token; False when no chunk.
+
+        A decode row is an extend of one token over its prefix, so the running requests
+        pay one forward per step however much prefill shares it, rather than a prefill
+        forward and a decode forward. A request whose prompt completes in this chunk
+        decodes from the next step on. When no decode slot can be found (a request is
+        failed for it) the chunk runs alone.
+        """
+        chunk = self._prefill_chunk()
+        if not chunk:
+            return False
+        planned = self._decode_slots()
+        if planned is None:
+            batch, ids, positions = self._extend_inputs(chunk)
+            self.runner.forward(batch, ids, positions)
+            self._prefilled(chunk)
+            return True
+        reqs, out = planned
+        batch, ids, positions = self._extend_inputs(chunk, reqs, out)
+        logits = self.runner.forward(batch, ids, positions)
+        self._prefilled(chunk)
+        self.counters["mixed_batches"] += 1
+        self._decoded(reqs, logits[-len(reqs) :])
         return True
 
     def _prefill_room(self, start: int) -> int:
@@ -496,6 +559,21 @@ class Scheduler(SchedulerMemory):
         if self.speculative is not None:
             self.speculative.step(self)
             return
+        planned = self._decode_slots()
+        if planned is None:
+            return
+        reqs, out = planned
+        batch = ForwardBatch.decode(
+            req_pool_indices=[r.slot_row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
+        )
+        ids = torch.tensor([r.all_ids[-1] for r in reqs], dtype=torch.long)
+        positions = torch.tensor([r.kv_len for r in reqs], dtype=torch.long)
+        logits = self.runner.forward(batch, ids, positions)
+        self._decoded(reqs, logits)
+
+    def _decode_slots(self) -> tuple[list[Req], torch.Tensor] | None:
+        """A KV slot for every decoding request's next token, written into its row (retracting or failing
+        requests when memory runs out); None when a request was failed instead."""
         while True:
             reqs = self.decoding
 
@@ -507,15 +585,13 @@ class Scheduler(SchedulerMemory):
                 break
             if not self._retract_newest():
                 self._fail_decoding(reqs[0])
-                return
+                return None
         table = self.req_pool.req_to_token
         table[[r.row for r in reqs], [r.kv_len for r in reqs]] = out.to(table.dtype)
-        batch = ForwardBatch.decode(
-            req_pool_indices=[r.slot_row for r in reqs], seq_lens=[r.kv_len + 1 for r in reqs], out_cache_loc=out
-        )
-        ids = torch.tensor([r.all_ids[-1] for r in reqs], dtype=torch.long)
-        positions = torch.tensor([r.kv_len for r in reqs], dtype=torch.long)
-        logits = self.runner.forward(batch, ids, positions)
+        return reqs, out
+
+    def _decoded(self, reqs: list[Req], logits: torch.Tensor) -> None:
+        """Sample each request's next token from its row of `logits`, then release the finished ones."""
         self.counters["decode_batches"] += 1
         self.counters["decode_tokens"] += len(reqs)
         for req, token in zip(reqs, self.sample_all(reqs, logits), strict=True):

@@ -234,6 +234,12 @@ class ScheduleConfig:
     swa_full_tokens_ratio: float | None = setting(
         None, help="SWA pool size relative to the full pool; default 0.8", checks=[interval(0, 1, low_open=True)]
     )
+    enable_mixed_chunk: bool = setting(
+        True,
+        help="run a step's prefill chunk and its decode rows as one forward, so running requests pay one "
+        "forward per step while others prefill",
+        hot=True,
+    )
     disable_overlap_schedule: bool = setting(False, help="disable CPU/GPU overlap scheduling")
     disable_hybrid_swa_memory: bool = setting(False, help="size SWA layers like full layers")
     schedule_policy: Literal["fcfs", "lpm", "random", "dfs-weight"] = setting(

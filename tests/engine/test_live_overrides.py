@@ -194,6 +194,23 @@ def check_fair_unit_rows(make_engine: Callable[..., Engine], log_stream: io.Stri
         engine.wait(r, timeout=120)
 
 
+def check_enable_mixed_chunk(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    engine = make_engine()
+    engine.pause()
+    running = engine.submit(PROMPT[:20], max_new_tokens=30, ignore_eos=True)
+    engine.step()  # prefilled, and its first token decoded
+    counters = engine.scheduler.counters
+    engine.submit(PROMPT[:30], max_new_tokens=2, ignore_eos=True)
+    engine.step()  # the newcomer's prefill and the running request's next token: one forward
+    assert counters["mixed_batches"] == 1
+    engine.override_config("test", enable_mixed_chunk=False)
+    engine.submit(PROMPT[:25], max_new_tokens=2, ignore_eos=True)
+    engine.step()  # a prefill forward, then a decode forward
+    assert counters["mixed_batches"] == 1 and counters["prefill_batches"] == 3
+    engine.resume()
+    engine.wait(running, timeout=120)
+
+
 def spec_engine(make_engine: Callable[..., Engine]) -> Engine:
     return make_engine("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3")
 
@@ -364,6 +381,7 @@ def check_request_timeout_s(make_engine: Callable[..., Engine], log_stream: io.S
 
 HOT_CHECKS: dict[str, Callable[..., None]] = {
     "max_request_body_bytes": check_max_request_body_bytes,
+    "enable_mixed_chunk": check_enable_mixed_chunk,
     "max_json_depth": check_max_json_depth,
     "max_json_integer_digits": check_max_json_integer_digits,
     "max_prompt_chars": check_max_prompt_chars,

@@ -94,7 +94,46 @@ def test_chunked_prefill_takes_at_most_the_chunk_size_per_step(make_scheduler: M
     # a's 9 prefill tokens and b's 7 fill the 16; a decodes in the same step, b still prefills
     assert (a.kv_len, len(a.output), b.kv_len, len(b.output)) == (10, 1, 7, 0)
     sched.step()
+    # b's last 12 prefill tokens and a's next token are one forward; b's first token comes next step
+    assert (b.kv_len, len(b.output), len(a.output)) == (19, 0, 2)
+    assert sched.counters["mixed_batches"] == 1
+    sched.step()
     assert (b.kv_len, len(b.output)) == (20, 1)
+
+
+def test_without_mixing_a_completed_prefill_decodes_in_its_own_step(make_scheduler: MakeScheduler) -> None:
+    """enable_mixed_chunk off: a prefill forward, then a decode forward that already takes the new request."""
+    _, sched = make_scheduler("--no-enable-mixed-chunk", chunked_prefill_size=16)
+    a, b = submit(sched, 10), submit(sched, 20)
+    sched.step()
+    sched.step()
+    assert (b.kv_len, len(b.output), len(a.output)) == (20, 1, 2)
+    assert sched.counters["mixed_batches"] == 0 and sched.counters["decode_batches"] == 2
+
+
+def test_mixed_steps_give_the_tokens_of_separate_forwards(make_scheduler: MakeScheduler) -> None:
+    """Greedy and seeded requests arriving while others decode: the same tokens with and without mixing."""
+    outputs = []
+    for mixed in (True, False):
+        _, sched = make_scheduler(
+            "--enable-mixed-chunk" if mixed else "--no-enable-mixed-chunk", chunked_prefill_size=8
+        )
+        reqs = []
+        for i in range(6):
+            req = sched.new_request(
+                [(j * 7 + i) % 250 + 1 for j in range(5 + 3 * i)],
+                max_new_tokens=6 + i,
+                temperature=0.8 if i % 2 else 0.0,
+                seed=7 + i,
+                ignore_eos=True,
+            )
+            sched.submit(req)
+            reqs.append(req)
+            sched.step()
+        run_to_end(sched)
+        assert (sched.counters["mixed_batches"] > 0) is mixed
+        outputs.append([list(r.output) for r in reqs])
+    assert outputs[0] == outputs[1]
 
 
 def test_newest_request_is_retracted_when_the_pool_runs_out(make_scheduler: MakeScheduler) -> None:
