@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warn_secrets_on_command_line(loaded)
         check_admin_key_file(serving)
         if node_rank > 0:  # another node of a multi-node group: no HTTP here
-            from engine.dp.nodes import serve_node
+            from engine.dp.node_main import serve_node
 
             return serve_node(record, early)
         try:

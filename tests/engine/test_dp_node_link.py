@@ -104,7 +104,7 @@ def test_a_node_started_with_another_layout_is_refused(link: NodeLink) -> None:
 def test_a_node_that_finds_no_controller_says_so_and_exits_1() -> None:
     from structlog.testing import capture_logs
 
-    from engine.dp.nodes import serve_node
+    from engine.dp.node_main import serve_node
     from engine.serve import load_serve_record
     from tests.support import free_port
 
