@@ -96,7 +96,7 @@ def create_app(
             app,
             backend,
             model_name=served_model_name,
-            observe=metrics.observe,
+            observe=metrics.observe_many,
             chat_template=load_chat_template(get_context().snapshot()),
         )
     if admin:
@@ -155,7 +155,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         if req.options.stream:
             if req.batch:
                 raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
-            _asked(argss[0])
+            _asked(argss[:1])
             try:
                 (stream,) = await disconnect.started(request, [backend.stream(argss[0])])
             except disconnect.ClientGone:
@@ -163,14 +163,12 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
             return disconnect.ClosingStreamingResponse(
                 _generate_events(stream, metrics), media_type="text/event-stream"
             )
-        for args in argss:
-            _asked(args)
+        _asked(argss)
         try:
             bodies = await disconnect.unless_disconnected(request, backend.generate_many(argss))
         except disconnect.ClientGone:
             return disconnect.gone_response()
-        for body in bodies:
-            _finished(metrics, body)
+        _finished(metrics, bodies)
         return bodies if req.batch else bodies[0]
 
     @app.get("/get_model_info", responses=openapi.RESPONSES)
@@ -202,30 +200,36 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
         return Response(await run_in_threadpool(metrics.render), media_type=METRICS_CONTENT_TYPE)
 
 
-def _asked(args: dict[str, Any]) -> None:
-    prompt = args["prompt_or_ids"]
-    _request_log()(
-        "generate.request",
-        prompt_chars=len(prompt) if isinstance(prompt, str) else None,
-        prompt_ids=None if isinstance(prompt, str) else len(prompt),
-        max_new_tokens=args["max_new_tokens"],
-        temperature=args["temperature"],
-        seed=args["seed"],
-        ignore_eos=args["ignore_eos"],
-    )
+def _asked(argss: list[dict[str, Any]]) -> None:
+    say = _request_log()  # once per unit: a batch's items share one logger, not one each
+    for args in argss:
+        prompt = args["prompt_or_ids"]
+        say(
+            "generate.request",
+            prompt_chars=len(prompt) if isinstance(prompt, str) else None,
+            prompt_ids=None if isinstance(prompt, str) else len(prompt),
+            max_new_tokens=args["max_new_tokens"],
+            temperature=args["temperature"],
+            seed=args["seed"],
+            ignore_eos=args["ignore_eos"],
+        )
 
 
-def _finished(metrics: Metrics, body: dict[str, Any]) -> None:
-    meta = body["meta_info"]
-    meta["config_generation"] = get_context().generation
-    metrics.observe(meta)
-    _request_log()(
-        "generate.done",
-        prompt_tokens=meta["prompt_tokens"],
-        completion_tokens=meta["completion_tokens"],
-        cached_tokens=meta["cached_tokens"],
-        latency_ms=round(meta["latency_s"] * 1000, 2),
-    )
+def _finished(metrics: Metrics, bodies: list[dict[str, Any]]) -> None:
+    generation = get_context().generation
+    metas = [body["meta_info"] for body in bodies]
+    for meta in metas:
+        meta["config_generation"] = generation
+    metrics.observe_many(metas)
+    say = _request_log()
+    for meta in metas:
+        say(
+            "generate.done",
+            prompt_tokens=meta["prompt_tokens"],
+            completion_tokens=meta["completion_tokens"],
+            cached_tokens=meta["cached_tokens"],
+            latency_ms=round(meta["latency_s"] * 1000, 2),
+        )
 
 
 async def _generate_events(stream: disconnect.Started, metrics: Metrics) -> AsyncIterator[str]:
@@ -235,7 +239,7 @@ async def _generate_events(stream: disconnect.Started, metrics: Metrics) -> Asyn
         async with contextlib.aclosing(stream):
             async for piece in stream:
                 if "meta_info" in piece:
-                    _finished(metrics, piece)
+                    _finished(metrics, [piece])
                     yield f"data: {json.dumps(piece)}\n\n"
                     continue
                 text += piece["text"]

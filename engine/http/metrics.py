@@ -15,7 +15,7 @@ apps in one process never share counts; the apps of one server share its overrid
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -134,14 +134,21 @@ class Metrics:
 
     def observe(self, meta: dict[str, Any]) -> None:
         """Count one finished request from its `/generate` meta."""
-        self.requests.inc()
-        self.prompt_tokens.inc(int(meta.get("prompt_tokens", 0)))
-        self.generation_tokens.inc(int(meta.get("completion_tokens", 0)))
-        self.cached_tokens.inc(int(meta.get("cached_tokens", 0)))
-        if meta.get("time_to_first_token_s") is not None:
-            self.ttft.observe(float(meta["time_to_first_token_s"]))
-        if meta.get("latency_s") is not None:
-            self.e2e.observe(float(meta["latency_s"]))
+        self.observe_many((meta,))
+
+    def observe_many(self, metas: Sequence[dict[str, Any]]) -> None:
+        """Count finished requests from their `/generate` metas; a batch adds to each counter once, not once an item."""
+        if not metas:
+            return
+        self.requests.inc(len(metas))
+        self.prompt_tokens.inc(sum(int(m.get("prompt_tokens", 0)) for m in metas))
+        self.generation_tokens.inc(sum(int(m.get("completion_tokens", 0)) for m in metas))
+        self.cached_tokens.inc(sum(int(m.get("cached_tokens", 0)) for m in metas))
+        for meta in metas:
+            if meta.get("time_to_first_token_s") is not None:
+                self.ttft.observe(float(meta["time_to_first_token_s"]))
+            if meta.get("latency_s") is not None:
+                self.e2e.observe(float(meta["latency_s"]))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

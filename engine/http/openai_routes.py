@@ -206,11 +206,11 @@ def install_openai_routes(
     backend: ServingBackend,
     *,
     model_name: Callable[[], str],
-    observe: Callable[[dict[str, Any]], None],
+    observe: Callable[[list[dict[str, Any]]], None],
     chat_template: ChatTemplate | None = None,
 ) -> None:
     """Add the `/v1` routes; `model_name()` is the name clients must send (read per request),
-    `observe(meta)` counts each finished engine request for `/metrics`."""
+    `observe(metas)` counts finished engine requests for `/metrics`."""
 
     @app.get("/v1/models", responses=OPENAI_RESPONSES)
     async def models(request: Request) -> Any:
@@ -274,7 +274,7 @@ async def _serve(
     *,
     chat: bool,
     model: str,
-    observe: Callable[[dict[str, Any]], None],
+    observe: Callable[[list[dict[str, Any]]], None],
 ) -> Any:
     _check_fanout(prompts, s)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
@@ -293,11 +293,11 @@ async def _serve(
         results = await unless_disconnected(request, backend.generate_many(argss))
     except ClientGone:
         return gone_response()
+    observe([result["meta_info"] for result in results])
     choices = []
     prompt_tokens = completion_tokens = 0
     for index, result in enumerate(results):
         meta = result["meta_info"]
-        observe(meta)
         if index % s.n == 0:
             prompt_tokens += meta["prompt_tokens"]
         completion_tokens += meta["completion_tokens"]
@@ -373,7 +373,7 @@ async def _stream(
     rid: str,
     created: int,
     model: str,
-    observe: Callable[[dict[str, Any]], None],
+    observe: Callable[[list[dict[str, Any]]], None],
 ) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -399,7 +399,7 @@ async def _stream(
             async for index, piece in merged:
                 if "meta_info" in piece:
                     meta = piece["meta_info"]
-                    observe(meta)
+                    observe([meta])
                     if index % s.n == 0:
                         prompt_tokens += int(meta.get("prompt_tokens", 0))
                     completion_tokens += int(meta.get("completion_tokens", 0))
