@@ -27,7 +27,7 @@ from typing import Any
 
 import structlog
 
-from engine.errors import PortUnavailable
+from engine.errors import PortUnavailable, ReplicaFailed
 from engine.http.listeners import bind_listeners, close_listeners
 from engine.machine import refuse_unhonoured
 from runtime.context import publish, reset
@@ -139,7 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 1
         try:
-            status = serve_dp(record, listeners, early, fleet=fleet)  # --dp-size N > 1: replicas behind a controller
+            try:
+                status = serve_dp(
+                    record, listeners, early, fleet=fleet
+                )  # --dp-size N > 1: replicas behind a controller
+            except ReplicaFailed as exc:  # the group could not start: said in one line, no traceback
+                print(f"{PROG}: {exc}", file=sys.stderr)
+                return 1
             if status is not None:
                 return status
             from engine.engine import Engine

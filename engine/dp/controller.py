@@ -59,6 +59,7 @@ import structlog
 from engine.dp.handle import Replica
 from engine.dp.messages import FlushCache, Welcome
 from engine.dp.nodes import (
+    DEFAULT_START_TIMEOUT_S,
     LINK_KEY,
     NodeLayout,
     NodeLink,
@@ -97,7 +98,7 @@ class DPController:
         self,
         *,
         workdirs: Callable[[int], str] | None = None,
-        start_timeout_s: float = 300.0,
+        start_timeout_s: float | None = None,
         monitor: bool = True,
     ) -> None:
         import torch.distributed as dist
@@ -109,6 +110,8 @@ class DPController:
         from runtime.serving import get_parallel
 
         parallel = get_parallel()
+        if start_timeout_s is None:
+            start_timeout_s = float(parallel.dist_timeout or DEFAULT_START_TIMEOUT_S)
         self.dp_size = int(parallel.dp_size)
         self.layout = NodeLayout.of(parallel)
         world_size = self.dp_size + 1
@@ -134,13 +137,18 @@ class DPController:
                 self._store.set(LINK_KEY, f"{self.link.address[0]}:{self.link.address[1]}")
             for index in self.layout.indices(0):
                 self.replicas.append(self._spawn(index, rendezvous=self._rendezvous))
-            dist.init_process_group(
-                "gloo",
-                store=self._store,
-                rank=0,
-                world_size=world_size,
-                timeout=datetime.timedelta(seconds=start_timeout_s),
-            )
+            if self.link is not None:
+                log.info("dp.waiting_for_nodes", nodes=list(range(1, self.layout.nnodes)), rendezvous=f"{host}:{port}")
+            try:
+                dist.init_process_group(
+                    "gloo",
+                    store=self._store,
+                    rank=0,
+                    world_size=world_size,
+                    timeout=datetime.timedelta(seconds=start_timeout_s),
+                )
+            except RuntimeError:  # torch's store timeout: some rank never came
+                raise ReplicaFailed(self._not_formed(start_timeout_s)) from None
             self.group = ConfigGroup(None, 0, world_size, bind_host=host)
             if self.link is not None:
                 for index in self.link.remote():
@@ -167,6 +175,16 @@ class DPController:
             pids=[r.pid for r in self.replicas],
             rendezvous=f"{host}:{self._rendezvous[1]}",
         )
+
+    def _not_formed(self, timeout_s: float) -> str:
+        if self.layout.nnodes > 1:
+            last = self.layout.nnodes - 1
+            nodes = "node 1" if last == 1 else f"each of nodes 1 to {last}"
+            return (
+                f"the replica group did not form within {timeout_s:g}s: not every node joined -- start"
+                f" `sgconf serve --node-rank N` on {nodes} with the same --dp-size, --nnodes and --dist-init-addr"
+            )
+        return f"the replicas did not all start within {timeout_s:g}s -- see their log lines ([DP<n>]) above"
 
     def _spawn(
         self, index: int, *, rendezvous: tuple[str, int] | None = None, address: tuple[str, int] | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from engine.dp.nodes import LINK_KEY, NodeLayout, join_rendezvous, split_addr
+from engine.dp.nodes import DEFAULT_START_TIMEOUT_S, LINK_KEY, NodeLayout, join_rendezvous, split_addr
 
 log = structlog.get_logger("engine.dp.controller")
 
@@ -34,10 +34,10 @@ def _wait_listening(host: str, port: int, timeout_s: float) -> None:
             time.sleep(0.2)
 
 
-def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0) -> int:
+def serve_node(record: Any, early: Any = None, *, start_timeout_s: float | None = None) -> int:
     """Run this node's replicas of a multi-node group until they exit or SIGTERM/SIGINT; returns the exit status.
 
-    Waits up to `start_timeout_s` for the controller (node 0) to be up, then starts one
+    Waits up to `start_timeout_s` (default `--dist-timeout`) for the controller (node 0) to be up, then starts one
     process per replica of this node; each joins the controller over its node link.
     When they have all exited (the controller stopped them, or went away) it returns 0
     when they all ended cleanly, 1 otherwise. A stop signal stops them first; so does
@@ -52,6 +52,8 @@ def serve_node(record: Any, early: Any = None, *, start_timeout_s: float = 300.0
     from sgconf.record import to_bags
 
     parallel = to_bags(record)["parallel"]
+    if start_timeout_s is None:  # --dist-timeout, as on node 0
+        start_timeout_s = float(parallel.dist_timeout or DEFAULT_START_TIMEOUT_S)
     layout = NodeLayout.of(parallel)
     host, port = split_addr(str(parallel.dist_init_addr))
     try:

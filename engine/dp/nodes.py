@@ -47,6 +47,7 @@ log = structlog.get_logger("engine.dp.controller")
 
 LINK_KEY = "sgconf/node_link"  # in the rendezvous store: "host:port" of the controller's node link
 JOIN_TIMEOUT_S = 10.0  # how long a connection may take to say which replica it is
+DEFAULT_START_TIMEOUT_S = 300.0  # without --dist-timeout: how long a group may take to form
 
 
 @attrs.frozen(slots=True)
@@ -251,6 +252,7 @@ def connect_link(
 
 
 __all__ = [
+    "DEFAULT_START_TIMEOUT_S",
     "LINK_KEY",
     "NodeLayout",
     "NodeLink",

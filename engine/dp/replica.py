@@ -55,9 +55,6 @@ log = structlog.get_logger(__name__)
 MAX_CONCURRENT = 64
 # Seconds a stopping replica may spend cleaning up before it exits regardless.
 CLEANUP_TIMEOUT_S = 30.0
-# Seconds a replica waits for the rest of the group to reach the rendezvous, and for its node link's answer.
-RENDEZVOUS_TIMEOUT_S = 300.0
-JOIN_TIMEOUT_S = 300.0
 
 
 class _Stopping(Exception):
@@ -167,15 +164,19 @@ def replica_main(
     configure_from_record(record)
     import torch.distributed as dist
 
+    from engine.dp.nodes import DEFAULT_START_TIMEOUT_S
     from engine.engine import Engine, freeze_start_up_heap
     from runtime.distributed import ConfigGroup
+    from sgconf.record import to_bags
 
+    # how long the group may take to form: the rendezvous, the node link's answer, the gloo group
+    forming_s = float(to_bags(record)["parallel"].dist_timeout or DEFAULT_START_TIMEOUT_S)
     if link is not None:
         from engine.dp.nodes import connect_link
         from engine.errors import ReplicaFailed
 
         try:
-            conn, welcome = connect_link(link, rank - 1, layout, JOIN_TIMEOUT_S)
+            conn, welcome = connect_link(link, rank - 1, layout, forming_s)
         except (ReplicaFailed, OSError) as exc:
             log.error("replica.join_failed", error=str(exc))
             sys.exit(1)
@@ -185,10 +186,15 @@ def replica_main(
         from engine.dp.nodes import join_rendezvous
 
         assert rendezvous is not None, "a replica joins through the rendezvous store or the board"
-        store = join_rendezvous(*rendezvous, timeout_s=RENDEZVOUS_TIMEOUT_S)
-        dist.init_process_group(
-            "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=120)
-        )
+        try:
+            store = join_rendezvous(*rendezvous, timeout_s=forming_s)
+            dist.init_process_group(
+                "gloo", store=store, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=forming_s)
+            )
+        except RuntimeError:  # torch's store timeout: the controller reports which part of the group is missing
+            log.error("replica.group_not_formed", within_s=forming_s)
+            engine.shutdown()
+            sys.exit(1)
     group = ConfigGroup(None, rank, world_size, address=address)
     group.add_effect(BoundaryEffect(engine))
     group.start()

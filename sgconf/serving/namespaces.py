@@ -96,6 +96,11 @@ class ParallelConfig:
     # each node of a group has its own rank; the group's config is the same on every node
     node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)], fingerprint=False)
     dist_init_addr: str | None = setting(None, help="host:port for distributed init", checks=[host_port()])
+    dist_timeout: int | None = setting(
+        None,
+        help="seconds a replica group may take to form (every replica started, every node joined); default 300",
+        checks=[interval(1, 86400)],
+    )
     load_balance_method: Literal["round_robin", "shortest_queue"] = setting(
         "round_robin", help="how the data-parallel controller routes requests to replicas", hot=True
     )

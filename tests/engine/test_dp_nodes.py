@@ -167,3 +167,18 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def test_a_node_that_never_joins_fails_the_start_in_one_line(tmp_path: Path) -> None:
+    """Node 0 alone with --dist-timeout 5: exit 1 naming the missing node, no traceback, no replica left."""
+    group = ["--dp-size", "4", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", f"127.0.0.1:{free_port()}"]
+    with ServeProcess(*group, "--dist-timeout", "5", env=KEY, workdir=tmp_path) as head:
+        assert head.proc.wait(timeout=240) == 1
+        err = head.stderr()
+    assert (
+        "sgconf serve: the replica group did not form within 5s: not every node joined -- start"
+        " `sgconf serve --node-rank N` on node 1 with the same --dp-size, --nnodes and --dist-init-addr"
+    ) in err
+    assert "Traceback" not in err
+    assert err.count("replica.group_not_formed") == 2  # node 0's two replicas said why they left
+    assert _children(head.proc.pid) == []
