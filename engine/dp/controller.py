@@ -60,6 +60,7 @@ from engine.dp.handle import Replica
 from engine.dp.messages import FlushCache, Welcome
 from engine.dp.nodes import (
     DEFAULT_START_TIMEOUT_S,
+    JOIN_TIMEOUT_S,
     LINK_KEY,
     NodeLayout,
     NodeLink,
@@ -209,6 +210,8 @@ class DPController:
         replays every committed override (`ConfigGroup.resync`) and only then gets requests.
         """
         node = self.layout.node_of(index)
+        # a node restarted at once may join before its old link is seen to close: give that a moment
+        self.replicas[index].process.join(JOIN_TIMEOUT_S)
         with self._restart_lock:
             old = self.replicas[index]
             if self._closed or old.alive():

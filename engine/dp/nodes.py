@@ -253,6 +253,7 @@ def connect_link(
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
+    "JOIN_TIMEOUT_S",
     "LINK_KEY",
     "NodeLayout",
     "NodeLink",
