@@ -389,9 +389,13 @@ class DPController:
         with self._restart_lock:
             replica = self.replicas[index]
             if not replica.alive():
-                msg = (
-                    f"replica {index} exited ({replica.ended()}) -- start a new one with POST /replicas/{index}/restart"
+                node = self.layout.node_of(index)
+                again = (
+                    f"start a new one with POST /replicas/{index}/restart"
+                    if node == 0
+                    else f"restart `sgconf serve --node-rank {node}` on node {node}; it rejoins by itself"
                 )
+                msg = f"replica {index} exited ({replica.ended()}) -- {again}"
                 raise ReplicaExited(msg)
             state = self.group.resync(replica.rank)
         log.info("dp.replica_resynced", replica=index, generation=state.generation)

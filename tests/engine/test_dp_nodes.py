@@ -125,6 +125,12 @@ def test_two_nodes_serve_configure_lose_and_regain_a_node(nodes: Nodes) -> None:
     assert "restart `sgconf serve --node-rank N` on node(s) 1" in detail
     r = httpx.post(f"{head.base}/replicas/2/restart", headers=ADMIN, timeout=60)
     assert r.status_code == 409 and "runs on node 1" in r.json()["detail"]
+    r = httpx.post(f"{head.base}/replicas/3/resync", headers=ADMIN, timeout=60)
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        "replica 3 exited (its link to node 1 closed) -- restart `sgconf serve --node-rank 1` on node 1;"
+        " it rejoins by itself"
+    )
     assert {_generate(head)["meta_info"]["dp_rank"] for _ in range(4)} == {0, 1}  # the rest keep serving
 
     # node 1 back: its new replicas rejoin, replay the committed override, and only then take requests
