@@ -43,7 +43,7 @@ from sgconf.serving import SERVING
 
 PROG = "sgconf serve"
 # secrets given as flags are visible to every local user in the process list
-SECRET_FLAGS_WARNED = ("admin_api_key", "api_key")
+SECRET_FLAGS_WARNED = ("admin_api_key", "api_key", "dist_link_key")
 
 log = structlog.get_logger(__name__)
 

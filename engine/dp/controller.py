@@ -134,7 +134,7 @@ class DPController:
             self._store = open_rendezvous(host, port, start_timeout_s)
             self._rendezvous = (host, int(self._store.port))
             if self.layout.nnodes > 1:
-                self.link = NodeLink(host, self.layout)
+                self.link = NodeLink(host, self.layout, key=parallel.dist_link_key)
                 self._store.set(LINK_KEY, f"{self.link.address[0]}:{self.link.address[1]}")
             for index in self.layout.indices(0):
                 self.replicas.append(self._spawn(index, rendezvous=self._rendezvous))

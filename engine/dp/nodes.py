@@ -25,17 +25,23 @@ admits requests only at the group's generation. Until it is back, its replicas a
 A node that is up but does not answer (stopped, cut off) makes each round wait out the
 sync timeout and refuse, naming its ranks.
 
-Trust. Like torch.distributed itself, the link trusts its network: messages are
-pickled. Give `--dist-init-addr` an address on the private network of the nodes.
+Trust. The link's messages are pickled, so a peer must be trusted before anything it
+sends is read. With `--dist-link-key` (a secret given to every node) each connection
+first passes multiprocessing's HMAC challenge both ways, on the connection's own
+thread, and one that fails is closed unread. Without a key the link, like
+torch.distributed itself, trusts its network: give `--dist-init-addr` an address on the
+private network of the nodes.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge
 from typing import Any
 
 import attrs
@@ -131,9 +137,10 @@ class NodeLink:
     routes to it only then).
     """
 
-    def __init__(self, host: str, layout: NodeLayout) -> None:
+    def __init__(self, host: str, layout: NodeLayout, *, key: str | None = None) -> None:
         self.layout = layout
-        self._listener = Listener((host, 0), family="AF_INET")
+        self._key = None if key is None else key.encode()
+        self._listener = Listener((host, 0), family="AF_INET")  # the handshake runs per connection, in _greet
         self.address: tuple[str, int] = (host, int(self._listener.address[1]))
         self._waiting: dict[int, Connection] = {}
         self._cond = threading.Condition()
@@ -177,6 +184,14 @@ class NodeLink:
             threading.Thread(target=self._greet, args=(conn,), name="dp-node-join", daemon=True).start()
 
     def _greet(self, conn: Connection) -> None:
+        if self._key is not None:
+            try:
+                deliver_challenge(conn, self._key)  # the peer proves it holds the key ...
+                answer_challenge(conn, self._key)  # ... and this side proves it to the peer
+            except (AuthenticationError, EOFError, OSError):
+                log.warning("dp.node_link_refused", reason="the peer did not prove it holds --dist-link-key")
+                conn.close()
+                return
         try:
             join = conn.recv() if conn.poll(JOIN_TIMEOUT_S) else None
         except (EOFError, OSError, ValueError, TypeError, AttributeError, ImportError):
@@ -233,22 +248,39 @@ def refuse(conn: Connection, reason: str) -> None:
 
 
 def connect_link(
-    address: tuple[str, int], index: int, layout: NodeLayout, timeout_s: float
+    address: tuple[str, int], index: int, layout: NodeLayout, timeout_s: float, *, key: str | None = None
 ) -> tuple[Connection, Welcome]:
     """A replica's side of joining: connect to the controller's node link and wait for its answer.
 
-    Raises ReplicaFailed with the controller's reason when it refuses this replica.
+    Raises ReplicaFailed with the controller's reason when it refuses this replica, or
+    when the two sides do not hold the same `key` (`--dist-link-key`).
     """
     from engine.errors import ReplicaFailed
 
-    conn = Client(address, family="AF_INET")
-    conn.send(Join(index, os.getpid(), layout.node_rank, layout.dp_size, layout.nnodes))
-    answer = conn.recv() if conn.poll(timeout_s) else None
+    where = f"{address[0]}:{address[1]}"
+    try:
+        conn = Client(address, family="AF_INET", authkey=None if key is None else key.encode())
+    except (AuthenticationError, EOFError, ConnectionResetError) as exc:
+        msg = (
+            f"the controller at {where} and replica {index} do not hold the same --dist-link-key ({exc or 'refused'})"
+            " -- give every node the same key, or none"
+        )
+        raise ReplicaFailed(msg) from None
+    try:
+        conn.send(Join(index, os.getpid(), layout.node_rank, layout.dp_size, layout.nnodes))
+        answer = conn.recv() if conn.poll(timeout_s) else None
+    except (EOFError, OSError, pickle.UnpicklingError):  # closed, or a challenge this side was not told to expect
+        conn.close()
+        msg = (
+            f"the controller at {where} closed the link before it answered replica {index} -- if it was started"
+            " with --dist-link-key, give this node the same key"
+        )
+        raise ReplicaFailed(msg) from None
     if isinstance(answer, Welcome):
         return conn, answer
     conn.close()
     reason = answer.reason if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
-    raise ReplicaFailed(f"the controller at {address[0]}:{address[1]} did not take replica {index}: {reason}")
+    raise ReplicaFailed(f"the controller at {where} did not take replica {index}: {reason}")
 
 
 __all__ = [

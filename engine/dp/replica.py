@@ -176,7 +176,8 @@ def replica_main(
         from engine.errors import ReplicaFailed
 
         try:
-            conn, welcome = connect_link(link, rank - 1, layout, forming_s)
+            key = to_bags(record)["parallel"].dist_link_key
+            conn, welcome = connect_link(link, rank - 1, layout, forming_s, key=key)
         except (ReplicaFailed, OSError) as exc:
             log.error("replica.join_failed", error=str(exc))
             sys.exit(1)

@@ -96,6 +96,12 @@ class ParallelConfig:
     # each node of a group has its own rank; the group's config is the same on every node
     node_rank: int = setting(0, help="rank of this node", checks=[at_least(0)], fingerprint=False)
     dist_init_addr: str | None = setting(None, help="host:port for distributed init", checks=[host_port()])
+    dist_link_key: str | None = setting(
+        None,
+        help="a secret every node of a group is given: the node link then admits only peers that prove they hold it",
+        secret=True,
+        checks=[not_blank()],
+    )
     dist_timeout: int | None = setting(
         None,
         help="seconds a replica group may take to form (every replica started, every node joined); default 300",

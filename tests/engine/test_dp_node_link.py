@@ -177,3 +177,44 @@ def test_fleet_membership_belongs_to_node_0(capsys: pytest.CaptureFixture[str]) 
     assert (code, out) == (2, "")
     assert "$.fleet: --fleet is for node 0, which configures every node of its group" in err
     assert "-- leave it off --node-rank 1 (from --fleet)" in err
+
+
+@pytest.fixture
+def keyed_link() -> Any:
+    node_link = NodeLink("127.0.0.1", NodeLayout(dp_size=4, nnodes=2), key="s3cret")
+    yield node_link
+    node_link.close()
+
+
+def test_with_a_key_only_peers_holding_it_join(keyed_link: NodeLink) -> None:
+    conn, welcome = connect_link(keyed_link.address, 2, NodeLayout(4, 2, 1), 30, key="s3cret")
+    assert welcome == Welcome(None)
+    assert keyed_link.take(2, 30) is not None
+    conn.close()
+    with pytest.raises(ReplicaFailed) as wrong:
+        connect_link(keyed_link.address, 3, NodeLayout(4, 2, 1), 30, key="other")
+    assert str(wrong.value).startswith(
+        f"the controller at 127.0.0.1:{keyed_link.address[1]} and replica 3 do not hold the same --dist-link-key"
+    )
+    assert str(wrong.value).endswith("-- give every node the same key, or none")
+    with pytest.raises(ReplicaFailed) as none:
+        connect_link(keyed_link.address, 3, NodeLayout(4, 2, 1), 30)
+    assert str(none.value) == (
+        f"the controller at 127.0.0.1:{keyed_link.address[1]} closed the link before it answered replica 3"
+        " -- if it was started with --dist-link-key, give this node the same key"
+    )
+
+
+def test_with_a_key_nothing_a_stranger_sends_is_unpickled(keyed_link: NodeLink) -> None:
+    import pickle
+
+    class Boom:
+        def __reduce__(self) -> Any:
+            return (pytest.fail, ("the link unpickled a stranger's message",))
+
+    stranger = Client(keyed_link.address, family="AF_INET")
+    stranger.send_bytes(pickle.dumps(Boom()))  # where the answer to the challenge belongs
+    with pytest.raises(EOFError):
+        while True:  # the challenge, then the closed link
+            stranger.recv_bytes()
+    stranger.close()

@@ -22,7 +22,7 @@ from tests.support import ServeProcess, free_port, wait_until
 
 pytestmark = pytest.mark.slow  # starts processes: `make test-fast` leaves it out
 
-KEY = {"SGCONF_ADMIN_API_KEY": "admin-key"}
+KEY = {"SGCONF_ADMIN_API_KEY": "admin-key", "SGCONF_DIST_LINK_KEY": "link-key"}  # the link authenticates its peers
 ADMIN = {"Authorization": "Bearer admin-key"}
 
 
