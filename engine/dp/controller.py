@@ -296,10 +296,15 @@ class DPController:
             if not replica.alive():
                 continue
             beat = replica.load
+            node = replica.node if self.layout.nnodes > 1 else None
             if beat is None:
-                out.append(EngineLoad(replica.index, 0, replica.inflight))
+                out.append(EngineLoad(replica.index, 0, replica.inflight, node=node))
             else:
-                out.append(EngineLoad(replica.index, beat.queued, beat.running, beat.token_usage, beat.cache_hit_rate))
+                out.append(
+                    EngineLoad(
+                        replica.index, beat.queued, beat.running, beat.token_usage, beat.cache_hit_rate, node=node
+                    )
+                )
         return out
 
     def busy(self) -> tuple[int, int]:

@@ -37,6 +37,8 @@ class Applied:
 class EngineLoad:
     """One engine's queue and pool use: `replica` is its index in a group, None for a server's only engine.
 
+    `node` is set only when the group spans nodes (`--nnodes`).
+
     In a group each value is the replica's last report (`replica_heartbeat_interval_s` old
     at most); a gauge it does not have (no prefix cache) is None and not exported.
     """
@@ -46,6 +48,7 @@ class EngineLoad:
     running: int
     token_usage: float | None = None
     cache_hit_rate: float | None = None
+    node: int | None = None  # the node a replica runs on, in a group that spans nodes
 
 
 class ServingBackend(Protocol):

@@ -6,7 +6,8 @@ Names follow the usual serving runtimes' (`num_running_reqs`, `num_queue_reqs`,
 histograms are fed by the routes as each request finishes; gauges are read from the
 backend and the config context when scraped, so they are never stale. The queue and pool
 gauges have one series per engine: unlabelled for one engine, labelled `replica` in a
-group (each replica's last report), so both modes export the same names.
+group (each replica's last report), and `node` too when the group spans nodes, so every
+mode exports the same names.
 `config_overrides_total{source,result}` counts every config change since start
 (`applied`, `reverted`, `refused`); it only ever rises. Each app owns its registry, so two
 apps in one process never share counts; the apps of one server share its override tally.
@@ -87,12 +88,14 @@ class _Live:
     def collect(self) -> Iterator[Metric]:
         loads = self.backend.loads()
         labels = ["replica"] if any(load.replica is not None for load in loads) else []
+        if any(load.node is not None for load in loads):
+            labels.append("node")
         for name, doc, attr in _LOAD_GAUGES:
             gauge = GaugeMetricFamily(PREFIX + name, doc, labels=labels)
             for load in loads:
                 value = getattr(load, attr)
                 if value is not None:
-                    gauge.add_metric([str(load.replica)] if labels else [], float(value))
+                    gauge.add_metric([str(load.replica), str(load.node)][: len(labels)], float(value))
             if gauge.samples or attr in ("running", "queued"):
                 yield gauge
         overrides = CounterMetricFamily(

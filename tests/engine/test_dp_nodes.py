@@ -101,6 +101,11 @@ def test_two_nodes_serve_configure_lose_and_regain_a_node(nodes: Nodes) -> None:
     health = head.wait_healthy()
     assert [(r["replica"], r["node"]) for r in health["replicas"]] == [(0, 0), (1, 0), (2, 1), (3, 1)]
 
+    # /metrics names each replica's node
+    scrape = httpx.get(f"{head.base}/metrics", timeout=30).text
+    for replica, node in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        assert f'sgconf:num_running_reqs{{node="{node}",replica="{replica}"}}' in scrape  # labels sorted
+
     # routed to every replica of every node, round robin
     assert {_generate(head)["meta_info"]["dp_rank"] for _ in range(4)} == {0, 1, 2, 3}
 
