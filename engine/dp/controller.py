@@ -408,18 +408,16 @@ class DPController:
 
     def ranks(self, *fields: str) -> list[dict[str, Any]]:
         """Every rank's generation and fingerprint (and the named fields), with its replica index."""
-        states = self.group.ranks(*fields, timeout_s=STATUS_TIMEOUT_S)
-        out = []
-        for state in states:
-            row = state.to_dict()
-            row["role"] = ROLE if state.rank == 0 else "scheduler"
-            if state.rank:
-                row["replica"] = state.rank - 1
-                row["node"] = self.layout.node_of(state.rank - 1)
-            else:
-                row["node"] = 0
-            out.append(row)
-        return out
+        return [self.rank_row(state) for state in self.group.ranks(*fields, timeout_s=STATUS_TIMEOUT_S)]
+
+    def rank_row(self, state: Any) -> dict[str, Any]:
+        """One rank's state as reports show it: with its role, and for a replica its index and node."""
+        row: dict[str, Any] = state.to_dict()
+        row["role"] = ROLE if state.rank == 0 else "scheduler"
+        if state.rank:
+            row["replica"] = state.rank - 1
+        row["node"] = self.layout.node_of(state.rank - 1) if state.rank else 0
+        return row
 
     def health(self) -> tuple[bool, list[dict[str, Any]]]:
         rows = [r.describe() for r in self.replicas]

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from engine.dp.controller import ROLE, DPController
+from engine.dp.controller import DPController
 from engine.errors import DrainTimeout, EngineBusy, Refusal
 from engine.http.backend import Applied, EngineLoad
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
@@ -122,11 +122,7 @@ class ReplicaGroupBackend:
                 msg = f"{exc.header}: {'; '.join(lines)}"
                 raise DrainTimeout(msg, queued=0, running=running, retry_after_s=timeout) from None
             raise
-        ranks = []
-        for state in result.ranks:
-            row = state.to_dict()
-            row["role"] = ROLE if state.rank == 0 else "scheduler"
-            ranks.append(row)
+        ranks = [self.controller.rank_row(state) for state in result.ranks]
         # the controller (rank 0) committed the same override: its log has the old values of
         # the fields its role may read; the others are shown with their new value only
         log = [rec for rec in get_context().overrides_log() if rec.generation == result.generation]

@@ -112,7 +112,7 @@ def test_two_nodes_serve_configure_lose_and_regain_a_node(nodes: Nodes) -> None:
     # one override reaches all five ranks: same generation, same fingerprint, the new value everywhere
     r = _override(head, schedule_policy="lpm")
     assert r.status_code == 200, r.text
-    assert [row["rank"] for row in r.json()["ranks"]] == [0, 1, 2, 3, 4]
+    assert [(row["rank"], row["node"]) for row in r.json()["ranks"]] == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
     ranks = _ranks(head)
     assert [(row["node"], row["generation"]) for row in ranks] == [(0, 1), (0, 1), (0, 1), (1, 1), (1, 1)]
     assert len({row["fingerprint"] for row in ranks}) == 1  # node_rank differs per node and is not counted
