@@ -134,7 +134,7 @@ class DPController:
             self._store = open_rendezvous(host, port, start_timeout_s)
             self._rendezvous = (host, int(self._store.port))
             if self.layout.nnodes > 1:
-                self.link = NodeLink(host, self.layout, key=parallel.dist_link_key)
+                self.link = NodeLink(host, self.layout, key=parallel.dist_link_key, record=self._record)
                 self._store.set(LINK_KEY, f"{self.link.address[0]}:{self.link.address[1]}")
             for index in self.layout.indices(0):
                 self.replicas.append(self._spawn(index, rendezvous=self._rendezvous))
@@ -220,7 +220,7 @@ class DPController:
                 return
             old.stop(5.0)
             self.group.clear_inbox(old.rank)  # what was sent to the gone rank must not reach the new one
-            send_quietly(conn, Welcome(self.group.address))
+            send_quietly(conn, Welcome(self.group.address, self._record))
             new = Replica(index, RemoteProcess(node, conn), conn, node=node)
             try:
                 new.wait_ready(self._start_timeout_s)

@@ -67,9 +67,14 @@ class Stop:
 
 @attrs.frozen(slots=True)
 class Welcome:
-    """The answer to `Join`: take part; `board` is None at the group's first forming, else the config board to rejoin."""
+    """The answer to `Join`: take part; `board` is None at the group's first forming, else the config board to rejoin.
+
+    `record` is node 0's launch record, which the replica runs: one group, one config,
+    whatever else the other nodes were started with.
+    """
 
     board: tuple[str, int] | None
+    record: Any = None
 
 
 @attrs.frozen(slots=True)

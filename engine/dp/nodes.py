@@ -7,6 +7,12 @@ override over every rank of every node. Another node runs `sgconf serve` with it
 `--node-rank`; it serves no HTTP, it only starts its replicas and waits for them
 (`engine.dp.node_main`).
 
+One config. The replicas of every node run node 0's launch record, which the controller
+sends with its answer to each replica that joins; another node's own flags only say how
+to find the group (`--nnodes`, `--node-rank`, `--dist-init-addr`, `--dist-timeout`,
+`--dist-link-key`, and `--dp-size` for its share). So every rank starts at the same
+fingerprint, and a node restarted without, say, the admin key still rejoins.
+
 Meeting. The controller owns the torch.distributed rendezvous store at
 `--dist-init-addr` (a `TCPStore`; every rank forms the gloo group through it) and
 writes the address of its *node link* there: a TCP listener on the same host. Each
@@ -137,8 +143,9 @@ class NodeLink:
     routes to it only then).
     """
 
-    def __init__(self, host: str, layout: NodeLayout, *, key: str | None = None) -> None:
+    def __init__(self, host: str, layout: NodeLayout, *, key: str | None = None, record: Any = None) -> None:
         self.layout = layout
+        self.record = record  # node 0's launch record: what every replica of the group runs
         self._key = None if key is None else key.encode()
         self._listener = Listener((host, 0), family="AF_INET")  # the handshake runs per connection, in _greet
         self.address: tuple[str, int] = (host, int(self._listener.address[1]))
@@ -216,7 +223,7 @@ class NodeLink:
                 if join.index in self._waiting:
                     refuse(conn, f"replica {join.index} joined already")
                     return
-                send_quietly(conn, Welcome(None))
+                send_quietly(conn, Welcome(None, self.record))
                 self._waiting[join.index] = conn
                 self._cond.notify_all()
                 log.info("dp.node_replica_joined", replica=join.index, node=join.node, pid=join.pid)

@@ -182,6 +182,9 @@ def replica_main(
             log.error("replica.join_failed", error=str(exc))
             sys.exit(1)
         address = welcome.board
+        if welcome.record is not None:  # the group runs node 0's config, whatever this node was started with
+            record = welcome.record
+            configure_from_record(record)
     engine = Engine(record, configure_logs=True)
     if address is None:
         from engine.dp.nodes import join_rendezvous

@@ -22,15 +22,19 @@ from tests.support import ServeProcess, free_port, wait_until
 
 pytestmark = pytest.mark.slow  # starts processes: `make test-fast` leaves it out
 
-KEY = {"SGCONF_ADMIN_API_KEY": "admin-key", "SGCONF_DIST_LINK_KEY": "link-key"}  # the link authenticates its peers
+LINK = {"SGCONF_DIST_LINK_KEY": "link-key"}  # the link admits only peers holding it
+KEY = {"SGCONF_ADMIN_API_KEY": "admin-key", **LINK}
 ADMIN = {"Authorization": "Bearer admin-key"}
 
 
 def _node(rank: int, rendezvous: int, tmp: Path) -> ServeProcess:
+    """Node 0 with the admin key and a 20 s round timeout; node 1 with neither and other limits: it runs node 0's config."""
     workdir = tmp / f"node{rank}"
     workdir.mkdir(exist_ok=True)
     group = ["--dp-size", "4", "--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", f"127.0.0.1:{rendezvous}"]
-    return ServeProcess(*group, "--config-sync-timeout-s", "20", env=KEY, workdir=workdir)
+    if rank == 0:
+        return ServeProcess(*group, "--config-sync-timeout-s", "20", env=KEY, workdir=workdir)
+    return ServeProcess(*group, "--max-running-requests", "16", env=LINK, inherit_sgconf_env=False, workdir=workdir)
 
 
 class Nodes:
@@ -115,7 +119,8 @@ def test_two_nodes_serve_configure_lose_and_regain_a_node(nodes: Nodes) -> None:
     assert [(row["rank"], row["node"]) for row in r.json()["ranks"]] == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
     ranks = _ranks(head)
     assert [(row["node"], row["generation"]) for row in ranks] == [(0, 1), (0, 1), (0, 1), (1, 1), (1, 1)]
-    assert len({row["fingerprint"] for row in ranks}) == 1  # node_rank differs per node and is not counted
+    # one config on every rank: node 0's (node 1 was started without the admin key and with its own limits)
+    assert len({row["fingerprint"] for row in ranks}) == 1
 
     # node 1 killed: its replicas follow it (their lifeline closed), the group says so and refuses changes
     replicas_of_second = [row["pid"] for row in health["replicas"] if row["node"] == 1]
