@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
+import time
 from typing import Any
 
 import structlog
@@ -20,9 +22,6 @@ log = structlog.get_logger("engine.dp.controller")
 
 def _wait_listening(host: str, port: int, timeout_s: float) -> None:
     """Return once something accepts connections at host:port; TimeoutError past `timeout_s`."""
-    import socket
-    import time
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:

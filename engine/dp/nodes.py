@@ -201,8 +201,8 @@ class NodeLink:
                 return
         try:
             join = conn.recv() if conn.poll(JOIN_TIMEOUT_S) else None
-        except (EOFError, OSError, ValueError, TypeError, AttributeError, ImportError):
-            join = None  # not one of ours: whatever it sent is dropped with it
+        except Exception:  # unpickling what a stranger sent can raise anything: it is dropped with it
+            join = None
         if not isinstance(join, Join):
             conn.close()
             return

@@ -88,7 +88,12 @@ def test_a_join_the_link_cannot_take_is_refused_with_its_reason(link: NodeLink) 
     garbage.send("not a join")
     with pytest.raises(EOFError):
         garbage.recv()  # dropped without an answer
-    for c in (local, first, twice, garbage):
+    noise = Client(link.address, family="AF_INET")
+    noise.send_bytes(b"\x80\x05not a pickle at all")
+    with pytest.raises(EOFError):
+        noise.recv()  # dropped too, and the link still takes the next replica
+    assert _join(link, 3).recv() == Welcome(None)
+    for c in (local, first, twice, garbage, noise):
         c.close()
 
 
