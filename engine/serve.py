@@ -139,10 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 1
         try:
-            try:
-                status = serve_dp(
-                    record, listeners, early, fleet=fleet
-                )  # --dp-size N > 1: replicas behind a controller
+            try:  # --dp-size N > 1: replicas behind a controller
+                status = serve_dp(record, listeners, early, fleet=fleet)
             except ReplicaFailed as exc:  # the group could not start: said in one line, no traceback
                 print(f"{PROG}: {exc}", file=sys.stderr)
                 return 1

@@ -150,8 +150,9 @@ def replica_main(
     in place of one that exited gets the config group's board `address` instead: the
     gloo group cannot take a new member, and the config group needs it only to learn
     that address. A replica of another node gets no pipe but the controller's node
-    `link` and its node's `layout` (`engine.dp.nodes`): it joins there first, and the controller's answer says
-    whether the group is forming or it rejoins the board. Such a replica leaves cleanly
+    `link` and its node's `layout` (`engine.dp.nodes`): it joins there first, and the
+    controller's answer says whether the group is forming or it rejoins the board, and
+    carries node 0's record, which the replica runs. Such a replica leaves cleanly
     on SIGTERM (its node's `sgconf serve` forwards a stop signal), and when its node's
     process ends (its `lifeline` pipe closes), so a killed node leaves no replica behind.
     """
@@ -169,15 +170,14 @@ def replica_main(
     from runtime.distributed import ConfigGroup
     from sgconf.record import to_bags
 
-    # how long the group may take to form: the rendezvous, the node link's answer, the gloo group
-    forming_s = float(to_bags(record)["parallel"].dist_timeout or DEFAULT_START_TIMEOUT_S)
+    parallel = to_bags(record)["parallel"]  # this node's own: how to find the group, how long it may take
+    forming_s = float(parallel.dist_timeout or DEFAULT_START_TIMEOUT_S)
     if link is not None:
         from engine.dp.nodes import connect_link
         from engine.errors import ReplicaFailed
 
         try:
-            key = to_bags(record)["parallel"].dist_link_key
-            conn, welcome = connect_link(link, rank - 1, layout, forming_s, key=key)
+            conn, welcome = connect_link(link, rank - 1, layout, forming_s, key=parallel.dist_link_key)
         except (ReplicaFailed, OSError) as exc:
             log.error("replica.join_failed", error=str(exc))
             sys.exit(1)
