@@ -1,8 +1,9 @@
 """`torch_native`: the reference paged attention backend, plain torch, any device.
 
-Extend runs request by request over the request's slots in the req-to-token table;
-decode turns every request's slots into one padded `[batch, span]` table (once per
-batch and layer kind), then gathers and attends a cache-sized chunk of requests at a
+Extend runs request by request over the request's slots in the req-to-token table,
+except a batch's trailing one-token rows over a prefix (decode rows mixed into an
+extend), which are attended together as a decode is; decode turns every request's
+slots into one padded `[batch, span]` table (once per batch and layer kind), then gathers and attends a cache-sized chunk of requests at a
 time, with no Python work per request. The attention itself is
 `scaled_dot_product_attention` with a boolean mask and grouped-query heads
 (`enable_gqa`), so K/V are never repeated per query head. Math runs in float32 (float64 inputs stay float64).
@@ -14,6 +15,7 @@ points at it.
 
 from __future__ import annotations
 
+import attrs
 import torch
 import torch.nn.functional as F
 
@@ -86,13 +88,59 @@ class TorchNativeBackend(AttentionBackend):
     def _forward_extend(
         self, q: torch.Tensor, layer: AttentionLayer, batch: ForwardBatch, meta: ForwardMetadata, kv: LayerKV
     ) -> torch.Tensor:
+        singles = self._single_rows(meta)
+        if singles is None:
+            return self._extend_each(q, layer, batch, meta, kv)
+        # a mixed batch: prompts first, then one new token per decoding request, attended as one decode
+        first, sub_meta = singles
+        split = q.shape[0] - (len(batch.seq_lens_cpu) - first)  # the tokens of the rows before the singles
+        head = self._extend_each(q[:split], layer, batch, meta, kv, rows=first) if first else q[:0]
+        tail = self._forward_decode(q[split:], layer, sub_meta.batch, sub_meta, kv)
+        return torch.cat([head.to(q.dtype), tail])
+
+    @staticmethod
+    def _single_rows(meta: ForwardMetadata) -> tuple[int, ForwardMetadata] | None:
+        """For an extend batch ending in two or more one-token rows over a prefix (a mixed step's decode rows):
+        the index of the first and a decode batch of them; None otherwise. Built once per batch."""
+        if "singles" in meta.cache:
+            return meta.cache["singles"]  # type: ignore[no-any-return]
+        batch = meta.batch
+        lens = batch.extend_lens_cpu
+        first = len(lens)
+        while first and lens[first - 1] == 1 and batch.prefix_lens_cpu[first - 1] > 0:
+            first -= 1
+        found = None
+        if len(lens) - first >= 2:
+            sub = ForwardBatch.decode(
+                req_pool_indices=batch.req_pool_indices[first:],
+                seq_lens=batch.seq_lens[first:],
+                out_cache_loc=batch.out_cache_loc[-(len(lens) - first) :],
+            )
+            found = (first, attrs.evolve(meta, batch=sub, cache={}))
+        meta.cache["singles"] = found
+        return found
+
+    def _extend_each(
+        self,
+        q: torch.Tensor,
+        layer: AttentionLayer,
+        batch: ForwardBatch,
+        meta: ForwardMetadata,
+        kv: LayerKV,
+        *,
+        rows: int | None = None,
+    ) -> torch.Tensor:
+        """Request by request, over the first `rows` requests of the batch (all by default)."""
         scaling = layer.scaling if layer.scaling is not None else q.shape[-1] ** -0.5
         table = meta.req_to_token
-        rows = batch.req_pool_indices.tolist()
+        n_rows = len(batch.seq_lens_cpu) if rows is None else rows
+        pool_rows = batch.req_pool_indices[:n_rows].tolist()
         window = kv.window
         outs = []
         offset = 0
-        for row, prefix, seq in zip(rows, batch.prefix_lens_cpu, batch.seq_lens_cpu, strict=True):
+        for row, prefix, seq in zip(
+            pool_rows, batch.prefix_lens_cpu[:n_rows], batch.seq_lens_cpu[:n_rows], strict=True
+        ):
             n = seq - prefix
             # Keys older than the first query's window are never read (they may be freed).
             start = 0 if window is None else max(0, prefix - window + 1)

@@ -294,3 +294,23 @@ def test_batch_outside_the_table_is_refused(make_world):
         backend.init_forward_metadata(
             ForwardBatch.decode(req_pool_indices=[reqs[0].row], seq_lens=[257], out_cache_loc=[1])
         )
+
+
+@pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid_swa", "full"])
+def test_trailing_one_token_rows_of_an_extend_are_exact(make_world, hybrid, monkeypatch):
+    """A mixed batch (a chunk, then one new token per decoding request) matches dense attention, as do an
+    extend of only one-token rows and one whose one-token rows are not all at the end."""
+    world = make_world(1, hybrid=hybrid)
+    reqs = world.new_requests(4)
+    world.extend(reqs, [5, 19, 33, 8])
+    as_decode = []
+    decode = TorchNativeBackend._forward_decode
+    monkeypatch.setattr(
+        TorchNativeBackend, "_forward_decode", lambda self, q, *a: as_decode.append(q.shape[0]) or decode(self, q, *a)
+    )
+    world.extend(reqs, [7, 1, 1, 1])  # the last three attend together, as a decode would
+    world.extend(reqs, [1, 1, 1, 1])  # every row: no per-request part
+    world.extend(reqs, [3, 1, 2, 1])  # one trailing row: request by request
+    assert as_decode == [3] * 4 + [4] * 4  # one call per layer of each of the first two
+    assert len(world.errors) == 4 * 4 * 4  # 4 extends, 4 requests, 4 layers
+    assert max(world.errors) < TOL
