@@ -183,6 +183,8 @@ def replica_main(
             sys.exit(1)
         address = welcome.board
         if welcome.record is not None:  # the group runs node 0's config, whatever this node was started with
+            if rank - 1 == layout.indices()[0]:  # said once per node
+                _say_differences(record, welcome.record, layout.node_rank)
             record = welcome.record
             configure_from_record(record)
     engine = Engine(record, configure_logs=True)
@@ -247,6 +249,23 @@ def replica_main(
         if dist.is_initialized():
             dist.destroy_process_group()
         log.info("replica.stop")
+
+
+def _say_differences(own: Any, group: Any, node: int) -> None:
+    """Log which counted settings this node was started with differently from node 0 (names only: secrets stay unsaid)."""
+    from runtime.fingerprint import counted
+    from sgconf.record import record_to_dict
+    from sgconf.schema import schema_of
+
+    mine, theirs = record_to_dict(own), record_to_dict(group)
+    differing = sorted(name for name in counted(schema_of(group)) if mine.get(name) != theirs.get(name))
+    if differing:
+        log.warning(
+            "replica.config_differs",
+            node=node,
+            fields=differing,
+            detail="this node was started with other values for these; it runs node 0's, as every node of a group does",
+        )
 
 
 class _Sender:

@@ -121,6 +121,10 @@ def test_two_nodes_serve_configure_lose_and_regain_a_node(nodes: Nodes) -> None:
     assert [(row["node"], row["generation"]) for row in ranks] == [(0, 1), (0, 1), (0, 1), (1, 1), (1, 1)]
     # one config on every rank: node 0's (node 1 was started without the admin key and with its own limits)
     assert len({row["fingerprint"] for row in ranks}) == 1
+    said = [line for line in second.stderr().splitlines() if "replica.config_differs" in line]
+    assert len(said) == 1  # once for the node, naming the counted fields it was started with otherwise
+    assert "fields=['config_sync_timeout_s', 'max_running_requests']" in said[0]
+    assert "admin-key" not in second.stderr()
 
     # node 1 killed: its replicas follow it (their lifeline closed), the group says so and refuses changes
     replicas_of_second = [row["pid"] for row in health["replicas"] if row["node"] == 1]
