@@ -3,8 +3,9 @@
 Extend runs request by request over the request's slots in the req-to-token table,
 except a batch's trailing one-token rows over a prefix (decode rows mixed into an
 extend), which are attended together as a decode is; decode turns every request's
-slots into one padded `[batch, span]` table (once per batch and layer kind), then gathers and attends a cache-sized chunk of requests at a
-time, with no Python work per request. The attention itself is
+slots into one padded `[batch, span]` table (once per batch and layer kind), then
+gathers and attends a cache-sized chunk of requests at a time, with no Python work per
+request. The attention itself is
 `scaled_dot_product_attention` with a boolean mask and grouped-query heads
 (`enable_gqa`), so K/V are never repeated per query head. Math runs in float32 (float64 inputs stay float64).
 

@@ -114,7 +114,7 @@ class _Live:
 
 
 class Metrics:
-    """One app's metrics: `observe(meta)` for each finished request, `render()` for a scrape."""
+    """One app's metrics: `observe_many(metas)` for finished requests, `render()` for a scrape."""
 
     def __init__(self, backend: ServingBackend, tally: OverrideTally | None = None) -> None:
         self.tally = OverrideTally() if tally is None else tally
@@ -134,10 +134,6 @@ class Metrics:
             registry=r,
         )
         r.register(_Live(backend, self.tally))  # type: ignore[arg-type]
-
-    def observe(self, meta: dict[str, Any]) -> None:
-        """Count one finished request from its `/generate` meta."""
-        self.observe_many((meta,))
 
     def observe_many(self, metas: Sequence[dict[str, Any]]) -> None:
         """Count finished requests from their `/generate` metas; a batch adds to each counter once, not once an item."""

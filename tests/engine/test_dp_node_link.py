@@ -210,16 +210,35 @@ def test_with_a_key_only_peers_holding_it_join(keyed_link: NodeLink) -> None:
     )
 
 
-def test_with_a_key_nothing_a_stranger_sends_is_unpickled(keyed_link: NodeLink) -> None:
+UNPICKLED: list[str] = []  # what `_loaded` was called with: filled only if a link unpickles a stranger's bytes
+
+
+def _loaded(what: str) -> None:
+    UNPICKLED.append(what)
+
+
+class _Tell:
+    """Unpickling it calls `_loaded` in the process that unpickles it (this one: the link runs in-process)."""
+
+    def __reduce__(self) -> Any:
+        return (_loaded, ("a stranger's message",))
+
+
+def _send_stranger(link: NodeLink) -> None:
+    """A peer that sends a pickle first, where a keyed link expects the answer to its challenge."""
     import pickle
 
-    class Boom:
-        def __reduce__(self) -> Any:
-            return (pytest.fail, ("the link unpickled a stranger's message",))
-
-    stranger = Client(keyed_link.address, family="AF_INET")
-    stranger.send_bytes(pickle.dumps(Boom()))  # where the answer to the challenge belongs
+    stranger = Client(link.address, family="AF_INET")
+    stranger.send_bytes(pickle.dumps(_Tell()))
     with pytest.raises(EOFError):
-        while True:  # the challenge, then the closed link
+        while True:  # whatever comes back (a challenge, a refusal), then the closed link
             stranger.recv_bytes()
     stranger.close()
+
+
+def test_with_a_key_nothing_a_stranger_sends_is_unpickled(keyed_link: NodeLink, link: NodeLink) -> None:
+    UNPICKLED.clear()
+    _send_stranger(keyed_link)
+    assert UNPICKLED == []
+    _send_stranger(link)  # without a key the same bytes are loaded: the probe itself works
+    assert UNPICKLED == ["a stranger's message"]
