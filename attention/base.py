@@ -11,7 +11,7 @@ full slots otherwise.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import attrs
 import structlog
@@ -61,7 +61,42 @@ class ForwardMetadata:
     cache: dict[Any, Any] = attrs.Factory(dict)
 
 
-class AttentionBackend(abc.ABC):
+class Attend(Protocol):
+    """The call `forward`, `forward_extend` and `forward_decode` share, so a router can hand out any of them."""
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer | int,
+        batch: ForwardBatch,
+        *,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor: ...
+
+
+class ModeRouter(abc.ABC):
+    """One `forward` for a backend and for a pair of them: each says in `_route` where a batch goes."""
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: AttentionLayer | int,
+        batch: ForwardBatch,
+        *,
+        save_kv_cache: bool = True,
+    ) -> torch.Tensor:
+        """Dispatch on the batch's mode (to what `_route` picks for it)."""
+        return self._route(batch)(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+
+    @abc.abstractmethod
+    def _route(self, batch: ForwardBatch) -> Attend: ...
+
+
+class AttentionBackend(ModeRouter):
     """Base of every attention backend; subclasses implement `_forward_extend` and `_forward_decode`.
 
     Shapes: q `[tokens, q_heads, head_dim]`, k `[tokens, kv_heads, head_dim]`, v
@@ -160,20 +195,9 @@ class AttentionBackend(abc.ABC):
 
     # -- per layer ---------------------------------------------------------------------
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: AttentionLayer | int,
-        batch: ForwardBatch,
-        *,
-        save_kv_cache: bool = True,
-    ) -> torch.Tensor:
-        """Dispatch on the batch's mode to `forward_decode` or `forward_extend`."""
-        if batch.mode is ForwardMode.DECODE:
-            return self.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
-        return self.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+    def _route(self, batch: ForwardBatch) -> Attend:
+        """Decode batches go to `forward_decode`, every other to `forward_extend`."""
+        return self.forward_decode if batch.mode is ForwardMode.DECODE else self.forward_extend
 
     def forward_extend(
         self,

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import torch
-
-from attention.base import AttentionBackend
+from attention.base import Attend, AttentionBackend, ModeRouter
 from attention.errors import AttentionBackendUnavailable
 from attention.forward_batch import ForwardBatch, ForwardMode
-from attention.layer import AttentionLayer
 from attention.runner import ModelRunnerLike
 from attention.torch_native import TorchNativeBackend
 from runtime import attention_backends, get_exec
@@ -69,13 +66,16 @@ def backend_class(name: str, *, role: str = "attention", field: str | None = Non
     return cls
 
 
-class HybridAttnBackend:
+class HybridAttnBackend(ModeRouter):
     """Extend batches go to the prefill backend, decode batches to the decode backend."""
 
     def __init__(self, prefill: AttentionBackend, decode: AttentionBackend) -> None:
         self.prefill_backend = prefill
         self.decode_backend = decode
         self.name = f"{prefill.name}+{decode.name}"
+        # a phase's own entry point is its side's, bound once: the sides never change
+        self.forward_extend: Attend = prefill.forward_extend
+        self.forward_decode: Attend = decode.forward_decode
 
     def _target(self, batch: ForwardBatch) -> AttentionBackend:
         return self.decode_backend if batch.mode is ForwardMode.DECODE else self.prefill_backend
@@ -83,41 +83,8 @@ class HybridAttnBackend:
     def init_forward_metadata(self, batch: ForwardBatch) -> Any:
         return self._target(batch).init_forward_metadata(batch)
 
-    def forward(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: AttentionLayer | int,
-        batch: ForwardBatch,
-        *,
-        save_kv_cache: bool = True,
-    ) -> torch.Tensor:
-        return self._target(batch).forward(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
-
-    def forward_extend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: AttentionLayer | int,
-        batch: ForwardBatch,
-        *,
-        save_kv_cache: bool = True,
-    ) -> torch.Tensor:
-        return self.prefill_backend.forward_extend(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
-
-    def forward_decode(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        layer: AttentionLayer | int,
-        batch: ForwardBatch,
-        *,
-        save_kv_cache: bool = True,
-    ) -> torch.Tensor:
-        return self.decode_backend.forward_decode(q, k, v, layer, batch, save_kv_cache=save_kv_cache)
+    def _route(self, batch: ForwardBatch) -> Attend:
+        return self._target(batch).forward
 
 
 BackendLike = AttentionBackend | HybridAttnBackend
