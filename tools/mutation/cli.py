@@ -25,16 +25,15 @@ from tools.mutation.errors import BaselineFailed, MutationError
 from tools.mutation.execute import Executor, Job, Outcome, Result, preload
 from tools.mutation.mutants import Mutant, module_name, mutant_code, mutants_of
 from tools.mutation.report import ModuleSummary, render
+from tools.usage import UsageParser
 
 # an unmutated run may take this long before its tests count as hung
 BASELINE_TIMEOUT_S = 900.0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"mutate: error: {message} -- see python -m tools.mutation --help", file=sys.stderr)
-        raise SystemExit(2)
+class _Parser(UsageParser):
+    tool = "mutate"
+    help_command = "python -m tools.mutation"
 
 
 def build_parser() -> argparse.ArgumentParser:
