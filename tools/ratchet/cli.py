@@ -30,13 +30,12 @@ from tools.ratchet.report import FORMATS, render, site_line
 from tools.ratchet.runner import ScanStats, collect_files, project_settings, scan_files
 from tools.ratchet.settings import ScanSettings
 from tools.ratchet.sites import FileScan
+from tools.usage import UsageParser
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"sgconf-ratchet: error: {message} -- see sgconf-ratchet --help", file=sys.stderr)
-        raise SystemExit(2)
+class _Parser(UsageParser):
+    tool = "sgconf-ratchet"
+    help_command = "sgconf-ratchet"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,12 +146,26 @@ def _check(config: RatchetConfig, scans: list[FileScan], args: argparse.Namespac
     return outcome.exit_code
 
 
-def _update(config: RatchetConfig, scans: list[FileScan], args: argparse.Namespace) -> int:
-    errors = [s for s in scans if s.error is not None]
+def _scan_errors(scans: Sequence[FileScan]) -> list[str]:
+    """One `path: error` line per file that could not be read or parsed."""
+    return [f"{s.path}: {s.error}" for s in scans if s.error is not None]
+
+
+def _refused_for_errors(errors: Sequence[str], what: str) -> bool:
+    """Print the files' errors and `what` was not done because of them; True when there were any.
+
+    A command that writes or decides from a partial scan would be wrong about the files it
+    could not read, so it stops (exit 2) and says so.
+    """
+    for line in errors:
+        print(line, file=sys.stderr)
     if errors:
-        for scan in errors:
-            print(f"{scan.path}: {scan.error}", file=sys.stderr)
-        print("sgconf-ratchet: baseline not updated -- fix the files above first", file=sys.stderr)
+        print(f"sgconf-ratchet: {what} -- fix the files above first", file=sys.stderr)
+    return bool(errors)
+
+
+def _update(config: RatchetConfig, scans: list[FileScan], args: argparse.Namespace) -> int:
+    if _refused_for_errors(_scan_errors(scans), "baseline not updated"):
         return 2
     if args.allow_increase and not (args.reason and args.reason.strip()):
         print("sgconf-ratchet: --allow-increase needs --reason '<why the count rises>'", file=sys.stderr)
@@ -325,11 +338,7 @@ def _init(args: argparse.Namespace) -> int:
         msg = f"{config.file.name} already holds a baseline ({total} counted site(s))"
         raise RatchetConfigError(msg + " -- tighten it with `sgconf-ratchet update`; init only writes the first one")
     scans = _scan(config, config.settings(), args, [])
-    errors = [s for s in scans if s.error is not None]
-    if errors:
-        for scan in errors:
-            print(f"{scan.path}: {scan.error}", file=sys.stderr)
-        print("sgconf-ratchet: no baseline written -- fix the files above first", file=sys.stderr)
+    if _refused_for_errors(_scan_errors(scans), "no baseline written"):
         return 2
     counts = observed_counts(counted_sites(config, scans))
     write_counts(config.file, counts, {})
@@ -354,10 +363,7 @@ def _unread(config: RatchetConfig, args: argparse.Namespace) -> int:
     accessors = config.accessors(declared)
     paths = {f: p for f in declared if (p := read_path(f, accessors.get(f))) is not None}
     sources, errors = _parse_all(config)
-    if errors:
-        for line in errors:
-            print(line, file=sys.stderr)
-        print("sgconf-ratchet: unread not decided -- fix the files above first", file=sys.stderr)
+    if _refused_for_errors(errors, "unread not decided"):
         return 2
     readers = find_readers(sources, paths)
     reasons = {a.field: a.reason for a in config.unread_allow}
