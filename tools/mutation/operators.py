@@ -184,23 +184,12 @@ class _Mutator(ast.NodeTransformer):
             return node
         return self.generic_visit(node)
 
-    def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+    def _leave_alone(self, node: ast.AST) -> ast.AST:
+        """Nothing in it is mutated, and its children are not visited."""
         return node
 
-    def visit_arg(self, node: ast.arg) -> ast.AST:
-        return node
-
-    def visit_Import(self, node: ast.Import) -> ast.AST:
-        return node
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
-        return node
-
-    def visit_Global(self, node: ast.Global) -> ast.AST:
-        return node
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> ast.AST:
-        return node
+    # f-strings, parameters, imports and scope declarations are never mutated
+    visit_JoinedStr = visit_arg = visit_Import = visit_ImportFrom = visit_Global = visit_Nonlocal = _leave_alone
 
     # ---- expressions ------------------------------------------------------------------------
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
