@@ -117,16 +117,16 @@ class _Held:
         self.storage = storage
 
     def commit(self) -> None:
-        try:
-            if self.storage is not None:
-                self.storage.commit()
-        finally:
-            self.held.close()
+        self._end("commit")
 
     def abort(self) -> None:
+        self._end("abort")
+
+    def _end(self, verb: str) -> None:
+        """Commit or abort the storage change; the loop is let go either way, even when that fails."""
         try:
             if self.storage is not None:
-                self.storage.abort()
+                getattr(self.storage, verb)()
         finally:
             self.held.close()
 
