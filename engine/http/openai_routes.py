@@ -221,27 +221,33 @@ def install_openai_routes(
         name = model_name()
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sgconf"}]}
 
-    @app.post("/v1/completions", openapi_extra=completions_body(), responses=OPENAI_RESPONSES)
-    async def completions(request: Request) -> Any:
+    async def answer(
+        request: Request,
+        fields: tuple[str, ...],
+        prompts_of: Callable[[dict[str, Any]], list[str | list[int]]],
+        *,
+        chat: bool,
+    ) -> Any:
+        """Check the key, read the body's sampling and then its prompts, serve; every error in OpenAI's shape."""
         try:
             require_api_key(request)
             body = await json_object(request, None)
-            s = parse_sampling(body, COMPLETION_FIELDS, model_name())
-            prompts = parse_prompts(body)
-            return await _serve(request, backend, prompts, s, chat=False, model=model_name(), observe=observe)
+            s = parse_sampling(body, fields, model_name())
+            prompts = prompts_of(body)
+            return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
         except Exception as exc:
             return _as_openai(exc).response()
 
+    def chat_prompt(body: dict[str, Any]) -> list[str | list[int]]:
+        return [render_chat(body.get("messages"), chat_template)]
+
+    @app.post("/v1/completions", openapi_extra=completions_body(), responses=OPENAI_RESPONSES)
+    async def completions(request: Request) -> Any:
+        return await answer(request, COMPLETION_FIELDS, parse_prompts, chat=False)
+
     @app.post("/v1/chat/completions", openapi_extra=chat_body(), responses=OPENAI_RESPONSES)
     async def chat(request: Request) -> Any:
-        try:
-            require_api_key(request)
-            body = await json_object(request, None)
-            s = parse_sampling(body, CHAT_FIELDS, model_name())
-            prompt = render_chat(body.get("messages"), chat_template)
-            return await _serve(request, backend, [prompt], s, chat=True, model=model_name(), observe=observe)
-        except Exception as exc:
-            return _as_openai(exc).response()
+        return await answer(request, CHAT_FIELDS, chat_prompt, chat=True)
 
 
 def _as_openai(exc: Exception) -> OpenAIError:
