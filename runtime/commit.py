@@ -31,7 +31,7 @@ from runtime.overrides import (
 )
 from runtime.proposal import Proposing, _evolve
 from runtime.roles import make_view
-from runtime.state import State, Write, fold, stacks_of, with_write, without_write
+from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without, without_write
 from sgconf.errors import ConfigError, Problem
 from sgconf.rules import check_rules
 
@@ -96,7 +96,7 @@ class Committing(Proposing):
 
         `flat` is the proposal's view of `snapshot`, when it has one.
         """
-        entries = state.log + (rec,)
+        entries = state.log.plus(rec)
         dropped, dropped_last = state.dropped, state.dropped_last
         # the log holds up to twice its window and trims back to it at once, so a commit never
         # pays for trimming; readers only ever see the newest `limit` records
@@ -105,18 +105,14 @@ class Committing(Proposing):
             last = dict(dropped_last)
             for old in entries[:cut]:
                 last.update(dict.fromkeys(old.fields, old))
-            entries, dropped, dropped_last = entries[cut:], dropped + cut, types.MappingProxyType(last)
+            entries, dropped, dropped_last = Prefix(entries[cut:]), dropped + cut, types.MappingProxyType(last)
         base, writes, stacks = state.base, state.writes, state.stacks
         if restore is not None:
             base, writes, stacks = restore.base, restore.writes, restore.stacks
         if add is not None:
-            writes, stacks = writes + (add,), with_write(stacks, add)
+            writes, stacks = writes.plus(add), with_write(stacks, add)
         if remove is not None:
-            if writes and writes[-1] is remove:
-                writes = writes[:-1]
-            else:
-                writes = tuple(w for w in writes if w is not remove)
-            stacks = without_write(stacks, remove)
+            writes, stacks = without(writes, remove), without_write(stacks, remove)
         folded = fold(base, writes, self.limit) if len(writes) > self.limit else None
         if folded is not None:
             base, writes = folded
@@ -138,7 +134,7 @@ class Committing(Proposing):
         # one reference assignment each: readers see the old state or the new, never a mix
         self._state = state
         if process.current is self:
-            process.refresh_view()
+            process.show(state.view)
 
     def _enter_scope(self, scope: Scope) -> Any:
         with process.lock:
@@ -266,7 +262,7 @@ class Committing(Proposing):
                 raise RevertConflict(problems, header=header)
             if write is not None:
                 news = self._remove_locked(write, source, "override", check=True, owner=mine)
-                new = OverrideReceipt(self, news.event.record, news.event.snapshot, owner=owner)
+                new = OverrideReceipt(self, news.record, news.snapshot, owner=owner)
             else:  # a revert of a revert: put the values back as a new override
                 proposal = self._propose(
                     source, {c.name: c.old for c in rec.changes}, layer="override", check_source=True

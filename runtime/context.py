@@ -65,7 +65,7 @@ from runtime.overrides import (
 from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.scopes import Scope
 from runtime.snapshot import Snapshot, snapshot_class
-from runtime.state import EMPTY, State
+from runtime.state import EMPTY, NONE, State
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
 from sgconf.frozen import thaw
@@ -111,9 +111,9 @@ class RuntimeContext(Committing):
             view=make_view(snapshot, role, role_mode),
             flat=flat,
             base=flat,
-            writes=(),
+            writes=NONE,
             stacks=types.MappingProxyType({}),
-            log=(),
+            log=NONE,
             dropped=0,
             dropped_last=EMPTY,
             fingerprint=Fingerprint.of(flat, schema),

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import structlog
 
 from runtime.overrides import ConfigEvent, OverrideRecord, Subscription
@@ -25,14 +24,23 @@ if TYPE_CHECKING:
 log = structlog.get_logger("sgconf.runtime")
 
 
-@attrs.frozen(slots=True, eq=False)
 class Announcement:
-    """What a commit tells the world once it is live: the log line's record and the subscribers' event."""
+    """What a commit tells the world once it is live: the log line's record and, for subscribers, the event.
 
-    event_name: str
-    record: OverrideRecord
-    event: ConfigEvent
-    subscribers: tuple[Subscription, ...]
+    Internal and short-lived (built under the writer lock, read once after it), so a plain
+    slotted class: it is made on every commit, and the event a subscriber receives is
+    built only when one wants it.
+    """
+
+    __slots__ = ("event_name", "record", "snapshot", "subscribers")
+
+    def __init__(
+        self, event_name: str, record: OverrideRecord, snapshot: Any, subscribers: tuple[Subscription, ...]
+    ) -> None:
+        self.event_name = event_name
+        self.record = record
+        self.snapshot = snapshot  # what the commit produced, as the context's accessors hand it out
+        self.subscribers = subscribers
 
     def fields(self) -> dict[str, Any]:
         """The log line's fields, secrets redacted; rendered only when the line is written."""
@@ -52,24 +60,30 @@ class Dispatching:
     _subscribers: tuple[Subscription, ...]
 
     def _news(self, event_name: str, rec: OverrideRecord, new: State) -> Announcement:
-        return Announcement(event_name, rec, ConfigEvent(rec, new.view), self._subscribers)
+        return Announcement(event_name, rec, new.view, self._subscribers)
 
     def _announce(self, news: Announcement) -> None:
         """Log the commit and notify subscribers, each isolated; re-raise a BaseException only after all ran."""
         stop = _emit("info", news.event_name, render=news.fields)
-        changed = news.event.fields
+        if not news.subscribers:
+            if stop is not None:
+                raise stop
+            return
+        rec = news.record
+        event = ConfigEvent(rec, news.snapshot)
+        changed = rec.fields
         for sub in news.subscribers:
             if not sub.wants(changed):
                 continue
             try:
-                sub.callback(news.event)
+                sub.callback(event)
             except Exception as exc:  # a subscriber must not undo a commit or starve the others
                 stop = stop or _emit(
                     "error",
                     "config.subscriber_failed",
                     subscriber=_name_of(sub.callback),
-                    source=news.event.source,
-                    generation=news.event.generation,
+                    source=rec.source,
+                    generation=rec.generation,
                     error=f"{type(exc).__name__}: {exc}",
                 )
             except BaseException as exc:  # the process is being stopped: finish notifying, then stop
@@ -79,8 +93,8 @@ class Dispatching:
                         "error",
                         "config.subscriber_interrupted",
                         subscriber=_name_of(sub.callback),
-                        source=news.event.source,
-                        generation=news.event.generation,
+                        source=rec.source,
+                        generation=rec.generation,
                         error=type(exc).__name__,
                     )
         if stop is not None:

@@ -160,6 +160,17 @@ def refresh_view() -> None:
     _view = ROUTER if routed else published_view()
 
 
+def show(view: Any) -> None:
+    """The published context moved to a new generation: point the accessors at `view` (caller holds `lock`).
+
+    What `refresh_view()` would do when only the view changed: neither the published
+    context nor the routing did, so the accessors' bodies are already right.
+    """
+    global _view
+    if not routed:
+        _view = view
+
+
 def install(ctx: RuntimeContext | None) -> RuntimeContext | None:
     """Make `ctx` the published context (None: nothing published); returns the one it replaced. Caller holds `lock`."""
     global current

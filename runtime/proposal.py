@@ -82,6 +82,8 @@ class Proposing(Dispatching):
         problems: list[Problem] = []
         unknown = refused = False
         converted: dict[str, Any] = {}
+        changes: list[FieldChange] = []
+        flat = state.flat
         acting = inner_source(source)
         decided = self._decided
         conv = self.schema.converter
@@ -102,11 +104,11 @@ class Proposing(Dispatching):
                 refused = True
                 problems.append(Problem(info.path, _unresolving(info, value, state.base[name]), origin))
             else:
-                converted[name] = detached(value)  # nothing the caller passed in is kept by reference
+                converted[name] = value = detached(value)  # nothing the caller passed in is kept by reference
+                changes.append(FieldChange(name, flat[name], value, secret=info.setting.secret))
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
             raise cls(problems, header=f"override from {source!r} rejected, nothing changed")
-        flat = state.flat
         rules = rules_reading(self.schema, converted)  # only what this change could break
         if rules:
             broken = check_rules(
@@ -114,12 +116,9 @@ class Proposing(Dispatching):
             )
             if broken:
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
-        changes = tuple(
-            FieldChange(name, flat[name], new, secret=infos[name].setting.secret) for name, new in converted.items()
-        )
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
         return OverrideProposal(
-            self, state, source, layer, changes, snapshot, FlatView(snapshot, getters_of(self.schema))
+            self, state, source, layer, tuple(changes), snapshot, FlatView(snapshot, getters_of(self.schema))
         )
 
 
@@ -158,9 +157,12 @@ def _evolve(
     generation: int,
 ) -> Snapshot:
     """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
-    by_path: dict[str, dict[str, Any]] = {}
-    for name, value in values.items():
-        by_path.setdefault(infos[name].namespace, {})[name] = value
+    by_path: dict[str, Mapping[str, Any]] = {}
+    if len(values) == 1:
+        by_path[infos[next(iter(values))].namespace] = values
+    else:
+        for name, value in values.items():
+            by_path.setdefault(infos[name].namespace, {})[name] = value  # type: ignore[index]
     tops: dict[str, Any] = {}
     for path, changed in by_path.items():
         top, child = routes[path]

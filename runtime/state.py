@@ -9,9 +9,10 @@ order and each takes exactly its own values with it.
 
 from __future__ import annotations
 
+import itertools
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
@@ -20,8 +21,77 @@ from runtime.overrides import OverrideRecord
 
 EMPTY: types.MappingProxyType[str, Any] = types.MappingProxyType({})
 
+T = TypeVar("T")
 
-@attrs.frozen(slots=True, eq=False)
+
+class Prefix(Generic[T]):
+    """An immutable sequence: the first `n` items of a list that later states extend in place.
+
+    The log, the live writes and each field's stack grow by one item a commit; a tuple
+    would be copied whole each time (up to twice the history window), so a commit would
+    cost more the more overrides are live. A state's prefix never changes: appending
+    to the newest one extends the shared list (older prefixes do not see past their
+    `n`); appending to any other copies its items first. Only the writer, under the
+    context's lock, appends.
+    """
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[T] | tuple[T, ...] = (), n: int | None = None) -> None:
+        self._items: list[T] = items if isinstance(items, list) else list(items)
+        self._n = len(self._items) if n is None else n
+
+    def plus(self, item: T) -> Prefix[T]:
+        """This sequence and `item` after it, in O(1) when this is the newest prefix of its list."""
+        items = self._items
+        if len(items) != self._n or not items:  # not the newest, or the shared empty one: copy
+            items = items[: self._n]
+        items.append(item)
+        return Prefix(items, self._n + 1)
+
+    def without_last(self) -> Prefix[T]:
+        return Prefix(self._items, self._n - 1)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[T, ...]: ...
+    def __getitem__(self, index: int | slice) -> T | tuple[T, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._n][index])
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("prefix index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[T]:
+        return itertools.islice(self._items, self._n)  # bounded: a later append is never seen
+
+    def __reversed__(self) -> Iterator[T]:
+        items = self._items
+        return (items[i] for i in range(self._n - 1, -1, -1))
+
+    def __contains__(self, item: object) -> bool:
+        return any(x is item or x == item for x in self)
+
+    def __repr__(self) -> str:
+        return f"Prefix({list(self)!r})"
+
+
+NONE: Prefix[Any] = Prefix()
+
+
+# State and Write are built on every commit and never handed out: plain slotted classes,
+# whose __init__ stores each field directly (a frozen one pays a setattr call per field);
+# nothing assigns to them after __init__.
+@attrs.define(slots=True, eq=False)
 class Write:
     """One live change: the record that made it, the values it sets, and the scope it belongs to (None: an override)."""
 
@@ -30,7 +100,7 @@ class Write:
     scope: object | None = None
 
 
-@attrs.frozen(slots=True, eq=False)
+@attrs.define(slots=True, eq=False)
 class State:
     """Everything a context shows at one generation; replaced whole, never mutated."""
 
@@ -40,12 +110,12 @@ class State:
     flat: Mapping[str, Any]
     # what shows with no live write: a view of the published snapshot until overrides fold into it
     base: Mapping[str, Any]
-    writes: tuple[Write, ...]
+    writes: Prefix[Write]
     # field -> the live writes that set it, oldest first: what shows is the last one
-    stacks: types.MappingProxyType[str, tuple[Write, ...]]
+    stacks: types.MappingProxyType[str, Prefix[Write]]
     # the newest records, oldest first (up to twice the window; the context shows the newest
     # `limit`), and how many were trimmed off before them
-    log: tuple[OverrideRecord, ...]
+    log: Prefix[OverrideRecord]
     dropped: int
     # field -> the newest record that fell out of the window and touched it (explain stays truthful)
     dropped_last: types.MappingProxyType[str, OverrideRecord]
@@ -78,7 +148,7 @@ class State:
         """What each field of `removed` shows once it is gone: the next live write below, or the base."""
         out: dict[str, Any] = {}
         for name in removed.values:
-            stack = self.stacks.get(name, ())
+            stack = self.stacks.get(name, NONE)
             if stack and stack[-1] is not removed:
                 out[name] = stack[-1].values[name]  # something above it: nothing changes for this field
                 continue
@@ -95,20 +165,21 @@ class State:
         return self.base is other.base or dict(self.base) == dict(other.base)
 
 
-def with_write(stacks: Mapping[str, tuple[Write, ...]], write: Write) -> types.MappingProxyType[str, tuple[Write, ...]]:
+Stacks = types.MappingProxyType[str, Prefix[Write]]
+
+
+def with_write(stacks: Mapping[str, Prefix[Write]], write: Write) -> Stacks:
     out = dict(stacks)
     for name in write.values:
-        out[name] = out.get(name, ()) + (write,)
+        out[name] = out.get(name, NONE).plus(write)
     return types.MappingProxyType(out)
 
 
-def without_write(
-    stacks: Mapping[str, tuple[Write, ...]], write: Write
-) -> types.MappingProxyType[str, tuple[Write, ...]]:
+def without_write(stacks: Mapping[str, Prefix[Write]], write: Write) -> Stacks:
     out = dict(stacks)
     for name in write.values:
-        stack = out.get(name, ())
-        kept = stack[:-1] if stack and stack[-1] is write else tuple(w for w in stack if w is not write)
+        stack = out.get(name, NONE)
+        kept = stack.without_last() if stack and stack[-1] is write else Prefix([w for w in stack if w is not write])
         if kept:
             out[name] = kept
         else:
@@ -116,17 +187,22 @@ def without_write(
     return types.MappingProxyType(out)
 
 
-def stacks_of(writes: tuple[Write, ...]) -> types.MappingProxyType[str, tuple[Write, ...]]:
-    out: dict[str, tuple[Write, ...]] = {}
+def without(writes: Prefix[Write], write: Write) -> Prefix[Write]:
+    """`writes` with `write` taken out: O(1) when it is the newest (a scope's exit, a revert of the last override)."""
+    if writes and writes[-1] is write:
+        return writes.without_last()
+    return Prefix([w for w in writes if w is not write])
+
+
+def stacks_of(writes: Prefix[Write]) -> Stacks:
+    out: dict[str, list[Write]] = {}
     for write in writes:
         for name in write.values:
-            out[name] = out.get(name, ()) + (write,)
-    return types.MappingProxyType(out)
+            out.setdefault(name, []).append(write)
+    return types.MappingProxyType({name: Prefix(stack) for name, stack in out.items()})
 
 
-def fold(
-    base: Mapping[str, Any], writes: tuple[Write, ...], limit: int
-) -> tuple[Mapping[str, Any], tuple[Write, ...]] | None:
+def fold(base: Mapping[str, Any], writes: Prefix[Write], limit: int) -> tuple[Mapping[str, Any], Prefix[Write]] | None:
     """Keep at most `limit` live overrides: the oldest ones with nothing live beneath them become base.
 
     Returns None when nothing needs folding. Folding a write that nothing lies under
@@ -147,7 +223,7 @@ def fold(
             continue
         kept.append(write)
         covered.update(write.values)
-    return types.MappingProxyType(new_base), tuple(kept)
+    return types.MappingProxyType(new_base), Prefix(kept)
 
 
-__all__ = ["EMPTY", "State", "Write", "fold", "stacks_of", "with_write", "without_write"]
+__all__ = ["EMPTY", "NONE", "Prefix", "State", "Write", "fold", "stacks_of", "with_write", "without", "without_write"]

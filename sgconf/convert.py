@@ -96,6 +96,10 @@ def _to_str(value: Any, _: type) -> str:
     raise ConversionError("expected a string")
 
 
+# the hooks that return a value of exactly their type unchanged (a float may be refused: NaN, infinities)
+_PASSING: dict[Any, Any] = {int: _to_int, bool: _to_bool, str: _to_str}
+
+
 def _to_dict(value: Any, tp: type) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -307,6 +311,8 @@ def structure(value: Any, info: FieldInfo, conv: cattrs.Converter | None = None)
     if plan is None or plan.conv is not conv:
         plan = _Plan(info, conv)
         object.__setattr__(info, "plan", plan)  # a cache on a frozen object: not part of its value
+    if type(value) is plan.exact:
+        return value  # what the converter's own hook would hand back, unchanged (an override's usual case)
     return deep_freeze(plan.structure(value))
 
 
@@ -317,7 +323,7 @@ class _Plan:
     Optional, its Literal choices) cost more than the conversion itself.
     """
 
-    __slots__ = ("conv", "tp", "optional", "inner", "choices", "any_float")
+    __slots__ = ("conv", "tp", "optional", "inner", "choices", "any_float", "exact")
 
     def __init__(self, info: FieldInfo, conv: cattrs.Converter) -> None:
         self.conv = conv
@@ -326,6 +332,9 @@ class _Plan:
         self.inner = _strip_optional(self.tp)
         self.any_float = self.inner is float and info.setting.nonfinite
         self.choices = literal_choices(self.inner)
+        # the scalar type whose values the converter returns as they are (ours, not a schema's own hook)
+        hook = _PASSING.get(self.inner) if self.choices is None and not self.any_float else None
+        self.exact = self.inner if hook is not None and conv.get_structure_hook(self.inner) is hook else None
 
     def structure(self, value: Any) -> Any:
         if value is None:

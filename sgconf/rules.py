@@ -9,7 +9,7 @@ fills it in and the rules run again on the result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sgconf.errors import Problem
@@ -66,6 +66,8 @@ def rules_reading(schema: Declarations, names: Iterable[str]) -> list[Rule]:
                 built.setdefault(name, []).append((pos, rule))
         index = {name: tuple(found) for name, found in built.items()}
         schema._cache["rules_by_field"] = (len(schema.rules), index)
+    if isinstance(names, Collection) and len(names) == 1:  # one field: its rules, in order already
+        return [rule for _, rule in index.get(next(iter(names)), ())]
     picked: dict[int, Rule] = {}
     for name in names:
         picked.update(index.get(name, ()))
