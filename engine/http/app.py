@@ -250,8 +250,12 @@ async def _generate_events(stream: disconnect.Started, metrics: Metrics) -> Asyn
     yield "data: [DONE]\n\n"
 
 
-async def _change(tally: OverrideTally, source: str, call: Callable[[], Awaitable[Any]]) -> Any:
-    """Run one config change (attach, detach, override), counting it in the tally when it is refused."""
+async def _admin_change(request: Request, tally: OverrideTally, source: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one config change (attach, detach, override) for an admin, counting it in the tally when it is refused.
+
+    A request without the admin key is refused before the change, and is not counted.
+    """
+    require_admin(request)
     try:
         return await call()
     except Exception:
@@ -271,21 +275,18 @@ def _add_storage_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTa
         openapi_extra=openapi.object_body("the storage backend to attach and its settings"),
     )
     async def attach(request: Request) -> dict[str, Any]:
-        require_admin(request)
-
         async def change() -> tuple[dict[str, Any], Any]:
             fields = attach_fields(await json_object(request, ATTACH_FIELDS, "memory"))
             return fields, await run_in_threadpool(lambda: backend.attach(fields))
 
-        fields, applied = await _change(tally, ATTACH_SOURCE, change)
+        fields, applied = await _admin_change(request, tally, ATTACH_SOURCE, change)
         log.info("http.hicache_attach", backend=fields["hicache_storage_backend"], generation=applied.generation)
         status = await run_in_threadpool(backend.storage_status)
         return {"status": "attached", **status, **applied.as_dict()}
 
     @app.delete("/hicache/storage-backend", responses=openapi.RESPONSES)
     async def detach(request: Request) -> dict[str, Any]:
-        require_admin(request)
-        applied = await _change(tally, DETACH_SOURCE, lambda: run_in_threadpool(backend.detach))
+        applied = await _admin_change(request, tally, DETACH_SOURCE, lambda: run_in_threadpool(backend.detach))
         status = await run_in_threadpool(backend.storage_status)
         if applied is None:
             return {"status": "not_attached", **status, "generation": get_context().generation}
@@ -299,8 +300,6 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
         openapi_extra=openapi.object_body("hot fields and their new values"),
     )
     async def overrides(request: Request) -> dict[str, Any]:
-        require_admin(request)
-
         async def change() -> Any:
             body = await json_object(request, None)
             if not body:
@@ -308,7 +307,7 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
                 raise HTTPProblem(422, "no fields to override", errors=errors)
             return await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))
 
-        applied = await _change(tally, OVERRIDE_SOURCE, change)
+        applied = await _admin_change(request, tally, OVERRIDE_SOURCE, change)
         return {"status": "applied", **applied.as_dict()}
 
     @app.post("/replicas/{index}/restart", responses=openapi.RESPONSES)
