@@ -130,7 +130,6 @@ class FileStorage(StorageBase):
         self.stale_temp_s = stale_temp_s
         self._dirty_dirs: set[str] = set()
         self._dirs_lock = threading.Lock()
-        self._unsafe_logged = False
         self._sweep_temp_files()
 
     def path_for(self, key: str) -> Path:
@@ -269,17 +268,14 @@ class FileStorage(StorageBase):
             os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass
-        with self._dirs_lock:
-            first, self._unsafe_logged = not self._unsafe_logged, True
-        if first:
-            log.warning(
-                "hicache.storage.unsafe_entry",
-                backend=self.name,
-                dir=str(self.root),
-                entry=name,
-                reason=what,
-                note="further unsafe entries are counted in unsafe_skipped, not logged",
-            )
+        self._warn_once(
+            "hicache.storage.unsafe_entry",
+            "unsafe_skipped",
+            "unsafe entries",
+            dir=str(self.root),
+            entry=name,
+            reason=what,
+        )
 
     def _flush(self) -> None:
         # the renames are durable only once their directories are synced

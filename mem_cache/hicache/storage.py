@@ -121,8 +121,7 @@ class StorageBase:
         self.key_source = "process"
         self.clock = clock
         self._backoff = WriteBackoff(backoff_base_s, backoff_cap_s)
-        self._forged_logged = False
-        self._oversized_logged = False
+        self._warned: set[str] = set()  # the events _warn_once logged already
         self.page_bytes: int | None = None  # payload bytes of one page, once bound_pages() said so
 
     def bound_pages(self, page_bytes: int) -> None:
@@ -164,16 +163,9 @@ class StorageBase:
         if limit is not None and len(raw) > limit:
             self._bump("oversized_skipped")
             self._bump("misses")
-            with self._lock:
-                first, self._oversized_logged = not self._oversized_logged, True
-            if first:
-                log.warning(
-                    "hicache.storage.oversized_page",
-                    backend=self.name,
-                    key=key,
-                    limit_bytes=limit,
-                    note="further oversized pages are counted in oversized_skipped, not logged",
-                )
+            self._warn_once(
+                "hicache.storage.oversized_page", "oversized_skipped", "oversized pages", key=key, limit_bytes=limit
+            )
             self._discard(key)
             return None
         try:
@@ -181,16 +173,7 @@ class StorageBase:
         except ForgedPageError as exc:
             self._bump("forged_skipped")
             self._bump("misses")
-            with self._lock:
-                first, self._forged_logged = not self._forged_logged, True
-            if first:  # once per backend: a flood of forged pages must not flood the log
-                log.warning(
-                    "hicache.storage.forged_page",
-                    backend=self.name,
-                    key=key,
-                    reason=str(exc),
-                    note="further forged pages are counted in forged_skipped, not logged",
-                )
+            self._warn_once("hicache.storage.forged_page", "forged_skipped", "forged pages", key=key, reason=str(exc))
             self._discard(key)
             return None
         except CorruptPageError as exc:
@@ -313,6 +296,19 @@ class StorageBase:
     def _bump(self, counter: str, n: int = 1) -> None:
         with self._lock:
             self._counts[counter] = self._counts.get(counter, 0) + n
+
+    def _warn_once(self, event: str, counter: str, what: str, **fields: Any) -> None:
+        """Log `event` the first time it happens on this backend; later ones count only in `counter`.
+
+        Once per backend: a flood of forged or oversized pages (or unsafe entries) must
+        not flood the log.
+        """
+        with self._lock:
+            first = event not in self._warned
+            self._warned.add(event)
+        if first:
+            note = f"further {what} are counted in {counter}, not logged"
+            log.warning(event, backend=self.name, **fields, note=note)
 
 
 def check_options(backend: str, extra_config: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
