@@ -31,7 +31,7 @@ from runtime.overrides import (
 )
 from runtime.proposal import Proposing, _evolve
 from runtime.roles import make_view
-from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without, without_write
+from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without_write
 from sgconf.errors import ConfigError, Problem
 from sgconf.rules import check_rules
 
@@ -110,9 +110,9 @@ class Committing(Proposing):
         if restore is not None:
             base, writes, stacks = restore.base, restore.writes, restore.stacks
         if add is not None:
-            writes, stacks = writes.plus(add), with_write(stacks, add)
+            writes, stacks = writes.push(add), with_write(stacks, add)
         if remove is not None:
-            writes, stacks = without(writes, remove), without_write(stacks, remove)
+            writes, stacks = writes.without(remove), without_write(stacks, remove)
         folded = fold(base, writes, self.limit) if len(writes) > self.limit else None
         if folded is not None:
             base, writes = folded

@@ -65,7 +65,7 @@ from runtime.overrides import (
 from runtime.roles import Mode, check_role, make_view, mode_from_env
 from runtime.scopes import Scope
 from runtime.snapshot import Snapshot, snapshot_class
-from runtime.state import EMPTY, NONE, State
+from runtime.state import EMPTY, EMPTY_STACK, NONE, State
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
 from sgconf.frozen import thaw
@@ -111,7 +111,7 @@ class RuntimeContext(Committing):
             view=make_view(snapshot, role, role_mode),
             flat=flat,
             base=flat,
-            writes=NONE,
+            writes=EMPTY_STACK,
             stacks=types.MappingProxyType({}),
             log=NONE,
             dropped=0,

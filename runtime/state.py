@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 import attrs
@@ -27,12 +27,11 @@ T = TypeVar("T")
 class Prefix(Generic[T]):
     """An immutable sequence: the first `n` items of a list that later states extend in place.
 
-    The log, the live writes and each field's stack grow by one item a commit; a tuple
-    would be copied whole each time (up to twice the history window), so a commit would
-    cost more the more overrides are live. A state's prefix never changes: appending
-    to the newest one extends the shared list (older prefixes do not see past their
-    `n`); appending to any other copies its items first. Only the writer, under the
-    context's lock, appends.
+    The override log grows by one record a commit; a tuple would be copied whole each
+    time (up to twice the history window), so a commit would cost more the longer the
+    log. A state's prefix never changes: appending to the newest one extends the shared
+    list (older prefixes do not see past their `n`); appending to any other copies its
+    items first. Only the writer, under the context's lock, appends.
     """
 
     __slots__ = ("_items", "_n")
@@ -49,14 +48,8 @@ class Prefix(Generic[T]):
         items.append(item)
         return Prefix(items, self._n + 1)
 
-    def without_last(self) -> Prefix[T]:
-        return Prefix(self._items, self._n - 1)
-
     def __len__(self) -> int:
         return self._n
-
-    def __bool__(self) -> bool:
-        return self._n > 0
 
     @overload
     def __getitem__(self, index: int) -> T: ...
@@ -74,18 +67,62 @@ class Prefix(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         return itertools.islice(self._items, self._n)  # bounded: a later append is never seen
 
-    def __reversed__(self) -> Iterator[T]:
-        items = self._items
-        return (items[i] for i in range(self._n - 1, -1, -1))
-
-    def __contains__(self, item: object) -> bool:
-        return any(x is item or x == item for x in self)
-
     def __repr__(self) -> str:
         return f"Prefix({list(self)!r})"
 
 
+class Stack(Generic[T]):
+    """A persistent stack: `push` and `below` share everything underneath, so both are O(1).
+
+    The live writes and each field's writes are stacks: an override or a scope's entry
+    pushes, a scope's exit (or a revert of the newest override) pops, and neither copies
+    what lies below, however many overrides are live. Iterating goes oldest first.
+    """
+
+    __slots__ = ("top", "below", "size")
+
+    def __init__(self, top: T | None = None, below: Stack[T] | None = None, size: int = 0) -> None:
+        self.top = top  # the newest item (None only on the empty stack)
+        self.below = below
+        self.size = size
+
+    @classmethod
+    def of(cls, items: Iterable[T]) -> Stack[T]:
+        out: Stack[T] = EMPTY_STACK
+        for item in items:
+            out = out.push(item)
+        return out
+
+    def push(self, item: T) -> Stack[T]:
+        return Stack(item, self, self.size + 1)
+
+    def newest_first(self) -> Iterator[T]:
+        node: Stack[T] | None = self
+        while node is not None and node.size:
+            yield node.top  # type: ignore[misc]
+            node = node.below
+
+    def without(self, item: T) -> Stack[T]:
+        """This stack with `item` (by identity) taken out: O(1) when it is the top."""
+        if self.size and self.top is item:
+            return self.below  # type: ignore[return-value]
+        return Stack.of([x for x in self if x is not item])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[T]:
+        return reversed(list(self.newest_first()))
+
+    def __contains__(self, item: object) -> bool:
+        return any(x is item for x in self.newest_first())
+
+    def __repr__(self) -> str:
+        return f"Stack({list(self)!r})"
+
+
 NONE: Prefix[Any] = Prefix()
+EMPTY_STACK: Stack[Any] = Stack()
 
 
 # State and Write are built on every commit and never handed out: plain slotted classes,
@@ -110,9 +147,9 @@ class State:
     flat: Mapping[str, Any]
     # what shows with no live write: a view of the published snapshot until overrides fold into it
     base: Mapping[str, Any]
-    writes: Prefix[Write]
-    # field -> the live writes that set it, oldest first: what shows is the last one
-    stacks: types.MappingProxyType[str, Prefix[Write]]
+    writes: Stack[Write]
+    # field -> the live writes that set it: what shows is the top one
+    stacks: types.MappingProxyType[str, Stack[Write]]
     # the newest records, oldest first (up to twice the window; the context shows the newest
     # `limit`), and how many were trimmed off before them
     log: Prefix[OverrideRecord]
@@ -129,17 +166,17 @@ class State:
     def top(self, name: str) -> Write | None:
         """The live write whose value of `name` shows, or None when the base value shows."""
         stack = self.stacks.get(name)
-        return stack[-1] if stack else None
+        return stack.top if stack else None
 
     def is_live(self, write: Write) -> bool:
-        stack = self.stacks.get(next(iter(write.values)), ())
-        return any(w is write for w in reversed(stack))
+        stack = self.stacks.get(next(iter(write.values)), EMPTY_STACK)
+        return stack.top is write or write in stack
 
     def write_of(self, record: OverrideRecord) -> Write | None:
         """The live write `record` made, or None once it was taken away or folded into the base."""
         if not record.changes:
             return None
-        for write in reversed(self.stacks.get(record.changes[0].name, ())):
+        for write in self.stacks.get(record.changes[0].name, EMPTY_STACK).newest_first():
             if write.record is record:
                 return write
         return None
@@ -148,11 +185,11 @@ class State:
         """What each field of `removed` shows once it is gone: the next live write below, or the base."""
         out: dict[str, Any] = {}
         for name in removed.values:
-            stack = self.stacks.get(name, NONE)
-            if stack and stack[-1] is not removed:
-                out[name] = stack[-1].values[name]  # something above it: nothing changes for this field
+            stack = self.stacks.get(name, EMPTY_STACK)
+            if stack and stack.top is not removed:
+                out[name] = stack.top.values[name]  # type: ignore[union-attr]  # something above it: nothing changes
                 continue
-            below = stack[-2] if len(stack) > 1 else None
+            below = stack.below.top if len(stack) > 1 else None  # type: ignore[union-attr]
             out[name] = below.values[name] if below is not None else self.base[name]
         return out
 
@@ -165,21 +202,20 @@ class State:
         return self.base is other.base or dict(self.base) == dict(other.base)
 
 
-Stacks = types.MappingProxyType[str, Prefix[Write]]
+Stacks = types.MappingProxyType[str, Stack[Write]]
 
 
-def with_write(stacks: Mapping[str, Prefix[Write]], write: Write) -> Stacks:
+def with_write(stacks: Mapping[str, Stack[Write]], write: Write) -> Stacks:
     out = dict(stacks)
     for name in write.values:
-        out[name] = out.get(name, NONE).plus(write)
+        out[name] = out.get(name, EMPTY_STACK).push(write)
     return types.MappingProxyType(out)
 
 
-def without_write(stacks: Mapping[str, Prefix[Write]], write: Write) -> Stacks:
+def without_write(stacks: Mapping[str, Stack[Write]], write: Write) -> Stacks:
     out = dict(stacks)
     for name in write.values:
-        stack = out.get(name, NONE)
-        kept = stack.without_last() if stack and stack[-1] is write else Prefix([w for w in stack if w is not write])
+        kept = out.get(name, EMPTY_STACK).without(write)
         if kept:
             out[name] = kept
         else:
@@ -187,22 +223,15 @@ def without_write(stacks: Mapping[str, Prefix[Write]], write: Write) -> Stacks:
     return types.MappingProxyType(out)
 
 
-def without(writes: Prefix[Write], write: Write) -> Prefix[Write]:
-    """`writes` with `write` taken out: O(1) when it is the newest (a scope's exit, a revert of the last override)."""
-    if writes and writes[-1] is write:
-        return writes.without_last()
-    return Prefix([w for w in writes if w is not write])
-
-
-def stacks_of(writes: Prefix[Write]) -> Stacks:
-    out: dict[str, list[Write]] = {}
+def stacks_of(writes: Stack[Write]) -> Stacks:
+    out: dict[str, Stack[Write]] = {}
     for write in writes:
         for name in write.values:
-            out.setdefault(name, []).append(write)
-    return types.MappingProxyType({name: Prefix(stack) for name, stack in out.items()})
+            out[name] = out.get(name, EMPTY_STACK).push(write)
+    return types.MappingProxyType(out)
 
 
-def fold(base: Mapping[str, Any], writes: Prefix[Write], limit: int) -> tuple[Mapping[str, Any], Prefix[Write]] | None:
+def fold(base: Mapping[str, Any], writes: Stack[Write], limit: int) -> tuple[Mapping[str, Any], Stack[Write]] | None:
     """Keep at most `limit` live overrides: the oldest ones with nothing live beneath them become base.
 
     Returns None when nothing needs folding. Folding a write that nothing lies under
@@ -223,7 +252,19 @@ def fold(base: Mapping[str, Any], writes: Prefix[Write], limit: int) -> tuple[Ma
             continue
         kept.append(write)
         covered.update(write.values)
-    return types.MappingProxyType(new_base), Prefix(kept)
+    return types.MappingProxyType(new_base), Stack.of(kept)
 
 
-__all__ = ["EMPTY", "NONE", "Prefix", "State", "Write", "fold", "stacks_of", "with_write", "without", "without_write"]
+__all__ = [
+    "EMPTY",
+    "EMPTY_STACK",
+    "NONE",
+    "Prefix",
+    "Stack",
+    "State",
+    "Write",
+    "fold",
+    "stacks_of",
+    "with_write",
+    "without_write",
+]
