@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import structlog
 
 from runtime.overrides import ConfigEvent, OverrideRecord, Subscription
@@ -24,23 +25,19 @@ if TYPE_CHECKING:
 log = structlog.get_logger("sgconf.runtime")
 
 
+@attrs.define(slots=True, eq=False)
 class Announcement:
     """What a commit tells the world once it is live: the log line's record and, for subscribers, the event.
 
-    Internal and short-lived (built under the writer lock, read once after it), so a plain
-    slotted class: it is made on every commit, and the event a subscriber receives is
-    built only when one wants it.
+    Internal and short-lived (built under the writer lock, read once after it), so not
+    frozen: it is made on every commit, and a frozen class pays a setattr call per field.
+    The event a subscriber receives is built only when one wants it.
     """
 
-    __slots__ = ("event_name", "record", "snapshot", "subscribers")
-
-    def __init__(
-        self, event_name: str, record: OverrideRecord, snapshot: Any, subscribers: tuple[Subscription, ...]
-    ) -> None:
-        self.event_name = event_name
-        self.record = record
-        self.snapshot = snapshot  # what the commit produced, as the context's accessors hand it out
-        self.subscribers = subscribers
+    event_name: str
+    record: OverrideRecord
+    snapshot: Any  # what the commit produced, as the context's accessors hand it out
+    subscribers: tuple[Subscription, ...]
 
     def fields(self) -> dict[str, Any]:
         """The log line's fields, secrets redacted; rendered only when the line is written."""

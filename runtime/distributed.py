@@ -69,6 +69,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runtime.errors import PropagationFailed, RanksSilent, ResyncFailed
 from runtime.group_follower import Following
 from runtime.group_results import (
     ABORT,
@@ -78,11 +79,7 @@ from runtime.group_results import (
     Mismatch,
     PreparedEffect,
     Propagated,
-    PropagationFailed,
-    RankDiverged,
-    RanksSilent,
     RankState,
-    ResyncFailed,
     SideEffect,
     default_host,
     digests,
@@ -546,17 +543,4 @@ def _runtime_context() -> Any:
     return get_context()
 
 
-__all__ = [
-    "DEFAULT_SYNC_TIMEOUT_S",
-    "ConfigGroup",
-    "Mismatch",
-    "PreparedEffect",
-    "Propagated",
-    "PropagationFailed",
-    "RankDiverged",
-    "RankState",
-    "RanksSilent",
-    "ResyncFailed",
-    "SideEffect",
-    "refusal_reason",
-]
+__all__ = ["DEFAULT_SYNC_TIMEOUT_S", "ConfigGroup", "PreparedEffect", "Propagated", "SideEffect"]

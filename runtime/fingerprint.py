@@ -11,10 +11,11 @@ per-field table kept and nothing walked that it did not change.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,26 @@ _MOD = 1 << 256
 
 
 def _term(name: str, value: Any) -> int:
-    return int.from_bytes(hashlib.sha256(fragment(name, value).encode()).digest(), "big")
+    kind: Hashable = type(value)
+    if kind in _CACHED:
+        return _scalar_term(name, kind, value)
+    return _hashed(fragment(name, value))
+
+
+def _hashed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+
+
+_CACHED = frozenset({int, bool, str, float, type(None)})
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_term(name: str, kind: Hashable, value: Any) -> int:
+    """The term of a scalar leaf, kept: an override's old value was hashed when it was set, and hot
+    settings tend to go back and forth between a few values. `kind` is in the key so that
+    `1`, `1.0` and `True` (equal, one hash key) each get the term of their own fragment.
+    """
+    return _hashed(fragment(name, value))
 
 
 def counted(schema: Declarations) -> frozenset[str]:

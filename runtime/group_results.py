@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import attrs
 import structlog
 
-from runtime.errors import PropagationFailed, RankDiverged, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError, OverrideRefused
 
 log = structlog.get_logger("runtime.distributed")
@@ -153,11 +152,7 @@ __all__ = [
     "Prepared",
     "PreparedEffect",
     "Propagated",
-    "PropagationFailed",
-    "RankDiverged",
     "RankState",
-    "RanksSilent",
-    "ResyncFailed",
     "SideEffect",
     "default_host",
     "digest",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from runtime import process
 from runtime.errors import RoleViolation
+from runtime.snapshot import derived_method
 from sgconf.errors import ConfigError, Problem
 from sgconf.suggest import did_you_mean
 
@@ -146,22 +147,13 @@ def _bag_property(name: str) -> property:
     return property(read, doc=f"The {name!r} bag, checked against the role.")
 
 
-def _derived_method(name: str, fn: Any) -> Any:
-    def method(self: GuardedView) -> Any:
-        return fn(self)
-
-    method.__name__ = name
-    method.__doc__ = fn.__doc__
-    return method
-
-
 def guarded_view_class(schema: Schema) -> type[GuardedView]:
     """The role-checking view class of `schema`: one checked property per top-level bag, its derived values."""
     cls = schema._cache.get("guarded_view_class")
     if cls is None:
         body: dict[str, Any] = {"__slots__": (), "schema": schema, "__module__": __name__}
         body.update({name: _bag_property(name) for name in schema.top_level_namespaces()})
-        body.update({name: _derived_method(name, fn) for name, fn in schema.derived_values().items()})
+        body.update({name: derived_method(name, fn) for name, fn in schema.derived_values().items()})
         cls = type("GuardedView", (GuardedView,), body)
         schema._cache["guarded_view_class"] = cls
     return cls  # type: ignore[no-any-return]

@@ -74,7 +74,9 @@ def missing_namespace(schema: Schema, name: str) -> AttributeError:
     return MissingNamespaceError(msg)
 
 
-def _derived_method(name: str, fn: Any) -> Any:
+def derived_method(name: str, fn: Any) -> Any:
+    """`fn` as a method named `name` of a snapshot class, or of a view that stands in for one."""
+
     def method(self: Any) -> Any:
         return fn(self)
 
@@ -98,7 +100,7 @@ def snapshot_class(schema: Schema) -> type[Snapshot]:
         cls.bag_names = names
         cls.__module__ = __name__
         for name, fn in schema.derived_values().items():
-            setattr(cls, name, _derived_method(name, fn))
+            setattr(cls, name, derived_method(name, fn))
         schema._cache["snapshot_class"] = found = cls
     return found  # type: ignore[no-any-return]
 

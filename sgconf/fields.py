@@ -152,20 +152,32 @@ class _AttrsAdapter:
 
 
 @attrs.frozen(slots=True, repr=False)
-class _PowerOfTwo:
+class _Check:
+    """A validator from a predicate: `message` when a set value fails `test`; None (unresolved) always passes.
+
+    The predicate is a module-level function, so a setting that carries one pickles (a
+    record crosses to replica processes) and shows by name in `sgconf schema`.
+    """
+
+    name: str
+    test: Callable[[Any], bool]
+    message: str
+
     def __call__(self, value: Any) -> None:
-        if value is None:
-            return
-        if value <= 0 or value & (value - 1):
-            raise FieldValueError("must be a power of two")
+        if value is not None and not self.test(value):
+            raise FieldValueError(self.message)
 
     def __repr__(self) -> str:
-        return "<power_of_two validator>"
+        return f"<{self.name} validator>"
+
+
+def _is_power_of_two(value: Any) -> bool:
+    return bool(value > 0 and not value & (value - 1))
 
 
 def power_of_two() -> Callable[[Any], None]:
     """Value must be a positive power of two (1, 2, 4, ...)."""
-    return _PowerOfTwo()
+    return _Check("power_of_two", _is_power_of_two, "must be a power of two")
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -216,39 +228,23 @@ def interval(low: float, high: float, *, low_open: bool = False, high_open: bool
     return _Interval(low, high, low_open, high_open)
 
 
-@attrs.frozen(slots=True, repr=False)
-class _NotBlank:
-    def __call__(self, value: Any) -> None:
-        if value is None:
-            return
-        if not str(value).strip():
-            raise FieldValueError("must not be empty or only whitespace")
-
-    def __repr__(self) -> str:
-        return "<not_blank validator>"
+def _not_blank(value: Any) -> bool:
+    return bool(str(value).strip())
 
 
 def not_blank() -> Callable[[Any], None]:
     """A set value must hold something other than whitespace (a key of spaces guards nothing)."""
-    return _NotBlank()
+    return _Check("not_blank", _not_blank, "must not be empty or only whitespace")
 
 
-@attrs.frozen(slots=True, repr=False)
-class _HostPort:
-    def __call__(self, value: Any) -> None:
-        if value is None:
-            return
-        name, sep, number = str(value).rpartition(":")
-        if not sep or not name or not number.isdigit() or not 0 < int(number) < 65536:
-            raise FieldValueError("must be 'host:port'")
-
-    def __repr__(self) -> str:
-        return "<host_port validator>"
+def _is_host_port(value: Any) -> bool:
+    name, sep, number = str(value).rpartition(":")
+    return bool(sep and name and number.isdigit() and 0 < int(number) < 65536)
 
 
 def host_port() -> Callable[[Any], None]:
     """Value must be a `host:port` string."""
-    return _HostPort()
+    return _Check("host_port", _is_host_port, "must be 'host:port'")
 
 
 def setting_of(attribute: attrs.Attribute) -> FieldSpec | None:

@@ -19,7 +19,7 @@ from engine.errors import DrainTimeout, EngineBusy, Refusal
 from engine.http.backend import Applied, EngineLoad
 from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE, DETACH_VALUES, attach_values
 from runtime.context import get_context
-from runtime.distributed import PropagationFailed, RanksSilent
+from runtime.errors import PropagationFailed, RanksSilent
 from runtime.overrides import shown
 
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")

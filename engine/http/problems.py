@@ -31,8 +31,7 @@ from engine.errors import (
     RequestRejected,
     StorageRefused,
 )
-from runtime.distributed import PropagationFailed, RanksSilent, ResyncFailed
-from runtime.errors import NotPublishedError
+from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError
 
 log = structlog.get_logger(__name__)

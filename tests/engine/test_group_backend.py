@@ -8,7 +8,7 @@ import pytest
 
 from engine.dp.group_backend import ReplicaGroupBackend
 from engine.errors import DrainTimeout
-from runtime.distributed import PropagationFailed, RanksSilent
+from runtime.errors import PropagationFailed, RanksSilent
 
 
 class FakeController:

@@ -260,7 +260,8 @@ def test_single_rank_commits_config_then_effects() -> None:
 def test_failing_effect_releases_the_ones_prepared_before_it() -> None:
     """A side effect that cannot prepare refuses the round; effects prepared before it are aborted."""
     from runtime import get_context
-    from runtime.distributed import ConfigGroup, PropagationFailed
+    from runtime.distributed import ConfigGroup
+    from runtime.errors import PropagationFailed
 
     events: list[str] = []
     group = ConfigGroup(None, 0, 1, timeout_s=1.0)
@@ -391,7 +392,7 @@ def test_attach_with_side_effect_commits_everywhere(clean: World) -> None:
 def test_rank_local_refusal_changes_no_rank(clean: World) -> None:
     """The last rank lacks the storage directory: nobody attaches, others release, the error names it."""
     from runtime import get_context, get_memory
-    from runtime.distributed import PropagationFailed
+    from runtime.errors import PropagationFailed
 
     size = clean.group.world_size
     last = size - 1
@@ -417,7 +418,7 @@ def test_rank_local_refusal_changes_no_rank(clean: World) -> None:
 def test_bad_value_is_refused_by_the_coordinator_first(clean: World) -> None:
     """A value every rank would refuse is refused on rank 0 with the validation message; no rank changes."""
     from runtime import get_context
-    from runtime.distributed import PropagationFailed
+    from runtime.errors import PropagationFailed
 
     before = get_context().generation
     with pytest.raises(PropagationFailed) as info:
@@ -448,7 +449,7 @@ def test_the_board_stays_the_same_size_over_1000_status_rounds(clean: World) -> 
 def test_follower_rejects_a_diverged_generation(clean: World) -> None:
     """A coordinator ahead of its followers (a local override) is refused by every follower with the reason."""
     from runtime import get_context
-    from runtime.distributed import PropagationFailed
+    from runtime.errors import PropagationFailed
 
     ctx = get_context()
     base = ctx.generation
@@ -470,7 +471,7 @@ def test_follower_rejects_a_diverged_generation(clean: World) -> None:
 
 def test_fingerprint_mismatch_after_commit_is_reported(clean: World) -> None:
     """A rank launched with a different value commits, but its fingerprint differs and the field is named."""
-    from runtime.distributed import Mismatch
+    from runtime.group_results import Mismatch
 
     skewed = clean.group.world_size - 1
     clean.command([skewed], "publish-skewed")
@@ -502,7 +503,7 @@ def test_fingerprint_mismatch_after_commit_is_reported(clean: World) -> None:
 def test_timed_out_round_aborts_everywhere_and_the_group_takes_the_next(clean: World) -> None:
     """A tiny sync timeout is refused; a round a slow rank misses aborts on every rank, and the next round commits."""
     from runtime import get_context, get_memory, get_parallel
-    from runtime.distributed import PropagationFailed, RanksSilent
+    from runtime.errors import PropagationFailed, RanksSilent
 
     size = clean.group.world_size
     slow = size - 1
@@ -540,7 +541,7 @@ def test_rank_killed_mid_round_changes_no_rank(world: World) -> None:
     Runs last on each world, which loses a rank.
     """
     from runtime import get_memory
-    from runtime.distributed import RanksSilent
+    from runtime.errors import RanksSilent
 
     size = world.group.world_size
     victim = size // 2
@@ -567,7 +568,7 @@ def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None
     Runs after the rank was killed above.
     """
     from runtime import get_context, get_memory, get_schedule
-    from runtime.distributed import PropagationFailed
+    from runtime.errors import PropagationFailed
 
     size = world.group.world_size
     victim = size // 2
@@ -612,7 +613,8 @@ if __name__ == "__main__":
 
 def test_refusal_reasons_are_typed_by_the_exception_not_its_text() -> None:
     """A refusal's reason: the exception's own `refusal_reason`, else not_hot, invalid or failed by its class."""
-    from runtime.distributed import RankDiverged, refusal_reason
+    from runtime.errors import RankDiverged
+    from runtime.group_results import refusal_reason
     from sgconf.errors import ConfigError, OverrideRefused
 
     class Drained(RuntimeError):
