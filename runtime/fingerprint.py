@@ -15,7 +15,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any
 
@@ -67,9 +67,8 @@ _MOD = 1 << 256
 
 
 def _term(name: str, value: Any) -> int:
-    kind: Hashable = type(value)
-    if kind in _CACHED:
-        return _scalar_term(name, kind, value)
+    if type(value) in _CACHED:
+        return _scalar_term(name, value)
     return _hashed(fragment(name, value))
 
 
@@ -81,10 +80,11 @@ _CACHED = frozenset({int, bool, str, float, type(None)})
 
 
 @functools.lru_cache(maxsize=4096)
-def _scalar_term(name: str, kind: Hashable, value: Any) -> int:
-    """The term of a scalar leaf, kept: an override's old value was hashed when it was set, and hot
-    settings tend to go back and forth between a few values. `kind` is in the key so that
-    `1`, `1.0` and `True` (equal, one hash key) each get the term of their own fragment.
+def _scalar_term(name: str, value: Any) -> int:
+    """The term of a scalar leaf, kept once hashed: a hot setting goes back and forth between a few values.
+
+    Equal scalars share a key (`1`, `1.0`, `True`), which is right: they share one
+    canonical fragment, so one term.
     """
     return _hashed(fragment(name, value))
 
