@@ -1,8 +1,9 @@
 """`torch_native`: the reference paged attention backend, plain torch, any device.
 
-Extend runs request by request over the request's slots in the req-to-token table,
-except a batch's trailing one-token rows over a prefix (decode rows mixed into an
-extend), which are attended together as a decode is; decode turns every request's
+Extend attends groups of consecutive requests at once, each request's queries and keys
+padded to the group's longest and masked (a long prompt forms a group of its own, so
+padding never costs more than the chunk budget); a batch's trailing one-token rows over
+a prefix (decode rows mixed into an extend) are attended together as a decode is; decode turns every request's
 slots into one padded `[batch, span]` table (once per batch and layer kind), then
 gathers and attends a cache-sized chunk of requests at a time, with no Python work per
 request. The attention itself is
@@ -131,36 +132,95 @@ class TorchNativeBackend(AttentionBackend):
         *,
         rows: int | None = None,
     ) -> torch.Tensor:
-        """Request by request, over the first `rows` requests of the batch (all by default)."""
+        """The first `rows` requests of the batch (all by default), in groups attended together.
+
+        Consecutive requests whose padded scores fit the chunk budget form one group and
+        one masked attention call; a request too large to share one (a long prompt) is
+        attended alone, where padding would only cost memory. Many short prompts, a
+        batch's usual shape, so cost one call a layer instead of one call a request.
+        """
         scaling = layer.scaling if layer.scaling is not None else q.shape[-1] ** -0.5
-        table = meta.req_to_token
         n_rows = len(batch.seq_lens_cpu) if rows is None else rows
-        pool_rows = batch.req_pool_indices[:n_rows].tolist()
-        window = kv.window
         outs = []
-        offset = 0
-        for row, prefix, seq in zip(
-            pool_rows, batch.prefix_lens_cpu[:n_rows], batch.seq_lens_cpu[:n_rows], strict=True
-        ):
-            n = seq - prefix
-            # Keys older than the first query's window are never read (they may be freed).
-            start = 0 if window is None else max(0, prefix - window + 1)
-            slots = kv.slots(table[row, start:seq])
-            device = q.device
-            q_pos = torch.arange(prefix, seq, device=device)
-            k_pos = torch.arange(start, seq, device=device)
-            out = attend(
-                q[offset : offset + n],
-                kv.k_buffer[slots],
-                kv.v_buffer[slots],
-                q_pos,
-                k_pos,
-                window=window,
-                scaling=scaling,
-            )
-            outs.append(out)
-            offset += n
+        for lo, hi in self._extend_groups(meta, kv, n_rows, q.shape[1]):
+            slots, q_index, q_valid, allowed = self._extend_plan(meta, kv, lo, hi)
+            ct = _compute_dtype(q.dtype)
+            out = F.scaled_dot_product_attention(
+                q[q_index].to(ct).transpose(1, 2),  # [n, hq, lq, d]
+                kv.k_buffer[slots].to(ct).transpose(1, 2),
+                kv.v_buffer[slots].to(ct).transpose(1, 2),
+                attn_mask=allowed[:, None],
+                scale=scaling,
+                enable_gqa=True,
+            )  # [n, hq, lq, dv]
+            outs.append(out.transpose(1, 2)[q_valid])  # the real queries, request after request
         return torch.cat(outs).to(q.dtype)
+
+    @staticmethod
+    def _key_spans(batch: ForwardBatch, window: int | None, n_rows: int) -> list[tuple[int, int, int]]:
+        """`(prefix, seq, first key)` of each request: keys older than the first query's window are never
+        read (they may be freed)."""
+        return [
+            (prefix, seq, 0 if window is None else max(0, prefix - window + 1))
+            for prefix, seq in zip(batch.prefix_lens_cpu[:n_rows], batch.seq_lens_cpu[:n_rows], strict=True)
+        ]
+
+    def _extend_groups(self, meta: ForwardMetadata, kv: LayerKV, n_rows: int, heads: int) -> list[tuple[int, int]]:
+        """Consecutive `[lo, hi)` request ranges whose padded float32 scores stay within `_CPU_CHUNK_BYTES`."""
+        key = ("extend_groups", kv.window, n_rows, heads)
+        hit = meta.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        groups: list[tuple[int, int]] = []
+        lo, lq, lk = 0, 0, 0
+        for i, (prefix, seq, start) in enumerate(self._key_spans(meta.batch, kv.window, n_rows)):
+            q_len, k_len = max(lq, seq - prefix), max(lk, seq - start)
+            if i > lo and (i + 1 - lo) * heads * q_len * k_len * 4 > _CPU_CHUNK_BYTES:
+                groups.append((lo, i))
+                lo, q_len, k_len = i, seq - prefix, seq - start
+            lq, lk = q_len, k_len
+        groups.append((lo, n_rows))
+        meta.cache[key] = groups
+        return groups
+
+    def _extend_plan(
+        self, meta: ForwardMetadata, kv: LayerKV, lo: int, hi: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For requests `lo..hi`: padded key rows `[n, lk]`, the query index `[n, lq]` into the batch's
+        queries, which queries are real, and the mask `[n, lq, lk]`; shared by layers of one kind.
+
+        Padding keys point at the request's last token and padding queries repeat its last
+        query: live slots and rows, never freed ones, and every query sees at least its own key.
+        """
+        key = ("extend", kv.window, kv.full_to_swa is not None, lo, hi)
+        hit = meta.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        batch, table = meta.batch, meta.req_to_token
+        device = table.device
+        spans = self._key_spans(batch, kv.window, hi)[lo:]
+        prefix = torch.tensor([s[0] for s in spans], device=device)
+        seq = torch.tensor([s[1] for s in spans], device=device)
+        start = torch.tensor([s[2] for s in spans], device=device)
+        new = seq - prefix
+        before = sum(s - p for p, s, _ in self._key_spans(batch, kv.window, lo))  # queries of earlier requests
+        lq, lk = int(new.max()), int((seq - start).max())
+        k_pos = start[:, None] + torch.arange(lk, device=device)[None, :]
+        k_valid = k_pos < seq[:, None]
+        q_step = torch.arange(lq, device=device)[None, :]
+        q_valid = q_step < new[:, None]
+        q_pos = torch.minimum(prefix[:, None] + q_step, seq[:, None] - 1)
+        offsets = torch.cumsum(new, 0) - new + before
+        q_index = offsets[:, None] + torch.minimum(q_step, new[:, None] - 1)
+        rel = q_pos[:, :, None] - k_pos[:, None, :]
+        allowed = (rel >= 0) & k_valid[:, None, :]
+        if kv.window is not None:
+            allowed &= rel < kv.window
+        rows = batch.req_pool_indices[lo:hi].to(device)
+        slots = kv.slots(table[rows[:, None], torch.minimum(k_pos, seq[:, None] - 1)])
+        plan = (slots, q_index, q_valid, allowed)
+        meta.cache[key] = plan
+        return plan
 
     def _forward_decode(
         self, q: torch.Tensor, layer: AttentionLayer, batch: ForwardBatch, meta: ForwardMetadata, kv: LayerKV

@@ -22,6 +22,7 @@ window of a locked match (a running request still reads them).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -266,10 +267,13 @@ class PrefixCache:
     def evict(self, num_tokens: int) -> int:
         """Drop least-recently-used unlocked leaf pages until `num_tokens` are freed; return how many."""
         freed = 0
-        leaves = [n for n in self._iter_nodes() if not n.children and n.lock_ref == 0]
-        leaves.sort(key=lambda n: n.last_access)
+        # a heap of (last use, walk order, leaf): each eviction costs O(log leaves), not a sort of all of them
+        # (ties leave in walk order, and a parent that becomes a leaf after the leaves it ties with)
+        order = itertools.count()
+        leaves = [(n.last_access, next(order), n) for n in self._iter_nodes() if not n.children and n.lock_ref == 0]
+        heapq.heapify(leaves)
         while freed < num_tokens and leaves:
-            node = leaves.pop(0)
+            node = heapq.heappop(leaves)[2]
             if self.on_evict is not None:
                 self.on_evict(node.path_tokens(), node.slots)
             parent = node.parent
@@ -281,8 +285,7 @@ class PrefixCache:
             freed += len(node.slots)
             if parent is not self._root and not parent.children and parent.lock_ref == 0:
                 # keep LRU order: the parent becomes a leaf no newer than its access time says
-                leaves.append(parent)
-                leaves.sort(key=lambda n: n.last_access)
+                heapq.heappush(leaves, (parent.last_access, next(order), parent))
         return freed
 
     def reset(self) -> None:

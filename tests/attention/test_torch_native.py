@@ -314,3 +314,23 @@ def test_trailing_one_token_rows_of_an_extend_are_exact(make_world, hybrid, monk
     assert as_decode == [3] * 4 + [4] * 4  # one call per layer of each of the first two
     assert len(world.errors) == 4 * 4 * 4  # 4 extends, 4 requests, 4 layers
     assert max(world.errors) < TOL
+
+
+@pytest.mark.parametrize(("budget", "groups"), [(1 << 25, [(0, 5)]), (1, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])])
+@pytest.mark.parametrize("hybrid", [True, False], ids=["hybrid_swa", "full"])
+def test_extend_attends_requests_in_padded_groups(make_world, monkeypatch, budget, groups, hybrid):
+    """Short prompts of different lengths share one padded, masked call per layer; under a small budget each
+    request is its own group; both match dense attention, over a prefix and across the window."""
+    import attention.torch_native as tn
+
+    monkeypatch.setattr(tn, "_CPU_CHUNK_BYTES", budget)
+    seen = []
+    plan = TorchNativeBackend._extend_groups
+    monkeypatch.setattr(TorchNativeBackend, "_extend_groups", lambda self, *a: seen.append(plan(self, *a)) or seen[-1])
+    world = make_world(1, hybrid=hybrid)
+    reqs = world.new_requests(5)
+    world.extend(reqs, [1, 9, 3, 40, 2])  # a prefill: one request longer than the window
+    world.extend(reqs, [6, 2, 11, 1, 5])  # over a cached prefix
+    assert seen and all(g == groups for g in seen)
+    assert len(world.errors) == 2 * 5 * 4
+    assert max(world.errors) < TOL
