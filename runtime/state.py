@@ -189,7 +189,7 @@ class State:
             if stack and stack.top is not removed:
                 out[name] = stack.top.values[name]  # type: ignore[union-attr]  # something above it: nothing changes
                 continue
-            below = stack.below.top if len(stack) > 1 else None  # type: ignore[union-attr]
+            below = stack.below.top if stack else None  # type: ignore[union-attr]  # None on the empty stack
             out[name] = below.values[name] if below is not None else self.base[name]
         return out
 
