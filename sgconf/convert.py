@@ -332,9 +332,11 @@ class _Plan:
         self.inner = _strip_optional(self.tp)
         self.any_float = self.inner is float and info.setting.nonfinite
         self.choices = literal_choices(self.inner)
-        # the scalar type whose values the converter returns as they are (ours, not a schema's own hook)
+        # the scalar type whose values the converter returns as they are (ours, not a schema's own hook;
+        # a cattrs before 24.1 cannot say which hook it holds, so it gets no shortcut)
         hook = _PASSING.get(self.inner) if self.choices is None and not self.any_float else None
-        self.exact = self.inner if hook is not None and conv.get_structure_hook(self.inner) is hook else None
+        lookup = getattr(conv, "get_structure_hook", None)
+        self.exact = self.inner if hook is not None and lookup is not None and lookup(self.inner) is hook else None
 
     def structure(self, value: Any) -> Any:
         if value is None:

@@ -199,7 +199,9 @@ def test_a_field_structured_by_two_converters_uses_each_ones_hooks() -> None:
     shouting.register_structure_hook(int, lambda value, _: int(value) * 10)
     assert structure("3", info) == 3
     assert structure("3", info, shouting) == 30
+    assert structure(3, info, shouting) == 30  # a value of the exact type still goes through the schema's hook
     assert structure("3", info) == 3
+    assert structure(3, info) == 3
     assert structure(None, info_of(int | None)) is None
     with pytest.raises(ConversionError, match="expected an integer"):
         structure(None, info)
