@@ -114,8 +114,8 @@ def test_same_changes_compares_base_and_each_write_by_identity() -> None:
     base = {"x": 0, "y": 0}
     here = _state(base, a, b)
     assert here.same_changes(_state(dict(base), a, b))  # equal bases, the same writes
-    assert not here.same_changes(_state(base, a))
-    assert not here.same_changes(_state(base, a, _write(y=2)))  # an equal write is not the same write
+    assert here.same_changes(_state(base, a)) is False
+    assert here.same_changes(_state(base, a, _write(y=2))) is False  # an equal write is not the same write
     assert not here.same_changes(_state({"x": 0, "y": 1}, a, b))
     assert _state(base).same_changes(_state(base))
 
