@@ -180,6 +180,20 @@ def test_an_interrupt_from_the_log_sink_while_publishing_again_is_raised_with_th
     assert get_context() is not ctx and get_context().record is record
 
 
+@pytest.mark.parametrize("subscribed", [False, True], ids=["no subscriber", "a subscriber"])
+def test_an_interrupt_from_the_log_sink_of_an_override_is_raised_after_the_commit(
+    ctx: Any, sink: dict[str, Any], subscribed: bool
+) -> None:
+    heard: list[int] = []
+    if subscribed:
+        ctx.subscribe(lambda event: heard.append(event.generation))
+    sink["raise"]["config.override"] = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        ctx.override("ops", stream_interval=6)
+    assert get_serving().stream_interval == 6 and ctx.generation == 1  # committed: only the line was cut short
+    assert heard == ([1] if subscribed else [])  # and every subscriber still heard of it
+
+
 @pytest.mark.parametrize("path", ["override", "revert", "scope exit", "scope entry"])
 def test_an_interrupt_from_a_subscriber_on_every_path_is_raised_after_the_commit(ctx: Any, path: str) -> None:
     receipt = ctx.override("ops", stream_interval=2)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
-from sgconf.convert import ConversionError, converter, describe_type, scalar_union, structure
+from sgconf.convert import ConversionError, _Plan, _to_bool, converter, describe_type, scalar_union, structure
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import FieldSpec
 from sgconf.frozen import FrozenDict
@@ -205,3 +205,16 @@ def test_a_field_structured_by_two_converters_uses_each_ones_hooks() -> None:
     assert structure(None, info_of(int | None)) is None
     with pytest.raises(ConversionError, match="expected an integer"):
         structure(None, info)
+
+
+def test_only_values_our_own_hook_returns_unchanged_skip_conversion() -> None:
+    """A plain int, bool or str of exactly the field's type is returned as it is; every other field type, a
+    NaN-refusing float, a Literal and a schema's own hook always convert."""
+    assert [_Plan(info_of(tp), converter).exact for tp in (int, bool, str, int | None)] == [int, bool, str, int]
+    assert _Plan(info_of(float), converter).exact is None  # a float may be refused (NaN, infinities)
+    assert _Plan(info_of(Literal["a", "b"]), converter).exact is None
+    assert _Plan(info_of(list[int]), converter).exact is None
+    own = converter.copy()
+    own.register_structure_hook(int, lambda value, _: int(value))
+    assert _Plan(info_of(int), own).exact is None
+    assert _to_bool(True, bool) is True and _to_bool(False, bool) is False  # what the shortcut stands in for
