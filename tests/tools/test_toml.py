@@ -8,7 +8,7 @@ import sys
 import types
 from pathlib import Path
 
-import tools.ratchet.toml as toml_module
+import tools.toml as toml_module
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from tools.mutation import toml as tomllib
+from tools import toml as tomllib
 from tools.mutation.errors import MutationConfigError
 from tools.mutation.mutants import Mutant
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from tools.ratchet import toml as tomllib
+from tools import toml as tomllib
 from tools.ratchet.config import Exempt, RatchetConfig, exempt_entry
 from tools.ratchet.errors import BaselineRefused, RatchetConfigError
 from tools.ratchet.sites import KINDS, AllowComment, FileScan, Site

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from tools.ratchet import toml as tomllib
+from tools import toml as tomllib
 from tools.ratchet.errors import RatchetConfigError
 from tools.ratchet.fieldsource import SourceFacts, facts_of, is_schema
 from tools.ratchet.settings import ScanSettings

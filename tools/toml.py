@@ -1,7 +1,9 @@
-"""The TOML reader: `tomllib` from Python 3.11, its backport `tomli` before that.
+"""The TOML reader of the tools: `tomllib` from Python 3.11, its backport `tomli` before that.
 
 Every TOML read under `tools/` imports it from here, so Python 3.10 works with the
-`tomli` dependency that pyproject.toml declares for it.
+`tomli` dependency that pyproject.toml declares for it. It lives outside `tools/ratchet`
+and `tools/mutation` so that the mutation runner, which mutates ratchet modules, can
+share it without importing any of them.
 """
 
 from __future__ import annotations
