@@ -18,7 +18,7 @@ declarations (`json_schema`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -260,6 +260,35 @@ def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
     return params
 
 
+def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingParams]]:
+    """(prompt, sampling) per item of one unit of work; a batch's items mostly ask the same, so equal asks are checked once."""
+    checked: dict[str, SamplingParams] = {}
+    out = []
+    for args in argss:
+        asked = {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
+        key = repr(sorted(asked.items()))
+        if key not in checked:
+            checked[key] = sampling_of(asked)
+        out.append((args["prompt_or_ids"], checked[key]))
+    return out
+
+
+def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none.
+
+    The items of one route share their deadline and how their text is tokenized (a
+    rendered chat carries its own special tokens), so the first item's say for all.
+    """
+    first = argss[0] if argss else {}
+    return list(
+        engine.submit_batch(
+            unit_items(argss),
+            timeout_s=first.get("timeout_s"),
+            add_special_tokens=bool(first.get("add_special_tokens", True)),
+        )
+    )
+
+
 def refuse(path: str, message: str) -> InvalidRequest:
     """One problem as the error every entry raises."""
     problems = [Problem(path, message)]
@@ -373,4 +402,6 @@ __all__ = [
     "refuse",
     "sampling_of",
     "structure_params",
+    "submit_unit",
+    "unit_items",
 ]

@@ -242,6 +242,10 @@ class DPController:
         """Route one request and await its answer (see `RequestRouter.generate`)."""
         return await self.router.generate(args)
 
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Route a unit of work whole to one replica and await every item's answer (see `RequestRouter.generate_many`)."""
+        return await self.router.generate_many(argss)
+
     def stream(self, args: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """Route one request as a stream (see `RequestRouter.stream`)."""
         return self.router.stream(args)

@@ -10,7 +10,6 @@ with the typed reason `drain_timeout`, and the group answers like one engine wou
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -69,8 +68,8 @@ class ReplicaGroupBackend:
         return await self.controller.generate(args)
 
     async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # each item is a pipe message, no thread; a replica does not yet learn of a client that left
-        return list(await asyncio.gather(*(self.controller.generate(a) for a in argss)))
+        # one message for the unit: the replica admits it as one unit of work, as one engine does
+        return await self.controller.generate_many(argss)
 
     def abort_inflight(self, reason: str) -> int:
         return self.controller.abort_pending(reason)

@@ -25,6 +25,7 @@ from engine.dp.messages import (
     Failed,
     FlushCache,
     Generate,
+    GenerateUnit,
     Heartbeat,
     Ready,
     Result,
@@ -140,7 +141,7 @@ class Replica:
         self._reader.start()
 
     def submit(
-        self, message: Generate | FlushCache, *, on_chunk: Callable[[Chunk], None] | None = None
+        self, message: Generate | GenerateUnit | FlushCache, *, on_chunk: Callable[[Chunk], None] | None = None
     ) -> Future[dict[str, Any]]:
         """Send one request and return the future of its answer; a stream's pieces go to `on_chunk` first."""
         call = _Call(on_chunk)

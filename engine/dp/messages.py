@@ -47,6 +47,19 @@ class Generate:
 
 
 @attrs.frozen(slots=True)
+class GenerateUnit:
+    """Run one unit of work (a batch, or the n choices of a prompt) as one, as `Engine.submit_batch` does.
+
+    Answered with one `Result` whose body holds each item's `/generate` body under
+    `items`, in order; one `Cancel(rid)` takes every item out. Sent whole to one
+    replica, so its scheduler shares rows between units there exactly as one engine does.
+    """
+
+    rid: int
+    items: tuple[dict[str, Any], ...]
+
+
+@attrs.frozen(slots=True)
 class FlushCache:
     """Empty the replica's prefix cache; answered with a `Result` or `Failed(kind=busy)`."""
 
@@ -193,7 +206,7 @@ class Failed:
         return error(self.detail)
 
 
-ToReplica = Generate | FlushCache | Cancel | Stop | Welcome | Refused
+ToReplica = Generate | GenerateUnit | FlushCache | Cancel | Stop | Welcome | Refused
 FromReplica = Join | Ready | Heartbeat | Chunk | Result | Failed
 
 __all__ = [
@@ -205,6 +218,7 @@ __all__ = [
     "FlushCache",
     "FromReplica",
     "Generate",
+    "GenerateUnit",
     "Heartbeat",
     "Join",
     "Ready",

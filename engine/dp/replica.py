@@ -43,6 +43,7 @@ from engine.dp.messages import (
     FailureKind,
     FlushCache,
     Generate,
+    GenerateUnit,
     Heartbeat,
     Ready,
     Result,
@@ -230,6 +231,8 @@ def replica_main(
                 break
             if isinstance(message, Generate):
                 pool.submit(_generate, engine, rank, message, sender, running)
+            elif isinstance(message, GenerateUnit):
+                pool.submit(_generate_unit, engine, rank, message, sender, running)
             elif isinstance(message, Cancel):
                 _cancel(engine, message.rid, running)
             elif isinstance(message, FlushCache):
@@ -321,15 +324,15 @@ def _flush_cache(engine: Any, rank: int, rid: int, sender: _Sender) -> None:
 
 
 class Running:
-    """The engine requests of this replica by the controller's request id, so a `Cancel` can reach one."""
+    """The engine requests of this replica by the controller's request id (one, or a unit's), so a `Cancel` reaches them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._reqs: dict[int, Any] = {}
+        self._reqs: dict[int, list[Any]] = {}
         self._cancelled: set[int] = set()  # cancelled before its request was queued
 
-    def add(self, rid: int, req: Any) -> bool:
-        """Remember `req` for `rid`; False when `rid` was cancelled already (the caller cancels it)."""
+    def add(self, rid: int, req: list[Any]) -> bool:
+        """Remember the requests `req` for `rid`; False when `rid` was cancelled already (the caller cancels them)."""
         with self._lock:
             if rid in self._cancelled:
                 self._cancelled.discard(rid)
@@ -341,8 +344,8 @@ class Running:
         with self._lock:
             self._reqs.pop(rid, None)
 
-    def take(self, rid: int) -> Any:
-        """The request of `rid` to cancel now, or None (then it is cancelled when it is queued)."""
+    def take(self, rid: int) -> list[Any] | None:
+        """The requests of `rid` to cancel now, or None (then they are cancelled when they are queued)."""
         with self._lock:
             req = self._reqs.pop(rid, None)
             if req is None:
@@ -351,9 +354,9 @@ class Running:
 
 
 def _cancel(engine: Any, rid: int, running: Running) -> None:
-    req = running.take(rid)
-    if req is not None:
-        engine.cancel([req])
+    reqs = running.take(rid)
+    if reqs is not None:
+        engine.cancel(reqs)
 
 
 def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, running: Running) -> None:
@@ -367,7 +370,7 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
     try:
         if message.stream:
             tokens = engine.stream(**args)
-            if not running.add(rid, tokens.req):
+            if not running.add(rid, [tokens.req]):
                 engine.cancel([tokens.req])
             for chunk in tokens:
                 sender.send(Chunk(rid, chunk.text, tuple(chunk.token_ids)))
@@ -375,18 +378,45 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
         else:
             prompt = args.pop("prompt_or_ids")
             req = engine.submit(prompt, **args)
-            if not running.add(rid, req):
+            if not running.add(rid, [req]):
                 engine.cancel([req])
             result = engine.wait(req, timeout=timeout)
     except RequestCancelled:
         return  # the controller dropped this request: nobody waits for an answer
     except Exception as exc:
-        failed = Failed.of(rid, exc)
-        if failed is None or failed.kind is FailureKind.REPLICA_FAILED:  # a bug: reported, and logged here
-            log.error("replica.generate_failed", error=repr(exc))
-            failed = Failed(rid, FailureKind.REPLICA_FAILED, f"replica {rank - 1} failed the request -- see its log")
-        sender.send(failed)
+        sender.send(_failure(rid, rank, exc))
         return
     finally:
         running.done(rid)
     sender.send(Result(rid, generate_body(result, dp_rank=rank - 1)))
+
+
+def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sender, running: Running) -> None:
+    """Run a unit of work as one engine unit (`submit_batch`), answered once with every item's body, in order."""
+    from engine.errors import RequestCancelled
+    from engine.http.bodies import generate_body
+    from engine.request_params import submit_unit
+
+    rid = message.rid
+    try:
+        reqs = submit_unit(engine, message.items)
+        if not running.add(rid, reqs):
+            engine.cancel(reqs)
+        bodies = [generate_body(engine.wait(req), dp_rank=rank - 1) for req in reqs]
+    except RequestCancelled:
+        return  # the controller dropped this unit: nobody waits for an answer
+    except Exception as exc:
+        sender.send(_failure(rid, rank, exc))
+        return
+    finally:
+        running.done(rid)
+    sender.send(Result(rid, {"items": bodies}))
+
+
+def _failure(rid: int, rank: int, exc: Exception) -> Failed:
+    """The answer to a request that raised: its typed failure, or a replica failure for a bug (logged here)."""
+    failed = Failed.of(rid, exc)
+    if failed is None or failed.kind is FailureKind.REPLICA_FAILED:
+        log.error("replica.generate_failed", error=repr(exc))
+        failed = Failed(rid, FailureKind.REPLICA_FAILED, f"replica {rank - 1} failed the request -- see its log")
+    return failed

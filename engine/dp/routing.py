@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Chunk, Generate
+from engine.dp.messages import Chunk, Generate, GenerateUnit
 from engine.errors import ReplicaFailed, ReplicaLost, ReplicaUnresponsive
 
 log = structlog.get_logger("engine.dp.controller")
@@ -70,12 +70,27 @@ class RequestRouter:
         deterministic, so the answer is the one the first replica would have given. Each
         replica is tried once, so a request that kills every replica it reaches ends there.
         """
+        return await self._answer(lambda rid: Generate(rid, args))
+
+    async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Route a unit of work (a batch, the n choices of a prompt) whole to one replica; each item's answer, in order.
+
+        One message and one answer for the unit, and the replica's scheduler shares rows
+        between units as one engine's does, so a client's fan-out is held to its share
+        there too. Retried on another replica like `generate`.
+        """
+        if len(argss) == 1:
+            return [await self.generate(argss[0])]
+        body = await self._answer(lambda rid: GenerateUnit(rid, tuple(argss)))
+        return list(body["items"])
+
+    async def _answer(self, message: Callable[[int], Generate | GenerateUnit]) -> dict[str, Any]:
         tried: set[int] = set()
         while True:
             replica = self._route(tried)
             rid = next(self._rids)
             try:
-                return await asyncio.wrap_future(replica.submit(Generate(rid, args)))
+                return await asyncio.wrap_future(replica.submit(message(rid)))
             except (ReplicaUnresponsive, ReplicaLost) as exc:
                 log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
             except asyncio.CancelledError:  # the client went away: the replica frees the request's KV

@@ -17,7 +17,7 @@ from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
 from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
-from engine.request_params import sampling_of
+from engine.request_params import submit_unit
 
 ROLE = "scheduler"
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
@@ -58,13 +58,8 @@ class EngineBackend:
 
         Cancelled (the client went away), the requests leave the scheduler at its next step.
         """
-        timeout_s = argss[0].get("timeout_s") if argss else None
-        # one route's items share how their text is tokenized (a rendered chat carries its special tokens)
-        special = bool(argss[0].get("add_special_tokens", True)) if argss else True
         # checked and tokenized off the event loop, so a large batch does not hold up other clients' requests
-        reqs = await run_in_threadpool(
-            lambda: self.engine.submit_batch(_items(argss), timeout_s=timeout_s, add_special_tokens=special)
-        )
+        reqs = await run_in_threadpool(lambda: submit_unit(self.engine, argss))
         try:
             await self._finished(reqs)
         except BaseException:
@@ -161,19 +156,6 @@ class EngineBackend:
 
     def resync_replica(self, index: int) -> dict[str, Any]:
         raise NoSuchReplica(_no_replicas(index))
-
-
-def _items(argss: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
-    """(prompt, sampling) per item; the items of a batch mostly ask the same, so equal asks are checked once."""
-    checked: dict[str, Any] = {}
-    out = []
-    for args in argss:
-        asked = {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
-        key = repr(sorted(asked.items()))
-        if key not in checked:
-            checked[key] = sampling_of(asked)
-        out.append((args["prompt_or_ids"], checked[key]))
-    return out
 
 
 def storage_degraded_text(storage: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Cancel, Chunk, Failed, FailureKind, Generate, Ready, Result
+from engine.dp.messages import Cancel, Chunk, Failed, FailureKind, Generate, GenerateUnit, Ready, Result
 from engine.dp.routing import RequestRouter
 from engine.errors import ReplicaLost, RequestRejected
 
@@ -48,6 +48,12 @@ class Played:
         assert self.theirs.poll(10), "no request reached the replica"
         message = self.theirs.recv()
         assert isinstance(message, Generate)
+        return message
+
+    def unit(self) -> GenerateUnit:
+        assert self.theirs.poll(10), "no unit reached the replica"
+        message = self.theirs.recv()
+        assert isinstance(message, GenerateUnit)
         return message
 
     def die(self) -> None:
@@ -248,9 +254,83 @@ def test_a_cancel_reaches_the_engine_whether_it_comes_before_or_after_the_reques
 
     engine, running = FakeEngine(), Running()
     req = engine.submit("x")
-    assert running.add(7, req)
+    assert running.add(7, [req])
     _cancel(engine, 7, running)  # after: cancelled at once
     assert engine.cancelled == [req]
     _cancel(engine, 8, running)  # before: nothing to cancel yet ...
     assert engine.cancelled == [req]
-    assert not running.add(8, engine.submit("y"))  # ... so the request is refused when it is queued
+    assert not running.add(8, [engine.submit("y")])  # ... so the request is refused when it is queued
+
+
+def test_a_unit_of_work_goes_whole_to_one_replica_and_is_retried_whole(played: list[Played]) -> None:
+    """A batch is one message to one replica, answered once with each item in order; when that replica dies
+    the whole unit goes to the other; a client that leaves cancels the unit with one `Cancel`."""
+    router = RequestRouter([p.replica for p in played])
+    argss = [{"prompt_or_ids": f"p{i}", "max_new_tokens": 1} for i in range(3)]
+
+    async def scenario() -> list[dict[str, Any]]:
+        task = asyncio.ensure_future(router.generate_many(argss))
+        first = await asyncio.to_thread(played[0].unit)
+        assert list(first.items) == argss
+        assert not played[1].theirs.poll(0.1)  # nothing of the unit went to the other replica
+        played[0].die()
+        second = await asyncio.to_thread(played[1].unit)
+        assert second.items == first.items and second.rid != first.rid
+        played[1].theirs.send(Result(second.rid, {"items": [{"text": t} for t in "abc"]}))
+        answer = await task
+        gone = asyncio.ensure_future(router.generate_many(argss))
+        sent = await asyncio.to_thread(played[1].unit)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert await asyncio.to_thread(_next_message, played[1]) == Cancel(sent.rid)
+        return answer
+
+    assert _run(scenario()) == [{"text": "a"}, {"text": "b"}, {"text": "c"}]
+
+
+def test_a_one_item_unit_is_a_plain_request(played: list[Played]) -> None:
+    router = RequestRouter([p.replica for p in played])
+
+    async def scenario() -> list[dict[str, Any]]:
+        task = asyncio.ensure_future(router.generate_many([{"prompt_or_ids": "x", "max_new_tokens": 1}]))
+        sent = await asyncio.to_thread(played[0].request)
+        played[0].theirs.send(Result(sent.rid, {"text": "ok"}))
+        return await task
+
+    assert _run(scenario()) == [{"text": "ok"}]
+
+
+class UnitEngine(FakeEngine):
+    """An engine whose batch submit hands back one request per item and whose wait answers each at once."""
+
+    def submit_batch(self, items: list[Any], *, timeout_s: Any = None, add_special_tokens: bool = True) -> list[Any]:
+        self.submitted.append((items, timeout_s, add_special_tokens))
+        return [("req", prompt) for prompt, _ in items]
+
+    def wait(self, req: Any) -> Any:
+        raise NotImplementedError  # replaced per test
+
+
+def test_a_replica_runs_a_unit_as_one_batch_and_answers_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replica submits the unit with one `submit_batch`, answers every item's body in order, and a
+    `Cancel` of the unit's id reaches all of its requests."""
+    import engine.http.bodies as bodies
+    from engine.dp import replica
+
+    monkeypatch.setattr(bodies, "generate_body", lambda result, dp_rank=None: {"text": result, "dp_rank": dp_rank})
+    engine, running, sent = UnitEngine(), replica.Running(), []
+    engine.wait = lambda req: req[1].upper()  # type: ignore[method-assign]
+
+    class Sender:
+        def send(self, message: Any) -> None:
+            sent.append(message)
+
+    items = ({"prompt_or_ids": "a", "max_new_tokens": 1, "timeout_s": 5}, {"prompt_or_ids": "b", "max_new_tokens": 1})
+    replica._generate_unit(engine, 2, GenerateUnit(4, items), Sender(), running)  # type: ignore[arg-type]
+    assert sent == [Result(4, {"items": [{"text": "A", "dp_rank": 1}, {"text": "B", "dp_rank": 1}]})]
+    ((submitted, timeout_s, special),) = engine.submitted
+    assert [p for p, _ in submitted] == ["a", "b"] and timeout_s == 5 and special is True
+    assert running.add(9, [("req", "x"), ("req", "y")])
+    replica._cancel(engine, 9, running)
+    assert engine.cancelled == [("req", "x"), ("req", "y")]

@@ -199,6 +199,18 @@ def test_two_replicas_route_propagate_and_report(dp_server: tuple[Any, Any, Path
     assert r.status_code == 200, r.text
     assert [s["generation"] for s in r.json()["ranks"]] == [6, 6, 6]
 
+    # a batch and an n-choice prompt are each one unit of work on one replica: every item answered, in
+    # order, with the tokens the same prompt gets alone
+    alone = client.post("/generate", json={"text": "hi there", "max_new_tokens": 3}).json()["output_ids"]
+    r = client.post("/generate", json={"text": ["hello", "hi there", "hey"], "max_new_tokens": 3})
+    assert r.status_code == 200, r.text
+    batch = r.json()
+    assert [len(b["output_ids"]) for b in batch] == [3, 3, 3] and batch[1]["output_ids"] == alone
+    assert len({b["meta_info"]["dp_rank"] for b in batch}) == 1
+    r = client.post("/v1/completions", json={"prompt": "hi there", "max_tokens": 3, "temperature": 0, "n": 2})
+    assert r.status_code == 200, r.text
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1]
+
 
 class FakeReplica:
     def __init__(self, index: int, inflight: int, alive: bool = True) -> None:
