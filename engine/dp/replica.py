@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -360,14 +360,14 @@ def _cancel(engine: Any, rid: int, running: Running) -> None:
 
 
 def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, running: Running) -> None:
-    """Run one request; a streamed one sends each piece as it fills. Any failure is answered, never a hung caller."""
-    from engine.errors import RequestCancelled
+    """Run one request; a streamed one sends each piece as it fills."""
     from engine.http.bodies import generate_body
 
     rid = message.rid
     args = dict(message.args)
     timeout = args.pop("timeout", None)
-    try:
+
+    def work() -> dict[str, Any]:
         if message.stream:
             tokens = engine.stream(**args)
             if not running.add(rid, [tokens.req]):
@@ -376,41 +376,44 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
                 sender.send(Chunk(rid, chunk.text, tuple(chunk.token_ids)))
             result = tokens.result()
         else:
-            prompt = args.pop("prompt_or_ids")
-            req = engine.submit(prompt, **args)
+            req = engine.submit(args.pop("prompt_or_ids"), **args)
             if not running.add(rid, [req]):
                 engine.cancel([req])
             result = engine.wait(req, timeout=timeout)
-    except RequestCancelled:
-        return  # the controller dropped this request: nobody waits for an answer
-    except Exception as exc:
-        sender.send(_failure(rid, rank, exc))
-        return
-    finally:
-        running.done(rid)
-    sender.send(Result(rid, generate_body(result, dp_rank=rank - 1)))
+        return generate_body(result, dp_rank=rank - 1)  # type: ignore[no-any-return]
+
+    _answer(rid, rank, sender, running, work)
 
 
 def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sender, running: Running) -> None:
     """Run a unit of work as one engine unit (`submit_batch`), answered once with every item's body, in order."""
-    from engine.errors import RequestCancelled
     from engine.http.bodies import generate_body
     from engine.request_params import submit_unit
 
-    rid = message.rid
-    try:
+    def work() -> dict[str, Any]:
         reqs = submit_unit(engine, message.items)
-        if not running.add(rid, reqs):
+        if not running.add(message.rid, reqs):
             engine.cancel(reqs)
-        bodies = [generate_body(engine.wait(req), dp_rank=rank - 1) for req in reqs]
+        return {"items": [generate_body(engine.wait(req), dp_rank=rank - 1) for req in reqs]}
+
+    _answer(message.rid, rank, sender, running, work)
+
+
+def _answer(rid: int, rank: int, sender: _Sender, running: Running, work: Callable[[], dict[str, Any]]) -> None:
+    """Send `work()`'s body as the answer to `rid`: a failure is answered too, never a hung caller; a request
+    the controller cancelled gets no answer (nobody waits for one); `rid` leaves `running` either way."""
+    from engine.errors import RequestCancelled
+
+    try:
+        body = work()
     except RequestCancelled:
-        return  # the controller dropped this unit: nobody waits for an answer
+        return
     except Exception as exc:
         sender.send(_failure(rid, rank, exc))
         return
     finally:
         running.done(rid)
-    sender.send(Result(rid, {"items": bodies}))
+    sender.send(Result(rid, body))
 
 
 def _failure(rid: int, rank: int, exc: Exception) -> Failed:

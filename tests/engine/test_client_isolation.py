@@ -125,10 +125,10 @@ def test_an_http_batch_is_one_unit_of_work(engine: Engine) -> None:
 
 def test_a_batch_checks_each_distinct_ask_once_and_keeps_items_apart() -> None:
     """Items asking the same share one checked SamplingParams; an item asking otherwise gets its own."""
-    from engine.http.engine_backend import _items
+    from engine.request_params import unit_items
 
     same = {"prompt_or_ids": "a", "temperature": 0.5, "max_new_tokens": 3, "timeout_s": 5}
-    items = _items([same, {**same, "prompt_or_ids": "b"}, {**same, "temperature": 0.0}])
+    items = unit_items([same, {**same, "prompt_or_ids": "b"}, {**same, "temperature": 0.0}])
     assert [p for p, _ in items] == ["a", "b", "a"]
     assert items[0][1] is items[1][1] and items[0][1].temperature == 0.5
     assert items[2][1] is not items[0][1] and items[2][1].temperature == 0.0 and items[2][1].max_new_tokens == 3
