@@ -380,7 +380,7 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
             if not running.add(rid, [req]):
                 engine.cancel([req])
             result = engine.wait(req, timeout=timeout)
-        return generate_body(result, dp_rank=rank - 1)  # type: ignore[no-any-return]
+        return generate_body(result, dp_rank=rank - 1)
 
     _answer(rid, rank, sender, running, work)
 
