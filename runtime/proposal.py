@@ -8,7 +8,6 @@ longer fail for a bad value.
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -178,9 +177,10 @@ def _evolve(
 def _replaced(obj: Any, changes: Mapping[str, Any]) -> Any:
     """`attrs.evolve` for values validated already (each override value was converted and checked).
 
-    Fills the slots of a new frozen instance directly, the way attrs' own `__init__` does,
-    so a commit does not pay for running every validator of the bag again; the copy is a
-    function generated once per class (`_copier`), one slot store per field and no loop.
+    A commit must not pay for running every validator of the bag again, nor for a setattr
+    call per field (what a frozen class's own `__init__` does): the copy is a function
+    generated once per class (`_copier`) that fills a mutable twin of the class with plain
+    slot stores, then makes it an instance of the class itself.
     """
     cls = type(obj)
     copier = cls.__dict__.get(_COPIER)
@@ -193,18 +193,28 @@ _COPIER = "_sgconf_copier"
 
 
 def _copier(cls: type) -> Callable[[Any, Mapping[str, Any]], Any]:
-    """A function copying every attrs field of `cls` into a fresh instance, then setting `changes` on it; kept on the class."""
+    """A function copying every attrs field of `cls` into a fresh instance, then setting `changes` on it; kept on the class.
+
+    The twin is a subclass adding no slots and no `__dict__`, with the generic attribute
+    store back: its instances have exactly the class's layout, so the finished copy can
+    take the class as its own (`__class__` assignment), after which it is frozen like any
+    other instance. The twin never escapes this function.
+    """
     names = [a.name for a in attrs.fields(cls)]
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_set": object.__setattr__}
-    lines = ["def copy(obj, changes):", "    new = _new(_cls)"]
-    for i, name in enumerate(names):
-        slot = cls.__dict__.get(name, getattr(cls, name, None))
-        if isinstance(slot, types.MemberDescriptorType):
-            scope[f"_s{i}"] = slot.__set__  # the slot's own store, as attrs' frozen __init__ fills it
-            lines.append(f"    _s{i}(new, obj.{name})")
-        else:  # a class with a __dict__
-            lines.append(f"    _set(new, {name!r}, obj.{name})")
-    lines += ["    for name, value in changes.items():", "        _set(new, name, value)", "    return new"]
+    twin = type(
+        f"_Mutable{cls.__name__}",
+        (cls,),
+        {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__},
+    )
+    scope: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls, "_set": setattr}
+    lines = ["def copy(obj, changes):", "    new = _new(_twin)"]
+    lines += [f"    new.{name} = obj.{name}" for name in names]
+    lines += [
+        "    for name, value in changes.items():",
+        "        _set(new, name, value)",
+        "    new.__class__ = _cls",
+        "    return new",
+    ]
     exec("\n".join(lines), scope)  # noqa: S102 (generated from attribute names only, as attrs builds its own methods)
     copier: Callable[[Any, Mapping[str, Any]], Any] = scope["copy"]
     setattr(cls, _COPIER, copier)

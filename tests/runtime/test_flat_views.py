@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import attrs
 import pytest
 
@@ -107,6 +109,27 @@ def test_a_generated_copy_keeps_every_other_field_and_sets_the_changed_ones() ->
     wide = _replaced(Wider(1, "x", (2,), 3.0), {"a": 9, "d": 4.0})
     assert wide == Wider(9, "x", (2,), 4.0) and type(wide) is Wider  # a subclass gets its own copy, with its own fields
     assert _replaced(bag, {}) == bag and _replaced(bag, {}) is not bag
+
+
+def test_a_generated_copy_is_frozen_and_of_the_class_itself_for_every_layout() -> None:
+    @attrs.frozen(slots=True, weakref_slot=True)
+    class Slotted:
+        a: int
+        b: list[int]
+
+    @attrs.frozen(slots=False)
+    class WithDict:
+        a: int
+        b: str = "x"
+
+    for bag, change in ((Slotted(1, [2]), {"a": 5}), (WithDict(1), {"b": "y"})):
+        new = _replaced(bag, change)
+        assert type(new) is type(bag) and new == attrs.evolve(bag, **change)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            new.a = 7  # type: ignore[misc]
+        assert new.a == (5 if isinstance(bag, Slotted) else 1)
+    weakref.ref(_replaced(Slotted(1, [2]), {}))  # the class's own weakref slot is there
+    assert _replaced(Slotted(1, [2]), {"b": [3]}).b == [3]
 
 
 def test_an_override_rechecks_only_the_rules_that_read_what_it_touched_in_declaration_order() -> None:
