@@ -32,11 +32,17 @@ from runtime.overrides import (
 from runtime.proposal import Proposing, _evolve
 from runtime.roles import make_view
 from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without_write
+from runtime.twin import builder
 from sgconf.errors import ConfigError, Problem
 from sgconf.rules import check_rules
 
 if TYPE_CHECKING:
     from runtime.scopes import Scope
+
+
+# a commit's own records, whose every field is given and checked: built without attrs' setattr per field
+_record = builder(OverrideRecord)
+_receipt = builder(OverrideReceipt)
 
 
 class Committing(Proposing):
@@ -62,19 +68,20 @@ class Committing(Proposing):
             )
             raise StaleProposalError([Problem("$", msg)], header=f"override from {proposal.source!r} not committed")
         # everything that can fail is built here, before the swap
-        rec = OverrideRecord(
+        rec = _record(
             proposal.source,
             proposal.layer,
             proposal.snapshot.generation,
             time.time(),
             proposal.changes,
-            owner=CONTEXT_OWNER if owner is None else owner.owner_name,
+            "set",
+            CONTEXT_OWNER if owner is None else owner.owner_name,
         )
         write = Write(
             rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token
         )
         new = self._next_state(state, proposal.snapshot, rec, add=write, flat=proposal.flat)
-        receipt = OverrideReceipt(self, rec, new.view, owner=owner)
+        receipt = _receipt(self, rec, new.view, owner)
         news = self._news("config.override", rec, new)
         self._swap(new)
         if scope is not None:

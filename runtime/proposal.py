@@ -8,16 +8,15 @@ longer fail for a bad value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from runtime import process
 from runtime.dispatch import Dispatching
 from runtime.errors import ContextReplacedError
 from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
+from runtime.twin import builder, replaced
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
 from sgconf.rules import check_rules, rules_reading
@@ -104,7 +103,7 @@ class Proposing(Dispatching):
                 problems.append(Problem(info.path, _unresolving(info, value, state.base[name]), origin))
             else:
                 converted[name] = value = detached(value)  # nothing the caller passed in is kept by reference
-                changes.append(FieldChange(name, flat[name], value, secret=info.setting.secret))
+                changes.append(_change(name, flat[name], value, info.setting.secret))
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
             raise cls(problems, header=f"override from {source!r} rejected, nothing changed")
@@ -116,9 +115,14 @@ class Proposing(Dispatching):
             if broken:
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
-        return OverrideProposal(
+        return _proposal(
             self, state, source, layer, tuple(changes), snapshot, FlatView(snapshot, getters_of(self.schema))
         )
+
+
+# a commit's own records, whose every field is given and checked: built without attrs' setattr per field
+_change = builder(FieldChange)
+_proposal = builder(OverrideProposal)
 
 
 def _is_unresolved(value: Any) -> bool:
@@ -167,58 +171,11 @@ def _evolve(
         top, child = routes[path]
         bag = tops.get(top, getattr(snapshot, top))
         if child is None:
-            tops[top] = _replaced(bag, changed)
+            tops[top] = replaced(bag, changed)
         else:
-            tops[top] = _replaced(bag, {child: _replaced(getattr(bag, child), changed)})
+            tops[top] = replaced(bag, {child: replaced(getattr(bag, child), changed)})
     tops["generation"] = generation
-    return _replaced(snapshot, tops)  # type: ignore[no-any-return]
-
-
-def _replaced(obj: Any, changes: Mapping[str, Any]) -> Any:
-    """`attrs.evolve` for values validated already (each override value was converted and checked).
-
-    A commit must not pay for running every validator of the bag again, nor for a setattr
-    call per field (what a frozen class's own `__init__` does): the copy is a function
-    generated once per class (`_copier`) that fills a mutable twin of the class with plain
-    slot stores, then makes it an instance of the class itself.
-    """
-    cls = type(obj)
-    copier = cls.__dict__.get(_COPIER)
-    if copier is None:
-        copier = _copier(cls)
-    return copier(obj, changes)
-
-
-_COPIER = "_sgconf_copier"
-
-
-def _copier(cls: type) -> Callable[[Any, Mapping[str, Any]], Any]:
-    """A function copying every attrs field of `cls` into a fresh instance, then setting `changes` on it; kept on the class.
-
-    The twin is a subclass adding no slots and no `__dict__`, with the generic attribute
-    store back: its instances have exactly the class's layout, so the finished copy can
-    take the class as its own (`__class__` assignment), after which it is frozen like any
-    other instance. The twin never escapes this function.
-    """
-    names = [a.name for a in attrs.fields(cls)]
-    twin = type(
-        f"_Mutable{cls.__name__}",
-        (cls,),
-        {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__},
-    )
-    scope: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls, "_set": setattr}
-    lines = ["def copy(obj, changes):", "    new = _new(_twin)"]
-    lines += [f"    new.{name} = obj.{name}" for name in names]
-    lines += [
-        "    for name, value in changes.items():",
-        "        _set(new, name, value)",
-        "    new.__class__ = _cls",
-        "    return new",
-    ]
-    exec("\n".join(lines), scope)  # noqa: S102 (generated from attribute names only, as attrs builds its own methods)
-    copier: Callable[[Any, Mapping[str, Any]], Any] = scope["copy"]
-    setattr(cls, _COPIER, copier)
-    return copier
+    return replaced(snapshot, tops)  # type: ignore[no-any-return]
 
 
 __all__ = ["Proposing"]

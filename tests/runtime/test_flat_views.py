@@ -10,7 +10,7 @@ import pytest
 from runtime import create_context
 from runtime.fingerprint import Fingerprint, _term, counted, fingerprint_of
 from runtime.flatview import FlatView, Overlay, getters_of
-from runtime.proposal import _replaced
+from runtime.twin import replaced
 from sgconf import Rule, Schema, setting
 from sgconf.rules import check_rules
 
@@ -104,11 +104,11 @@ def test_a_generated_copy_keeps_every_other_field_and_sets_the_changed_ones() ->
         d: float = 1.0
 
     bag = Bag(1, "x", (1,))
-    new = _replaced(bag, {"b": "y"})
+    new = replaced(bag, {"b": "y"})
     assert new == Bag(1, "y", (1,)) and bag == Bag(1, "x", (1,)) and type(new) is Bag
-    wide = _replaced(Wider(1, "x", (2,), 3.0), {"a": 9, "d": 4.0})
+    wide = replaced(Wider(1, "x", (2,), 3.0), {"a": 9, "d": 4.0})
     assert wide == Wider(9, "x", (2,), 4.0) and type(wide) is Wider  # a subclass gets its own copy, with its own fields
-    assert _replaced(bag, {}) == bag and _replaced(bag, {}) is not bag
+    assert replaced(bag, {}) == bag and replaced(bag, {}) is not bag
 
 
 def test_a_generated_copy_is_frozen_and_of_the_class_itself_for_every_layout() -> None:
@@ -123,13 +123,13 @@ def test_a_generated_copy_is_frozen_and_of_the_class_itself_for_every_layout() -
         b: str = "x"
 
     for bag, change in ((Slotted(1, [2]), {"a": 5}), (WithDict(1), {"b": "y"})):
-        new = _replaced(bag, change)
+        new = replaced(bag, change)
         assert type(new) is type(bag) and new == attrs.evolve(bag, **change)
         with pytest.raises(attrs.exceptions.FrozenInstanceError):
             new.a = 7  # type: ignore[misc]
         assert new.a == (5 if isinstance(bag, Slotted) else 1)
-    weakref.ref(_replaced(Slotted(1, [2]), {}))  # the class's own weakref slot is there
-    assert _replaced(Slotted(1, [2]), {"b": [3]}).b == [3]
+    weakref.ref(replaced(Slotted(1, [2]), {}))  # the class's own weakref slot is there
+    assert replaced(Slotted(1, [2]), {"b": [3]}).b == [3]
 
 
 def test_an_override_rechecks_only_the_rules_that_read_what_it_touched_in_declaration_order() -> None:
