@@ -19,18 +19,7 @@ from typing import Any
 
 import structlog
 
-from engine.dp.messages import (
-    Cancel,
-    Chunk,
-    Failed,
-    FlushCache,
-    Generate,
-    GenerateUnit,
-    Heartbeat,
-    Ready,
-    Result,
-    Stop,
-)
+from engine.dp import messages
 from engine.dp.nodes import RemoteProcess
 from engine.errors import EngineStopped, ReplicaFailed, ReplicaLost, ReplicaUnresponsive
 
@@ -42,7 +31,7 @@ class _Call:
 
     __slots__ = ("future", "on_chunk")
 
-    def __init__(self, on_chunk: Callable[[Chunk], None] | None) -> None:
+    def __init__(self, on_chunk: Callable[[messages.Chunk], None] | None) -> None:
         self.future: Future[dict[str, Any]] = Future()
         self.on_chunk = on_chunk
 
@@ -75,7 +64,7 @@ class Replica:
         self.busy = 0
         self.storage_degraded = False
         self.unresponsive = False
-        self.load: Heartbeat | None = None  # the last report, for /metrics
+        self.load: messages.Heartbeat | None = None  # the last report, for /metrics
 
     @property
     def inflight(self) -> int:
@@ -88,7 +77,7 @@ class Replica:
         """Alive and reporting progress: the only replicas that get requests."""
         return self.alive() and not self.unresponsive
 
-    def _report(self, beat: Heartbeat) -> None:
+    def _report(self, beat: messages.Heartbeat) -> None:
         now = self.clock()
         with self._lock:
             self.last_report = now
@@ -132,7 +121,7 @@ class Replica:
             message = self.conn.recv()
         except (EOFError, OSError):
             message = None
-        if not isinstance(message, Ready):
+        if not isinstance(message, messages.Ready):
             self.process.join(5.0)
             msg = f"replica {self.index} exited while starting ({self.ended()}) -- see its log"
             raise ReplicaFailed(msg)
@@ -141,7 +130,10 @@ class Replica:
         self._reader.start()
 
     def submit(
-        self, message: Generate | GenerateUnit | FlushCache, *, on_chunk: Callable[[Chunk], None] | None = None
+        self,
+        message: messages.Generate | messages.GenerateUnit | messages.FlushCache,
+        *,
+        on_chunk: Callable[[messages.Chunk], None] | None = None,
     ) -> Future[dict[str, Any]]:
         """Send one request and return the future of its answer; a stream's pieces go to `on_chunk` first."""
         call = _Call(on_chunk)
@@ -166,7 +158,7 @@ class Replica:
                 return
             call.future.cancel()
             try:
-                self.conn.send(Cancel(rid))
+                self.conn.send(messages.Cancel(rid))
             except (BrokenPipeError, OSError):
                 pass  # the replica is gone: nothing runs there any more
 
@@ -176,16 +168,16 @@ class Replica:
                 message = self.conn.recv()
             except (EOFError, OSError):
                 break
-            if isinstance(message, Heartbeat):
+            if isinstance(message, messages.Heartbeat):
                 self._report(message)
                 continue
-            if isinstance(message, Chunk):
+            if isinstance(message, messages.Chunk):
                 with self._lock:
                     call = self.pending.get(message.rid)
                 if call is not None and call.on_chunk is not None and not call.future.cancelled():
                     call.on_chunk(message)
                 continue
-            if not isinstance(message, Result | Failed):
+            if not isinstance(message, messages.Result | messages.Failed):
                 log.error("dp.unknown_message", replica=self.index, message=type(message).__name__)
                 continue
             with self._lock:
@@ -193,7 +185,7 @@ class Replica:
             # a cancelled future is dropped here, or setting it would end the reader for every later request
             if call is None or not call.future.set_running_or_notify_cancel():
                 continue
-            if isinstance(message, Result):
+            if isinstance(message, messages.Result):
                 call.future.set_result(message.body)
             else:
                 call.future.set_exception(message.error())
@@ -237,7 +229,7 @@ class Replica:
         """Ask the replica to stop; terminate, then kill it if it does not."""
         self.stopping = True
         try:
-            self.conn.send(Stop())
+            self.conn.send(messages.Stop())
         except (BrokenPipeError, OSError):
             pass
         self.process.join(timeout_s)
