@@ -16,34 +16,23 @@ from runtime import logs as _logs
 from runtime import process
 from runtime import testing as _testing
 from runtime.accessors import accessor
-from sgconf.serving import (
-    SERVING,
-    DeviceConfig,
-    DisaggConfig,
-    ExecConfig,
-    MemoryConfig,
-    ModelConfig,
-    ObservabilityConfig,
-    ParallelConfig,
-    ScheduleConfig,
-    ServingConfig,
-    SpecConfig,
-)
+from sgconf.serving import SERVING
 from sgconf.serving import derived as _derived
+from sgconf.serving import namespaces as _ns
 
 if TYPE_CHECKING:
     from runtime.snapshot import Snapshot
 
-get_model = accessor(ModelConfig)
-get_device = accessor(DeviceConfig)
-get_parallel = accessor(ParallelConfig)
-get_memory = accessor(MemoryConfig)
-get_schedule = accessor(ScheduleConfig)
-get_spec = accessor(SpecConfig)
-get_disagg = accessor(DisaggConfig)
-get_serving = accessor(ServingConfig)
-get_observability = accessor(ObservabilityConfig)
-get_exec = accessor(ExecConfig)
+get_model = accessor(_ns.ModelConfig)
+get_device = accessor(_ns.DeviceConfig)
+get_parallel = accessor(_ns.ParallelConfig)
+get_memory = accessor(_ns.MemoryConfig)
+get_schedule = accessor(_ns.ScheduleConfig)
+get_spec = accessor(_ns.SpecConfig)
+get_disagg = accessor(_ns.DisaggConfig)
+get_serving = accessor(_ns.ServingConfig)
+get_observability = accessor(_ns.ObservabilityConfig)
+get_exec = accessor(_ns.ExecConfig)
 
 # The serving schema's role sets: a live read-only view.
 ROLE_NAMESPACE_SETS: Mapping[str, frozenset[str]] = SERVING.roles()
