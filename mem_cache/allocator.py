@@ -17,6 +17,7 @@ O(indices log indices).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -34,6 +35,13 @@ def _as_index(values: IntsLike, device: torch.device) -> torch.Tensor:
     return torch.tensor(list(values), dtype=torch.int64, device=device)
 
 
+def _device_of(kvcache: KVPool | None, device: str | torch.device | None) -> torch.device:
+    """The device asked for, else the pool's, else the CPU."""
+    if device is None:
+        device = kvcache.device if kvcache is not None else "cpu"
+    return torch.device(device)
+
+
 class KVAllocator(Protocol):
     """What a scheduler or model runner needs from any KV allocator."""
 
@@ -46,22 +54,6 @@ class KVAllocator(Protocol):
     def available_size(self) -> int: ...
 
     def get_kvcache(self) -> KVPool | None: ...
-
-
-class PagedKVAllocator(KVAllocator, Protocol):
-    """What a continuous-batching scheduler needs: page-aware extend and decode on top of `KVAllocator`."""
-
-    size: int
-
-    def alloc_extend(
-        self,
-        prefix_lens: IntsLike,
-        seq_lens: IntsLike,
-        last_loc: IntsLike,
-        extend_num_tokens: int | None = None,
-    ) -> torch.Tensor | None: ...
-
-    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None: ...
 
 
 def _decode_slots(last: torch.Tensor, starts: torch.Tensor, pages: torch.Tensor, page: int) -> torch.Tensor:
@@ -114,7 +106,135 @@ class _ExtendLayout:
         return torch.where(t < self.lim.index_select(0, req), cont, fresh.index_select(0, v))
 
 
-class PagedTokenToKVPoolAllocator:
+class PagedKVAllocator(KVAllocator):
+    """What a continuous-batching scheduler needs: page-aware extend and decode on top of `KVAllocator`.
+
+    The public calls live here, once, so every paged allocator checks its arguments
+    alike, takes the page-size-1 path alike (each token is a page of its own) and frees
+    all or nothing; a subclass says only how it takes pages and records what it placed
+    (`_alloc_pages`, `_place_extend`, `_place_decode`, `_free`).
+    """
+
+    size: int
+
+    def __init__(self, page_size: int, device: torch.device) -> None:
+        self.page_size = page_size
+        self.device = device
+        self._offsets = torch.arange(page_size, dtype=torch.int64, device=self.device)
+        self._iota = torch.arange(0, dtype=torch.int64, device=self.device)
+
+    # ---- public alloc/free ---------------------------------------------------------------
+    def alloc(self, need: int) -> torch.Tensor | None:
+        """`need` slots (a multiple of page_size) in whole pages, or None when they do not fit."""
+        if need < 0 or need % self.page_size:
+            raise ValueError(f"alloc needs a non-negative multiple of page_size {self.page_size}, got {need}")
+        return self._alloc_pages(need // self.page_size)
+
+    def alloc_extend(
+        self,
+        prefix_lens: IntsLike,
+        seq_lens: IntsLike,
+        last_loc: IntsLike,
+        extend_num_tokens: int | None = None,
+    ) -> torch.Tensor | None:
+        """Slots for tokens `prefix_lens[i] .. seq_lens[i]` of each request, concatenated.
+
+        `last_loc[i]` is the slot of token `prefix_lens[i] - 1` (-1 when the prefix is
+        empty); the rest of its page is used first, then new pages. None when the new
+        pages do not fit.
+        """
+        prefix, seq, last, ext, total = self._extend_args(prefix_lens, seq_lens, last_loc, extend_num_tokens)
+        if self.page_size == 1:  # every token is a new page
+            return self._alloc_pages(total)
+        layout = _ExtendLayout(prefix, seq, ext, total, self.page_size, self._positions(total))
+        return self._place_extend(layout, prefix, last)
+
+    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
+        """One slot per request for token `seq_lens[i] - 1` (lengths include the new token).
+
+        A request whose new token starts a page gets a new page; the others use
+        `last_loc[i] + 1`, which must be an allocated slot (ValueError otherwise, nothing
+        taken). None when the new pages do not fit.
+        """
+        starts = self._decode_starts(seq_lens)
+        if self.page_size == 1:
+            return self._alloc_pages(starts.numel())
+        return self._place_decode(starts, _as_index(last_loc, self.device))
+
+    def free(self, indices: IntsLike) -> None:
+        """Free the pages holding `indices`; all or nothing (see module docstring for errors)."""
+        idx = _as_index(indices, self.device)
+        if idx.numel():
+            self._free(idx)
+
+    # ---- what a subclass places ----------------------------------------------------------
+    @abc.abstractmethod
+    def _alloc_pages(self, n: int) -> torch.Tensor | None:
+        """The slots of n new whole pages (with page_size 1, n slots), or None with nothing taken."""
+
+    @abc.abstractmethod
+    def _place_extend(self, layout: _ExtendLayout, prefix: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
+        """The slots `layout` describes, after each request's `last` slot (page_size > 1)."""
+
+    @abc.abstractmethod
+    def _place_decode(self, starts: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
+        """One slot per request: a new page where `starts`, else right after `last` (page_size > 1)."""
+
+    @abc.abstractmethod
+    def _free(self, indices: torch.Tensor) -> None:
+        """Free the pages holding `indices` (not empty), after checking every one of them."""
+
+    # ---- argument checks and arithmetic shared by every paged allocator ------------------
+    def _positions(self, n: int) -> torch.Tensor:
+        """0..n-1 from a cached arange that grows geometrically, so hot paths never build one."""
+        if n > self._iota.numel():
+            self._iota = torch.arange(max(n, 2 * self._iota.numel(), 1024), dtype=torch.int64, device=self.device)
+        return self._iota[:n]
+
+    def _slots_of(self, pages: torch.Tensor) -> torch.Tensor:
+        if self.page_size == 1:
+            return pages.clone()  # never hand out a view of the stack
+        return ((pages * self.page_size).unsqueeze(1) + self._offsets).reshape(-1)
+
+    def _extend_args(
+        self, prefix_lens: IntsLike, seq_lens: IntsLike, last_loc: IntsLike, extend_num_tokens: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        dev, page = self.device, self.page_size
+        prefix = _as_index(prefix_lens, dev)
+        seq = _as_index(seq_lens, dev)
+        last = _as_index(last_loc, dev)
+        ext = seq - prefix
+        if bool(((ext < 0) | (prefix < 0)).any()):
+            raise ValueError("alloc_extend needs 0 <= prefix_lens <= seq_lens for every request")
+        total = int(ext.sum())
+        if extend_num_tokens is not None and extend_num_tokens != total:
+            raise ValueError(f"extend_num_tokens {extend_num_tokens} != sum(seq_lens - prefix_lens) {total}")
+        if page > 1:
+            # last_loc matters only where the last page is partly used; check it points there
+            partial = prefix % page != 0
+            if bool((partial & ((last < page) | (last % page != (prefix - 1) % page))).any()):
+                raise ValueError("last_loc must be the slot of token prefix_len - 1 (its offset in the page disagrees)")
+        return prefix, seq, last, ext, total
+
+    def _decode_starts(self, seq_lens: IntsLike) -> torch.Tensor:
+        """Bool per request: does its new token start a page (all True when page_size is 1)."""
+        seq = _as_index(seq_lens, self.device)
+        if bool((seq < 1).any()):
+            raise ValueError("alloc_decode needs seq_lens >= 1 (lengths include the new token)")
+        return (seq - 1) % self.page_size == 0
+
+    def _check_decode_slots(self, out: torch.Tensor, last: torch.Tensor, *, side: str = "") -> None:
+        """A continuing request whose last slot is not allocated would land in the reserved page."""
+        bad = out < self.page_size
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(
+                f"alloc_decode: request {i} continues a page from {side}slot {int(last[i])}, which is not an "
+                f"allocated slot -- pass the slot of each request's last token as last_loc"
+            )
+
+
+class PagedTokenToKVPoolAllocator(PagedKVAllocator):
     """Hands out KV slots a page at a time; `size` usable slots in pages 1..size // page_size.
 
     `alloc(need)` needs a multiple of page_size and returns the slots of whole pages.
@@ -135,15 +255,10 @@ class PagedTokenToKVPoolAllocator:
             raise ValueError(
                 f"allocator needs page_size >= 1 and size >= page_size (got size {size}, page_size {page_size})"
             )
-        self.page_size = page_size
+        super().__init__(page_size, _device_of(kvcache, device))
         self.num_pages = size // page_size
         self.size = self.num_pages * page_size
         self._kvcache = kvcache
-        if device is None:
-            device = kvcache.device if kvcache is not None else "cpu"
-        self.device = torch.device(device)
-        self._offsets = torch.arange(page_size, dtype=torch.int64, device=self.device)
-        self._iota = torch.arange(0, dtype=torch.int64, device=self.device)
         # scratch for finding the distinct pages of a free (see _pages_to_free)
         self._stamp = torch.empty(self.num_pages + 2, dtype=torch.int64, device=self.device)
         self.clear()
@@ -170,12 +285,6 @@ class PagedTokenToKVPoolAllocator:
         """Bool per index: is the slot's page currently allocated (False outside the pool)."""
         idx = _as_index(indices, self.device)
         return self._live[(idx // self.page_size).clamp(0, self.num_pages + 1)]
-
-    def _positions(self, n: int) -> torch.Tensor:
-        """0..n-1 from a cached arange that grows geometrically, so hot paths never build one."""
-        if n > self._iota.numel():
-            self._iota = torch.arange(max(n, 2 * self._iota.numel(), 1024), dtype=torch.int64, device=self.device)
-        return self._iota[:n]
 
     # ---- pages ---------------------------------------------------------------------------
     def _free_pages(self) -> int:
@@ -235,93 +344,18 @@ class PagedTokenToKVPoolAllocator:
         self._stack[b : self._bottom] = pages
         self._bottom = b
 
-    def _slots_of(self, pages: torch.Tensor) -> torch.Tensor:
-        if self.page_size == 1:
-            return pages.clone()  # never hand out a view of the stack
-        return ((pages * self.page_size).unsqueeze(1) + self._offsets).reshape(-1)
-
-    # ---- argument checks shared with the SWA allocator -----------------------------------
-    def _extend_args(
-        self, prefix_lens: IntsLike, seq_lens: IntsLike, last_loc: IntsLike, extend_num_tokens: int | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        dev, page = self.device, self.page_size
-        prefix = _as_index(prefix_lens, dev)
-        seq = _as_index(seq_lens, dev)
-        last = _as_index(last_loc, dev)
-        ext = seq - prefix
-        if bool(((ext < 0) | (prefix < 0)).any()):
-            raise ValueError("alloc_extend needs 0 <= prefix_lens <= seq_lens for every request")
-        total = int(ext.sum())
-        if extend_num_tokens is not None and extend_num_tokens != total:
-            raise ValueError(f"extend_num_tokens {extend_num_tokens} != sum(seq_lens - prefix_lens) {total}")
-        if page > 1:
-            # last_loc matters only where the last page is partly used; check it points there
-            partial = prefix % page != 0
-            if bool((partial & ((last < page) | (last % page != (prefix - 1) % page))).any()):
-                raise ValueError("last_loc must be the slot of token prefix_len - 1 (its offset in the page disagrees)")
-        return prefix, seq, last, ext, total
-
-    def _decode_starts(self, seq_lens: IntsLike) -> torch.Tensor:
-        """Bool per request: does its new token start a page (all True when page_size is 1)."""
-        seq = _as_index(seq_lens, self.device)
-        if bool((seq < 1).any()):
-            raise ValueError("alloc_decode needs seq_lens >= 1 (lengths include the new token)")
-        return (seq - 1) % self.page_size == 0
-
-    def _check_decode_slots(self, out: torch.Tensor, last: torch.Tensor, *, side: str = "") -> None:
-        """A continuing request whose last slot is not allocated would land in the reserved page."""
-        bad = out < self.page_size
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            raise ValueError(
-                f"alloc_decode: request {i} continues a page from {side}slot {int(last[i])}, which is not an "
-                f"allocated slot -- pass the slot of each request's last token as last_loc"
-            )
-
-    # ---- public alloc/free ---------------------------------------------------------------
-    def alloc(self, need: int) -> torch.Tensor | None:
-        """`need` slots (a multiple of page_size) in whole pages, or None when they do not fit."""
-        if need < 0 or need % self.page_size:
-            raise ValueError(f"alloc needs a non-negative multiple of page_size {self.page_size}, got {need}")
-        pages = self._take_pages(need // self.page_size)
+    # ---- placing ------------------------------------------------------------------------
+    def _alloc_pages(self, n: int) -> torch.Tensor | None:
+        pages = self._take_pages(n)
         return None if pages is None else self._slots_of(pages)
 
-    def alloc_extend(
-        self,
-        prefix_lens: IntsLike,
-        seq_lens: IntsLike,
-        last_loc: IntsLike,
-        extend_num_tokens: int | None = None,
-    ) -> torch.Tensor | None:
-        """Slots for tokens `prefix_lens[i] .. seq_lens[i]` of each request, concatenated.
-
-        `last_loc[i]` is the slot of token `prefix_lens[i] - 1` (-1 when the prefix is
-        empty); the rest of its page is used first, then new pages. None when the new
-        pages do not fit.
-        """
-        page = self.page_size
-        prefix, seq, last, ext, total = self._extend_args(prefix_lens, seq_lens, last_loc, extend_num_tokens)
-        if page == 1:  # every token is a new page
-            pages = self._take_pages(total)
-            return None if pages is None else pages.clone()
-        layout = _ExtendLayout(prefix, seq, ext, total, page, self._positions(total))
+    def _place_extend(self, layout: _ExtendLayout, prefix: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
         pages = self._take_pages(int(layout.n_pages.sum()))
         if pages is None:
             return None
-        return layout.slots(last, pages, page, self._offsets)
+        return layout.slots(last, pages, self.page_size, self._offsets)
 
-    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
-        """One slot per request for token `seq_lens[i] - 1` (lengths include the new token).
-
-        A request whose new token starts a page gets a new page; the others use
-        `last_loc[i] + 1`, which must be an allocated slot (ValueError otherwise, nothing
-        taken). None when the new pages do not fit.
-        """
-        starts = self._decode_starts(seq_lens)
-        if self.page_size == 1:
-            pages = self._take_pages(starts.numel())
-            return None if pages is None else pages.clone()
-        last = _as_index(last_loc, self.device)
+    def _place_decode(self, starts: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
         pages = self._take_pages(int(starts.sum()))
         if pages is None:
             return None
@@ -333,12 +367,8 @@ class PagedTokenToKVPoolAllocator:
             raise
         return out
 
-    def free(self, indices: IntsLike) -> None:
-        """Free the pages holding `indices`; all or nothing (see module docstring for errors)."""
-        idx = _as_index(indices, self.device)
-        if idx.numel() == 0:
-            return
-        self._release_pages(self._pages_to_free(idx))
+    def _free(self, indices: torch.Tensor) -> None:
+        self._release_pages(self._pages_to_free(indices))
 
 
 class TokenToKVPoolAllocator(PagedTokenToKVPoolAllocator):
@@ -351,7 +381,7 @@ class TokenToKVPoolAllocator(PagedTokenToKVPoolAllocator):
         super().__init__(size, 1, kvcache, device)
 
 
-class SWATokenToKVPoolAllocator:
+class SWATokenToKVPoolAllocator(PagedKVAllocator):
     """Allocates every token on both sides: a full slot and a sliding-window slot.
 
     Returns full slots; the SWA slot of each is written to `full_to_swa_index_mapping`
@@ -360,7 +390,8 @@ class SWATokenToKVPoolAllocator:
     tokens already out of the window are skipped). With page_size > 1 both sides work in
     whole pages and a full page maps onto one SWA page, slot offsets kept, so page-level
     work never expands to slots. `available_size` is the smaller side. Exhaustion returns
-    None and takes nothing on either side.
+    None and takes nothing on either side. `last_loc` is a full slot; a request continuing
+    a page whose SWA side was freed (free_swa) raises ValueError.
     """
 
     def __init__(
@@ -371,13 +402,11 @@ class SWATokenToKVPoolAllocator:
         kvcache: SWAKVPool | None = None,
         device: str | torch.device | None = None,
     ) -> None:
-        if device is None:
-            device = kvcache.device if kvcache is not None else "cpu"
-        self.device = torch.device(device)
-        self.page_size = page_size
+        dev = _device_of(kvcache, device)
+        self.full_attn_allocator = PagedTokenToKVPoolAllocator(size, page_size, None, dev)
+        self.swa_attn_allocator = PagedTokenToKVPoolAllocator(size_swa, page_size, None, dev)
+        super().__init__(page_size, dev)
         self._kvcache = kvcache
-        self.full_attn_allocator = PagedTokenToKVPoolAllocator(size, page_size, None, self.device)
-        self.swa_attn_allocator = PagedTokenToKVPoolAllocator(size_swa, page_size, None, self.device)
         self.size = self.full_attn_allocator.size
         self.size_swa = self.swa_attn_allocator.size
         if kvcache is not None:
@@ -438,60 +467,35 @@ class SWATokenToKVPoolAllocator:
         self.swa_attn_allocator._release_pages(swa_pages)
         self.full_attn_allocator._release_pages(full_pages)
 
-    def alloc(self, need: int) -> torch.Tensor | None:
-        """`need` full slots, each paired with an SWA slot; None when either side is short."""
-        full = self.full_attn_allocator
-        if need < 0 or need % self.page_size:
-            raise ValueError(f"alloc needs a non-negative multiple of page_size {self.page_size}, got {need}")
-        taken = self._take_both(need // self.page_size)
+    # ---- placing: both sides, paired in the map ------------------------------------------
+    def _alloc_pages(self, n: int) -> torch.Tensor | None:
+        taken = self._take_both(n)
         if taken is None:
             return None
         full_pages, swa_pages = taken
         # index_copy_/index_fill_ on rows, not `map2d[rows] = ...`: the latter is a generic index_put
         # whose intra-op threading costs milliseconds on a busy machine
-        self._page_map.index_copy_(0, full_pages, (swa_pages * self.page_size).unsqueeze(1) + full._offsets)
-        return full._slots_of(full_pages)
+        self._page_map.index_copy_(0, full_pages, (swa_pages * self.page_size).unsqueeze(1) + self._offsets)
+        return self._slots_of(full_pages)
 
-    def alloc_extend(
-        self,
-        prefix_lens: IntsLike,
-        seq_lens: IntsLike,
-        last_loc: IntsLike,
-        extend_num_tokens: int | None = None,
-    ) -> torch.Tensor | None:
-        """Like PagedTokenToKVPoolAllocator.alloc_extend, on both sides; `last_loc` is a full slot.
-
-        A request continuing a page whose SWA side was freed (free_swa) raises ValueError.
-        """
-        full, page = self.full_attn_allocator, self.page_size
-        prefix, seq, last, ext, total = full._extend_args(prefix_lens, seq_lens, last_loc, extend_num_tokens)
-        if page == 1:
-            return self._alloc_fresh(total)
+    def _place_extend(self, layout: _ExtendLayout, prefix: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
+        page = self.page_size
         swa_last = self.translate_loc_from_full_to_swa(last)
         if bool(((prefix % page != 0) & (swa_last < page)).any()):
             raise ValueError(
                 "alloc_extend: a request continues a page whose sliding-window side was freed -- "
                 "free_swa only pages before the one holding a request's last token"
             )
-        layout = _ExtendLayout(prefix, seq, ext, total, page, full._positions(total))
         taken = self._take_both(int(layout.n_pages.sum()))
         if taken is None:
             return None
         full_pages, swa_pages = taken
-        out = layout.slots(last, full_pages, page, full._offsets)
-        self.full_to_swa_index_mapping[out] = layout.slots(swa_last, swa_pages, page, full._offsets)
+        out = layout.slots(last, full_pages, page, self._offsets)
+        self.full_to_swa_index_mapping[out] = layout.slots(swa_last, swa_pages, page, self._offsets)
         return out
 
-    def alloc_decode(self, seq_lens: IntsLike, last_loc: IntsLike) -> torch.Tensor | None:
-        """Like PagedTokenToKVPoolAllocator.alloc_decode, on both sides; `last_loc` is a full slot.
-
-        A request continuing a page whose SWA side was freed (free_swa) raises ValueError.
-        """
-        full, page = self.full_attn_allocator, self.page_size
-        starts = full._decode_starts(seq_lens)
-        if page == 1:
-            return self._alloc_fresh(starts.numel())
-        last = _as_index(last_loc, self.device)
+    def _place_decode(self, starts: torch.Tensor, last: torch.Tensor) -> torch.Tensor | None:
+        page = self.page_size
         taken = self._take_both(int(starts.sum()))
         if taken is None:
             return None
@@ -500,22 +504,19 @@ class SWATokenToKVPoolAllocator:
         swa_last = self.translate_loc_from_full_to_swa(last)
         swa_out = _decode_slots(swa_last, starts, swa_pages, page)
         try:
-            full._check_decode_slots(out, last)
-            self.swa_attn_allocator._check_decode_slots(swa_out, swa_last, side="sliding-window ")
+            self._check_decode_slots(out, last)
+            self._check_decode_slots(swa_out, swa_last, side="sliding-window ")
         except ValueError:
             self._release_both(full_pages, swa_pages)
             raise
         self.full_to_swa_index_mapping[out] = swa_out
         return out
 
-    def _alloc_fresh(self, n: int) -> torch.Tensor | None:
-        """Page size 1: n new slots on each side, paired in the map."""
-        taken = self._take_both(n)
-        if taken is None:
-            return None
-        full_slots, swa_slots = taken
-        self.full_to_swa_index_mapping[full_slots] = swa_slots
-        return full_slots.clone()
+    def _free(self, indices: torch.Tensor) -> None:
+        """Free full slots `indices` (whole pages) and their SWA slots; clears their map entries."""
+        full_pages = self.full_attn_allocator._pages_to_free(indices)
+        self._drop_swa_side(full_pages)
+        self.full_attn_allocator._release_pages(full_pages)
 
     def _drop_swa_side(self, full_pages: torch.Tensor) -> None:
         """Free the SWA pages mapped from `full_pages` (skipping ones already freed) and clear their rows."""
@@ -524,15 +525,6 @@ class SWATokenToKVPoolAllocator:
         swa_pages = swa_first[mapped] if self.page_size == 1 else swa_first[mapped] // self.page_size
         self.swa_attn_allocator._release_pages(swa_pages)
         self._page_map.index_fill_(0, full_pages, 0)
-
-    def free(self, indices: IntsLike) -> None:
-        """Free full slots `indices` (whole pages) and their SWA slots; clears their map entries."""
-        idx = _as_index(indices, self.device)
-        if idx.numel() == 0:
-            return
-        full_pages = self.full_attn_allocator._pages_to_free(idx)
-        self._drop_swa_side(full_pages)
-        self.full_attn_allocator._release_pages(full_pages)
 
     def free_swa(self, indices: IntsLike) -> None:
         """Free only the SWA side of full slots `indices` (whole pages); the full slots stay live."""
