@@ -5,7 +5,7 @@ Each carries its VALID / INVALID tables (see `tools.ratchet.rules`).
 
 from __future__ import annotations
 
-from tools.ratchet.rule_base import Access, Invalid, Rule
+from tools.ratchet.rule_base import Invalid, Rule
 
 
 class DirectRule(Rule):
@@ -125,9 +125,6 @@ class DirectRule(Rule):
             (("direct", "page_size"), ("direct", "tp_size"), ("direct", "dp_size"), ("alias", "page_size")),
         ),
     )
-
-    def matches(self, access: Access) -> bool:
-        return access.base == "direct"
 
 
 class AliasRule(Rule):
@@ -393,9 +390,6 @@ class AliasRule(Rule):
             (("alias", "page_size"), ("alias", "dp_size"), ("alias", "tp_size")),
         ),
     )
-
-    def matches(self, access: Access) -> bool:
-        return access.base == "alias"
 
 
 __all__ = ["AliasRule", "DirectRule"]

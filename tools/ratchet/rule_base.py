@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import attrs
 
@@ -25,15 +25,22 @@ class Invalid:
 
 
 class Rule:
-    """A kind of raw access; subclasses set `kind`, `summary` and the two tables."""
+    """A kind of raw access; subclasses set `kind`, `summary` and the two tables.
+
+    Most kinds are named by one part of `Access` (`via == "getattr"` is a getattr), so such
+    a rule says only which part (`axis`) and its kind is written once; a rule judged
+    otherwise (`write`) overrides `matches`.
+    """
 
     kind: ClassVar[str]
     summary: ClassVar[str]
+    #: the part of `Access` that holds this rule's kind: `base` (what the record was reached through) or `via`
+    axis: ClassVar[Literal["base", "via"]] = "base"
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()
 
     def matches(self, access: Access) -> bool:
-        raise NotImplementedError
+        return (access.base if self.axis == "base" else access.via) == self.kind
 
     def __repr__(self) -> str:
         return f"<{self.kind} rule>"

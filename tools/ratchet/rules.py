@@ -69,6 +69,7 @@ class WriteRule(Rule):
 
 class GetattrRule(Rule):
     kind = "getattr"
+    axis = "via"
     summary = "getattr() of a raw record field named by a string literal"
     VALID = (
         """
@@ -96,12 +97,10 @@ class GetattrRule(Rule):
         ),
     )
 
-    def matches(self, access: Access) -> bool:
-        return access.via == "getattr"
-
 
 class ComputedRule(Rule):
     kind = "computed"
+    axis = "via"
     summary = "getattr() of the raw record with a name computed at run time (counted; never rewritten)"
     VALID = (
         """
@@ -137,9 +136,6 @@ class ComputedRule(Rule):
             (("computed", "*"),),
         ),
     )
-
-    def matches(self, access: Access) -> bool:
-        return access.via == "computed"
 
 
 class AttributeRule(Rule):
@@ -195,9 +191,6 @@ class AttributeRule(Rule):
             (("attribute", "page_size"), ("getattr", "tp_size"), ("alias", "dp_size")),
         ),
     )
-
-    def matches(self, access: Access) -> bool:
-        return access.base == "attribute"
 
 
 class ParameterRule(Rule):
@@ -262,9 +255,6 @@ class ParameterRule(Rule):
             (("parameter", "page_size"),),
         ),
     )
-
-    def matches(self, access: Access) -> bool:
-        return access.base == "parameter"
 
 
 #: Precedence order: the first rule that matches names the kind.
