@@ -31,12 +31,13 @@ class ModelRunnerLike(Protocol):
     device: Any
 
 
-@attrs.define(slots=True)
+@attrs.define(slots=True, eq=False)
 class SimpleRunner:
-    """A mutable holder of the runner surface, for the embedded engine and for tests.
+    """A mutable holder of the runner surface: the base of the engine's model runner, and a runner for tests.
 
     It is mutable on purpose: a real runner swaps its pool in place, and the backends
-    must follow.
+    must follow. A runner is one object, not a value: two compare equal only when they
+    are the same one.
     """
 
     token_to_kv_pool: Any

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from attention.forward_batch import ForwardBatch
+from attention.runner import SimpleRunner
 from engine.model import TinyTransformer
 from mem_cache.model_shape import ModelShape
 
@@ -47,8 +48,13 @@ class _KeyedBackend:
         return f"<compile backend {self._backend!r} for config {self.fingerprint[:12]}>"
 
 
-class ModelRunner:
-    """Holds what a backend reads and runs forwards; the pool may be swapped (backends re-resolve)."""
+class ModelRunner(SimpleRunner):
+    """The runner surface a backend reads (`SimpleRunner`) plus the model and its forwards.
+
+    The pool may be swapped (`swap_pool`; backends re-resolve).
+    """
+
+    model_shape: ModelShape
 
     def __init__(
         self,
@@ -63,14 +69,16 @@ class ModelRunner:
         device: str = "cpu",
         compile_backend: Any = "inductor",
     ) -> None:
+        super().__init__(
+            token_to_kv_pool,
+            token_to_kv_pool_allocator,
+            req_to_token_pool,
+            model.shape,
+            is_draft_worker,
+            spec_algorithm,
+            device,
+        )
         self.model = model
-        self.model_shape: ModelShape = model.shape
-        self.token_to_kv_pool = token_to_kv_pool
-        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
-        self.req_to_token_pool = req_to_token_pool
-        self.is_draft_worker = is_draft_worker
-        self.spec_algorithm = spec_algorithm
-        self.device = device
         self.backend = backend_factory(self)
         self.compile_backend = compile_backend
         self._compiled: collections.OrderedDict[str, Any] = collections.OrderedDict()
