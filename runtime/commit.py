@@ -32,9 +32,9 @@ from runtime.overrides import (
 from runtime.proposal import Proposing, _evolve
 from runtime.roles import make_view
 from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without_write
-from runtime.twin import builder
 from sgconf.errors import ConfigError, Problem
 from sgconf.rules import check_rules
+from sgconf.twin import builder
 
 if TYPE_CHECKING:
     from runtime.scopes import Scope

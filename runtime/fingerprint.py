@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from runtime.twin import builder
+from sgconf.twin import builder
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations

@@ -16,11 +16,11 @@ from runtime.dispatch import Dispatching
 from runtime.errors import ContextReplacedError
 from runtime.flatview import FlatView, Overlay, getters_of
 from runtime.overrides import FieldChange, OverrideProposal, detached, inner_source
-from runtime.twin import builder, replaced
 from sgconf.errors import ConfigError, OverrideRefused, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
 from sgconf.rules import check_rules, rules_reading
 from sgconf.suggest import did_you_mean
+from sgconf.twin import builder, replaced
 from sgconf.validation import convert_value
 
 if TYPE_CHECKING:

@@ -456,7 +456,16 @@ class Declarations:
                 continue
             out._namespaces[path] = cls
             if path in self._groups:
-                out._groups[path] = {a: c for a, c in self._groups[path].items() if c not in drop}
+                children = {a: c for a, c in self._groups[path].items() if c not in drop}
+                out._groups[path] = children
+                if len(children) < len(self._groups[path]):
+                    # a group bag holds exactly its children: one left out is no attribute at all
+                    narrowed = attrs.make_class(
+                        cls.__name__, {attr: attrs.field() for attr in children}, frozen=True, slots=True
+                    )
+                    setattr(narrowed, PATH_ATTR, path)
+                    setattr(narrowed, DECLARED_BY_ATTR, out.name)
+                    out._namespaces[path] = narrowed
         kept = {n: i for n, i in self._fields.items() if i.namespace not in drop}
         new_defaults = dict(defaults or {})
         for key in new_defaults:

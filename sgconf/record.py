@@ -15,6 +15,7 @@ import attrs
 
 from sgconf.declarations import assemble_record as assemble_record
 from sgconf.declarations import schema_of
+from sgconf.twin import builder
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -54,9 +55,9 @@ def build_bag(path: str, flat: Mapping[str, Any], schema: Declarations, *, valid
     """Construct the bag at `path` of `schema` from flat values (groups recurse into their children).
 
     `validate=False` is for values that were validated already (a built record): the bag is
-    filled slot by slot without running `__init__`, which skips the validators for this
-    one object only. attrs' process-wide switch is never touched, so a concurrent build
-    elsewhere is validated as usual.
+    built without running `__init__` (`sgconf.twin.builder`), which skips the validators
+    for this one object only. attrs' process-wide switch is never touched, so a concurrent
+    build elsewhere is validated as usual.
     """
     cls = schema.namespace_class(path)
     children = schema.group_children(path)
@@ -66,14 +67,7 @@ def build_bag(path: str, flat: Mapping[str, Any], schema: Declarations, *, valid
         values = {a.name: flat[a.name] for a in attrs.fields(cls)}
     if validate:
         return cls(**values)
-    return _prevalidated(cls, values)
-
-
-def _prevalidated(cls: type, values: Mapping[str, Any]) -> Any:
-    bag: Any = object.__new__(cls)
-    for name, value in values.items():
-        object.__setattr__(bag, name, value)  # how attrs' own frozen __init__ fills a slot
-    return bag
+    return builder(cls)(*[values[a.name] for a in attrs.fields(cls)])
 
 
 def to_bags(record: Any, schema: Declarations | None = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""Building and copying frozen attrs instances on a commit's path, with one plain slot store per field.
+"""Building and copying frozen attrs instances from values checked already, with one plain slot store per field.
 
 A frozen attrs class fills each field through a setattr call (its `__setattr__` refuses
 plain stores), and `attrs.evolve` also runs every validator again: for a bag of a few
-hundred fields that is most of what an override costs. Values here were converted and
-checked already, so both functions fill a mutable twin of the class instead (a subclass
+hundred fields that is most of what an override (and a publish's bags) cost. The values
+given here were converted and checked already (a built record's, an override's), so
+both functions fill a mutable twin of the class instead (a subclass
 adding no slots and no `__dict__`, whose attribute store is the generic one) and then
 give the finished instance the class itself (`__class__` assignment: the layouts are the
 same), after which it is frozen like any other. The twin never escapes this module.

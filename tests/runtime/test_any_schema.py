@@ -67,6 +67,10 @@ def test_copy_of_serving_leaves_out_namespaces_and_changes_defaults() -> None:
         ctx.override("tuner", max_batch_delay_ms=1.0)
         assert get_context().snapshot().schedule.max_batch_delay_ms == 1.0
         assert ctx.value("chunked_prefill_size") == 2048  # the serving resolution steps that still apply ran
+        # the exec group holds exactly the children that were kept, so its bags copy whole
+        ctx.override("tuner", enable_torch_compile=True)
+        snap = get_context().snapshot()
+        assert snap.exec.graph.enable_torch_compile is True and not hasattr(snap.exec, "mamba")
 
 
 def test_nested_namespaces_get_a_group() -> None:

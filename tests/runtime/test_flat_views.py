@@ -10,9 +10,9 @@ import pytest
 from runtime import create_context
 from runtime.fingerprint import Fingerprint, _term, counted, fingerprint_of
 from runtime.flatview import FlatView, Overlay, getters_of
-from runtime.twin import replaced
 from sgconf import Rule, Schema, setting
 from sgconf.rules import check_rules
+from sgconf.twin import replaced
 
 
 def _schema(rules: tuple[Rule, ...] = ()) -> Schema:

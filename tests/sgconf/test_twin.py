@@ -7,7 +7,7 @@ import pickle
 import attrs
 import pytest
 
-from runtime.twin import builder, replaced
+from sgconf.twin import builder, replaced
 
 
 @attrs.frozen(slots=True)
