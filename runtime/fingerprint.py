@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from runtime.flatview import FlatView
 from sgconf.twin import builder
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ _MOD = 1 << 256
 
 
 def _term(name: str, value: Any) -> int:
-    if type(value) in _CACHED:
+    if type(value) in _SCALARS:
         return _scalar_term(name, value)
     return _hashed(fragment(name, value))
 
@@ -78,7 +79,8 @@ def _hashed(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
 
 
-_CACHED = frozenset({int, bool, str, float, type(None)})
+# the leaf types whose term is memoised, and whose equal values share one canonical form
+_SCALARS = frozenset({int, bool, str, float, type(None)})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,9 +100,6 @@ def counted(schema: Declarations) -> frozenset[str]:
         found = frozenset(name for name, info in schema._fields.items() if info.setting.fingerprint)
         schema._cache["fingerprint_fields"] = found
     return found  # type: ignore[no-any-return]
-
-
-_SCALARS = (str, int, bool, float, type(None))
 
 
 def _default_terms(schema: Declarations) -> dict[str, tuple[Any, int]]:
@@ -134,11 +133,14 @@ class Fingerprint:
         """The fingerprint of the counted fields of `schema` in `flat`; a field at its scalar default costs no hashing."""
         names = counted(schema)
         defaults = _default_terms(schema)
+        # a flat view reads every value at once through its C-level getters; one lookup each below
+        values = flat.copy() if isinstance(flat, FlatView) else flat
+        scalars = _SCALARS
         total = 0
         for name in names:
-            value = flat[name]
+            value = values[name]
             known = defaults.get(name)
-            if known is not None and (value is known[0] or (type(value) in _SCALARS and value == known[0])):
+            if known is not None and (value is known[0] or (type(value) in scalars and value == known[0])):
                 total += known[1]  # the default itself, or an equal scalar: equal scalars have one canonical form
             else:
                 total += _term(name, value)
