@@ -102,7 +102,7 @@ def _missing(view: Any, path: str, cls: type | None = None) -> Exception:
 def _foreign(view: Any, cls: type, bag: Any) -> Exception:
     """The error a typed accessor raises when the schema in use has another class at its namespace's path."""
     from runtime.errors import ForeignNamespaceError
-    from sgconf.declarations import DECLARED_BY_ATTR, PATH_ATTR
+    from sgconf.bag_class import DECLARED_BY_ATTR, PATH_ATTR
 
     schema = getattr(view, "schema", None)
     mine = getattr(cls, DECLARED_BY_ATTR, "?")

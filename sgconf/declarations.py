@@ -21,64 +21,29 @@ from __future__ import annotations
 import re
 import threading
 import types
-import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import attrs
 import cattrs
 
+from sgconf.bag_class import DECLARED_BY_ATTR, PATH_ATTR, bag_class, group_class, redacted_bag_repr
 from sgconf.carried import check_carried
 from sgconf.convert import _strip_optional, converter
 from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
-from sgconf.fields import FieldSpec, setting_of
-from sgconf.frozen import deep_freeze, may_hold_container
+from sgconf.fields import setting_of
+from sgconf.frozen import deep_freeze
 from sgconf.hooks import Rule, RuntimeKnobs, Step
 from sgconf.record_class import assemble_record, schema_of
-from sgconf.redaction import redact
 from sgconf.suggest import did_you_mean
 
 T = TypeVar("T")
-
-# the attribute a namespace class carries: its path in the schema that declared it
-PATH_ATTR = "__sgconf_path__"
-# on a namespace class: the name of the schema that declared it (a typed accessor's error names it)
-DECLARED_BY_ATTR = "__sgconf_declared_by__"
 
 TEST_ROLE = "test"
 
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 _RESERVED_FLAGS = frozenset({"--config", "--help", "--version"})
-
-
-def _freezing_transformer(hints: Mapping[str, Any]) -> Callable[[type, list[attrs.Attribute]], list[attrs.Attribute]]:
-    """An attrs field transformer that deep-freezes the fields whose type can hold a container."""
-
-    def transform(cls: type, attributes: list[attrs.Attribute]) -> list[attrs.Attribute]:
-        out = []
-        for a in attributes:
-            tp = hints.get(a.name, a.type)
-            if a.converter is None and may_hold_container(tp):
-                a = a.evolve(converter=deep_freeze)
-            out.append(a)
-        return out
-
-    return transform
-
-
-def _bag_class(cls: type, *, bases: tuple[type, ...] = ()) -> type:
-    """Make `cls` a frozen slotted attrs class whose container fields freeze their values."""
-    if bases:
-        ns = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
-        cls = type(cls.__name__, bases, ns)
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # an annotation that names something not importable: freeze every field
-        hints = {}
-    bag = attrs.frozen(slots=True, field_transformer=_freezing_transformer(hints))(cls)
-    attrs.resolve_types(bag)  # type: ignore[type-var]
-    return bag
 
 
 def _check_path(path: str) -> None:
@@ -172,7 +137,7 @@ class Declarations:
                         f"({self._namespaces[path].__name__}, {cls.__name__}) -- use @schema.extend({path!r}) to add fields"
                     )
                     raise DeclarationError(msg)
-                bag = _bag_class(cls)
+                bag = bag_class(cls)
                 self._add_fields(path, bag, attrs.fields(bag))  # type: ignore[arg-type]
                 self._set_class(path, bag)
                 return bag  # type: ignore[return-value]
@@ -199,7 +164,7 @@ class Declarations:
                     )
                     raise DeclarationError(msg)
                 own = set(getattr(cls, "__annotations__", {}))
-                bag = _bag_class(cls, bases=(base,))
+                bag = bag_class(cls, bases=(base,))
                 added = [a for a in attrs.fields(bag) if a.name in own]  # type: ignore[arg-type]
                 self._add_fields(path, bag, added)
                 self._set_class(path, bag)
@@ -214,7 +179,7 @@ class Declarations:
         def wrap(cls: type[T]) -> type[T]:
             with self._lock:
                 self._declaring(f"group {path!r}")
-                bag = _bag_class(cls)
+                bag = bag_class(cls)
                 self._namespaces[path] = bag
                 self._groups[path] = dict(children)
                 setattr(bag, PATH_ATTR, path)
@@ -228,7 +193,7 @@ class Declarations:
         setattr(bag, PATH_ATTR, path)
         setattr(bag, DECLARED_BY_ATTR, self.name)
         if any(info.setting.secret for info in self._fields.values() if info.namespace == path):
-            bag.__repr__ = _redacted_bag_repr  # type: ignore[method-assign,assignment]
+            bag.__repr__ = redacted_bag_repr  # type: ignore[method-assign,assignment]
 
     def _add_fields(self, path: str, bag: type, attributes: Iterable[attrs.Attribute]) -> None:
         new: dict[str, FieldInfo] = {}
@@ -388,10 +353,7 @@ class Declarations:
                 head, dot, child = path.partition(".")
                 if dot and head == top:
                     children[child] = path
-            attributes = {attr: attrs.field() for attr in children}
-            cls = attrs.make_class(top.capitalize() + "Config", attributes, frozen=True, slots=True)
-            setattr(cls, PATH_ATTR, top)
-            setattr(cls, DECLARED_BY_ATTR, self.name)
+            cls = group_class(top.capitalize() + "Config", children, top, self.name)
             # keep declaration order: the group sits where its first child was declared
             first = next(p for p in self._namespaces if p.startswith(top + "."))
             items = list(self._namespaces.items())
@@ -458,14 +420,8 @@ class Declarations:
             if path in self._groups:
                 children = {a: c for a, c in self._groups[path].items() if c not in drop}
                 out._groups[path] = children
-                if len(children) < len(self._groups[path]):
-                    # a group bag holds exactly its children: one left out is no attribute at all
-                    narrowed = attrs.make_class(
-                        cls.__name__, {attr: attrs.field() for attr in children}, frozen=True, slots=True
-                    )
-                    setattr(narrowed, PATH_ATTR, path)
-                    setattr(narrowed, DECLARED_BY_ATTR, out.name)
-                    out._namespaces[path] = narrowed
+                if len(children) < len(self._groups[path]):  # a group bag holds exactly its children
+                    out._namespaces[path] = group_class(cls.__name__, children, path, out.name)
         kept = {n: i for n, i in self._fields.items() if i.namespace not in drop}
         new_defaults = dict(defaults or {})
         for key in new_defaults:
@@ -591,16 +547,6 @@ class Declarations:
             f"Schema({self.name!r}, env_prefix={self.env_prefix!r}, "
             f"namespaces={len(self._namespaces)}, fields={len(self._fields)}, {state})"
         )
-
-
-def _redacted_bag_repr(self: Any) -> str:
-    parts = []
-    for a in attrs.fields(type(self)):
-        value = getattr(self, a.name)
-        decl: FieldSpec | None = setting_of(a)
-        shown = repr(redact(value, decl is not None and decl.secret))
-        parts.append(f"{a.name}={shown}")
-    return f"{type(self).__name__}({', '.join(parts)})"
 
 
 __all__ = ["Declarations", "assemble_record", "schema_of"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sgconf.bag_class import PATH_ATTR
 from sgconf.cli import main
-from sgconf.declarations import PATH_ATTR, TEST_ROLE, Declarations
+from sgconf.declarations import TEST_ROLE, Declarations
 from sgconf.errors import DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema

@@ -47,7 +47,7 @@ def _generated(cls: type, key: str, params: list[str], body: list[str]) -> Any:
     The function's own names carry a suffix no field name has, so a field called `new`
     or `cls` is a field like any other.
     """
-    taken = set(params) | set(_names(cls))
+    taken = set(_names(cls))  # a builder's parameters are the field names; a copier's attribute names never clash
     tag = "_"
     while any(n + tag in taken for n in _LOCALS):
         tag += "_"

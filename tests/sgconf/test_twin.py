@@ -46,3 +46,15 @@ def test_a_subclass_gets_its_own_builder_and_copier() -> None:
     assert type(wide) is Wider and wide.extra == 2.5
     base = builder(Named)(1, "a", (), 0, 0)
     assert type(base) is Named and type(replaced(wide, {"extra": 3.0})) is Wider
+
+
+def test_each_class_gets_one_twin_and_one_generated_function_of_each_kind() -> None:
+    @attrs.frozen(slots=True)
+    class Once:
+        a: int
+
+    made = builder(Once)
+    assert builder(Once) is made  # generated once, kept on the class
+    replaced(made(1), {"a": 2})
+    replaced(made(1), {})
+    assert len(Once.__subclasses__()) == 1  # the builder and the copier share one twin
