@@ -71,6 +71,7 @@ class EngineBuilding:
 
     def _build_model(self, snap: Any) -> None:
         """Plan and build the pools, then the model, its runner and the draft worker on them."""
+        torch.set_num_threads(int(snap.device.cpu_threads))  # process-wide: an engine is its process's model
         self.memory = build_memory(snap, self.shape)
         dtype = torch_dtype(snap.model.dtype)
         self.model = build_model(self.checkpoint, self.shape, dtype=dtype, device=self.device, seed=self.seed)

@@ -75,6 +75,15 @@ class DeviceConfig:
         None, help="seed for weights and sampling; default: 0", checks=[at_least(0)], aliases=["--seed"]
     )
     base_gpu_id: int = setting(0, help="first GPU index this server uses", checks=[at_least(0)])
+    # a property of the host, like node_rank: two nodes with other core counts still serve one config
+    cpu_threads: int | None = setting(
+        None,
+        help="threads one torch operator may use on the CPU (intra-op); default: the usable cores but one, "
+        "shared by the replicas of this node, since the HTTP edge and the scheduler's Python need a core of "
+        "their own and oversubscribed operator threads spin against them",
+        checks=[at_least(1)],
+        fingerprint=False,
+    )
 
 
 @namespace("parallel")

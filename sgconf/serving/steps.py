@@ -36,10 +36,11 @@ SPEC_DEFAULT_TOPK = 1
 
 @attrs.frozen(slots=True)
 class ResolveInputs:
-    """What steps may consult besides the values: the device kind and the model's config."""
+    """What steps may consult besides the values: the device kind, the model's config and the cores this process may use."""
 
     device: str
     model: Mapping[str, Any] | None
+    cpus: int = 1
 
 
 def detect_device() -> str:
@@ -52,9 +53,17 @@ def detect_device() -> str:
 
 
 def resolve_inputs(values: Mapping[str, Any], model: Mapping[str, Any] | None) -> ResolveInputs:
-    """What the serving steps consult: the device kind (`auto` detected here) and the model config."""
+    """What the serving steps consult: the device kind (`auto` detected here), the model config and the usable cores."""
     device = values.get("device", "auto")
-    return ResolveInputs(device=detect_device() if device == "auto" else device, model=model)
+    return ResolveInputs(device=detect_device() if device == "auto" else device, model=model, cpus=usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask, which a container's cpuset narrows), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity masks on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 def read_model(record: Any, *, required: bool = False) -> Mapping[str, Any] | None:
@@ -75,6 +84,20 @@ def _step_device(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, 
     if v["device"] == "auto":
         return {"device": (env.device, "cuda is available" if env.device == "cuda" else "no cuda device found")}
     return {}
+
+
+def _step_cpu_threads(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+    if v["cpu_threads"] is not None:
+        return {}
+    replicas = max(1, v["dp_size"] // max(1, v["nnodes"]))  # the replicas this node runs, each a process
+    threads = max(1, (env.cpus - 1) // replicas)
+    return {
+        "cpu_threads": (
+            threads,
+            f"{env.cpus} usable cores, one kept for the HTTP edge and the scheduler's Python, "
+            f"shared by {replicas} replica(s) on this node",
+        )
+    }
 
 
 def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
@@ -176,6 +199,7 @@ def _step_serving(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any,
 
 STEPS: list[Step] = [
     Step("device", ("device",), _step_device),
+    Step("cpu_threads", ("cpu_threads", "dp_size", "nnodes"), _step_cpu_threads),
     Step("dtype", ("device", "dtype", "kv_cache_dtype"), _step_dtype),
     Step("context_length", ("context_length",), _step_context_length),
     Step(

@@ -14,6 +14,7 @@ def test_decisions_are_named_steps_with_values() -> None:
     steps = {d.field: d.step for d in resolved.decisions}
     assert steps == {
         "device": "device",
+        "cpu_threads": "cpu_threads",
         "dtype": "dtype",
         "kv_cache_dtype": "dtype",
         "context_length": "context_length",
@@ -189,3 +190,23 @@ def test_on_cuda_the_budget_is_measured_and_the_fraction_applies() -> None:
     assert resolved.values.max_running_requests is None  # sized by the plan from memory and context
     given = resolve_once(load(["--device", "cuda", "--kv-cache-memory-bytes", "1000000"], env={}).record)
     assert (given.values.kv_cache_memory_bytes, given.values.mem_fraction_static) == (1_000_000, None)
+
+
+def test_cpu_threads_leave_a_core_for_the_edge_and_share_the_rest_between_a_nodes_replicas() -> None:
+    from sgconf.serving.steps import ResolveInputs, _step_cpu_threads
+
+    def threads(cpus: int, dp_size: int = 1, nnodes: int = 1, given: int | None = None) -> int | None:
+        v = {"cpu_threads": given, "dp_size": dp_size, "nnodes": nnodes}
+        out = _step_cpu_threads(v, ResolveInputs(device="cpu", model=None, cpus=cpus))
+        return out["cpu_threads"][0] if out else given
+
+    assert [threads(8), threads(8, dp_size=2), threads(8, dp_size=4, nnodes=2), threads(2), threads(1)] == [
+        7,
+        3,
+        3,
+        1,
+        1,
+    ]
+    assert threads(8, given=8) == 8  # a value set at launch is kept
+    decided = resolve_once(load(["--dp-size", "2"], env={}).record).decision_for("cpu_threads")
+    assert decided is not None and "replica(s) on this node" in decided.reason
