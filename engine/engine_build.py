@@ -67,6 +67,7 @@ class EngineBuilding:
             "speculative": snap.spec.speculative_algorithm,
             "hicache": host if mem.hicache_storage_backend is None else f"{host}+{mem.hicache_storage_backend}",
             "device": self.device,
+            "cpu_threads": snap.device.cpu_threads,
         }
 
     def _build_model(self, snap: Any) -> None:

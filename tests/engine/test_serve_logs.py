@@ -35,7 +35,8 @@ def test_replica_group_logs_json_on_stderr_tagged_by_rank(tmp_path: Path) -> Non
     starts = [e for e in events if e["event"] == "engine.start"]
     assert sorted(e["dp_rank"] for e in starts) == [0, 1]
     for e in starts:  # the one-line summary: model, pools, tokens, backends, storage
-        assert {"model", "pools", "kv_tokens", "attention", "hicache"} <= set(e)
+        assert {"model", "pools", "kv_tokens", "attention", "hicache", "cpu_threads"} <= set(e)
+        assert e["cpu_threads"] >= 1  # the usable cores but one, shared by this node's two replicas
         assert e["model"] == "tiny" and e["kv_tokens"] == 512 and e["hicache"] == "host tier"
     listens = [e for e in events if e["event"] == "server.listen"]
     assert len(listens) == 1 and listens[0]["url"].startswith("http://127.0.0.1:") and "dp_rank" not in listens[0]
