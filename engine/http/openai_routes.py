@@ -324,7 +324,7 @@ async def _serve(
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
-    return {
+    body = {
         "id": rid,
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
@@ -333,6 +333,7 @@ async def _serve(
         "usage": usage,
         "system_fingerprint": None,
     }
+    return JSONResponse(body)  # plain JSON data: one json.dumps, not FastAPI's encoder walking every choice
 
 
 async def _merged(streams: list[Started]) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
