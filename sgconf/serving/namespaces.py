@@ -81,7 +81,7 @@ class DeviceConfig:
         help="threads one torch operator may use on the CPU (intra-op); default: the usable cores but one, "
         "shared by the replicas of this node, since the HTTP edge and the scheduler's Python need a core of "
         "their own and oversubscribed operator threads spin against them",
-        checks=[at_least(1)],
+        checks=[interval(1, 1024)],
         fingerprint=False,
     )
 
