@@ -29,7 +29,7 @@ from runtime.overrides import (
     Subscription,
     shown,
 )
-from runtime.proposal import Proposing, _evolve
+from runtime.proposal import Proposing, _change, _evolve
 from runtime.roles import make_view
 from runtime.state import Prefix, State, Write, fold, stacks_of, with_write, without_write
 from sgconf.errors import ConfigError, Problem
@@ -77,9 +77,7 @@ class Committing(Proposing):
             "set",
             CONTEXT_OWNER if owner is None else owner.owner_name,
         )
-        write = Write(
-            rec, types.MappingProxyType({c.name: c.new for c in rec.changes}), None if scope is None else scope._token
-        )
+        write = Write(rec, {c.name: c.new for c in rec.changes}, None if scope is None else scope._token)
         new = self._next_state(state, proposal.snapshot, rec, add=write, flat=proposal.flat)
         receipt = _receipt(self, rec, new.view, owner)
         news = self._news("config.override", rec, new)
@@ -172,8 +170,8 @@ class Committing(Proposing):
             if broken:
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         snapshot = _evolve(state.snapshot, values, self.schema._fields, self._routes, state.generation + 1)
-        changes = tuple(FieldChange(n, flat[n], values[n], secret=self._secret(n)) for n in names)
-        rec = OverrideRecord(source, layer, snapshot.generation, time.time(), changes, kind="remove", owner=owner)
+        changes = tuple(_change(n, flat[n], values[n], self._secret(n)) for n in names)
+        rec = _record(source, layer, snapshot.generation, time.time(), changes, "remove", owner)
         new = self._next_state(state, snapshot, rec, remove=write)
         news = self._news("config.override", rec, new)
         self._swap(new)

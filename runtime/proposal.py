@@ -109,10 +109,10 @@ class Proposing(Dispatching):
             raise cls(problems, header=f"override from {source!r} rejected, nothing changed")
         rules = rules_reading(self.schema, converted)  # only what this change could break
         if rules:
-            broken = check_rules(
-                Overlay(converted, flat), dict.fromkeys(converted, origin), schema=self.schema, rules=rules
-            )
-            if broken:
+            would = Overlay(converted, flat)
+            # the problems (with their paths and sources) are built only once a rule is broken
+            if any(rule(would) is not None for rule in rules):
+                broken = check_rules(would, dict.fromkeys(converted, origin), schema=self.schema, rules=rules)
                 raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
         snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
         return _proposal(
@@ -160,12 +160,15 @@ def _evolve(
     generation: int,
 ) -> Snapshot:
     """Copy-on-write: new bags for the touched namespaces only; every other bag is shared."""
-    by_path: dict[str, Mapping[str, Any]] = {}
-    if len(values) == 1:
-        by_path[infos[next(iter(values))].namespace] = values
-    else:
-        for name, value in values.items():
-            by_path.setdefault(infos[name].namespace, {})[name] = value  # type: ignore[index]
+    if len(values) == 1:  # an override's usual case: one bag (and its parent, for a child namespace)
+        top, child = routes[infos[next(iter(values))].namespace]
+        bag = getattr(snapshot, top)
+        if child is not None:
+            values = {child: replaced(getattr(bag, child), values)}
+        return replaced(snapshot, {top: replaced(bag, values), "generation": generation})  # type: ignore[no-any-return]
+    by_path: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        by_path.setdefault(infos[name].namespace, {})[name] = value
     tops: dict[str, Any] = {}
     for path, changed in by_path.items():
         top, child = routes[path]

@@ -133,7 +133,8 @@ class Write:
     """One live change: the record that made it, the values it sets, and the scope it belongs to (None: an override)."""
 
     record: OverrideRecord
-    values: types.MappingProxyType[str, Any]
+    # the values it sets: a dict of its own, never handed out, so it needs no read-only proxy
+    values: Mapping[str, Any]
     scope: object | None = None
 
 
