@@ -109,7 +109,8 @@ class Committing(Proposing):
             cut = len(entries) - self.limit
             last = dict(dropped_last)
             for old in entries[:cut]:
-                last.update(dict.fromkeys(old.fields, old))
+                for change in old.changes:
+                    last[change.name] = old
             entries, dropped, dropped_last = Prefix(entries[cut:]), dropped + cut, types.MappingProxyType(last)
         base, writes, stacks = state.base, state.writes, state.stacks
         if restore is not None:
@@ -122,17 +123,17 @@ class Committing(Proposing):
         if folded is not None:
             base, writes = folded
             stacks = stacks_of(writes)
-        return State(
-            snapshot=snapshot,
-            view=make_view(snapshot, self.role, self.role_mode),
-            flat=FlatView(snapshot, getters_of(self.schema)) if flat is None else flat,
-            base=base,
-            writes=writes,
-            stacks=stacks,
-            log=entries,
-            dropped=dropped,
-            dropped_last=dropped_last,
-            fingerprint=state.fingerprint.changed(rec.changes),
+        return State(  # positional, in declaration order: a commit builds one, and keywords cost more
+            snapshot,
+            make_view(snapshot, self.role, self.role_mode),
+            FlatView(snapshot, getters_of(self.schema)) if flat is None else flat,
+            base,
+            writes,
+            stacks,
+            entries,
+            dropped,
+            dropped_last,
+            state.fingerprint.changed(rec.changes),
         )
 
     def _swap(self, state: State) -> None:
