@@ -7,7 +7,6 @@ bad field), so a bad request changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
@@ -29,6 +28,7 @@ from engine.request_params import (
     structure_params,
     token_ids,
 )
+from engine.storage_change import checked_attach
 from runtime.serving import get_serving
 from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
@@ -169,27 +169,12 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
 
 
 def attach_args(body: dict[str, Any]) -> dict[str, Any]:
-    """The override fields of an attach body, the extra config parsed from its JSON string form."""
-    backend = body.get("hicache_storage_backend")
-    errors = []
-    if backend is None:
-        errors.append("$.memory.hicache_storage_backend: required -- name the backend to attach (file or memory)")
+    """The override fields of an attach body, checked as every attach is (`engine.storage_change.checked_attach`).
+
+    The options may come as `..._extra_config_json` (JSON text) or `..._extra_config`.
+    """
     raw_extra = body.get("hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config"))
-    extra: Any = raw_extra
-    if isinstance(raw_extra, str):
-        try:
-            extra = json.loads(raw_extra) if raw_extra.strip() else None
-        except json.JSONDecodeError as exc:
-            errors.append(
-                f"$.memory.hicache_storage_backend_extra_config: not valid JSON ({exc.msg} at position {exc.pos})"
-                ' -- pass an object like {"dir": "/path"}'
-            )
-    if extra is not None and not isinstance(extra, dict) and not errors:
-        errors.append(
-            f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}"
-        )
-    if errors:
-        raise HTTPProblem(422, "invalid attach request", errors=errors)
+    backend, extra = checked_attach(body.get("hicache_storage_backend"), raw_extra)
     return {
         "backend": backend,
         "extra_config": extra,
