@@ -84,7 +84,7 @@ def _shown(value: Any) -> str:
 def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
     """The structured value of one field, or the reason it is refused."""
     spec: ParamSpec = field.metadata[PARAM_KEY]
-    base, optional, is_tuple = _shape(field.type)
+    base, optional, is_tuple = _shape(str(field.type))
     if value is None:
         if optional:
             return None, None
@@ -173,7 +173,7 @@ def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...
 
 
 @functools.cache
-def _shape(tp: Any) -> tuple[Any, bool, bool]:
+def _shape(tp: str) -> tuple[Any, bool, bool]:
     """(the scalar type, whether None is allowed, whether a tuple) of a field's declared type."""
     text = str(tp)
     return (None if text.startswith("tuple[") else _base_type(text)), text.endswith("| None"), text.startswith("tuple[")
