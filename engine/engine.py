@@ -43,11 +43,10 @@ from engine.errors import (
     EngineStopped,
     GenerationError,
     RequestCancelled,
-    RequestRejected,
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
-from engine.request_params import SamplingParams, check_timeout, refuse, structure_params
+from engine.request_params import RequestOptions, SamplingParams, check_timeout, refuse, structure_params, token_ids
 from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req
 from engine.streaming import TokenStream
@@ -253,22 +252,19 @@ class Engine(EngineBuilding, EngineStorage):
 
         `params` are the fields of `SamplingParams` (max_new_tokens, temperature, top_p,
         top_k, min_p, the penalties, stop, stop_token_ids, ignore_eos, seed) and
-        `timeout_s`, checked by the one request model (`engine.request_params`): a bad
-        one is an InvalidRequest naming it, exactly as over HTTP. The deadline is
-        `timeout_s` (at most `request_timeout_s`), by default `request_timeout_s`, from now
-        on the engine's clock. With the loop paused (`pause()`), queued requests run only
-        when `step()` is called, which lets a caller fix the exact interleaving of a batch.
-        `add_special_tokens=False` tokenizes text that already carries them (a rendered chat).
+        `timeout_s`, checked by the one request model (`engine.request_params`), as are
+        `stream` and `add_special_tokens`: a bad one is an InvalidRequest naming it,
+        exactly as over HTTP. The deadline is `timeout_s` (at most `request_timeout_s`),
+        by default `request_timeout_s`, from now on the engine's clock. With the loop
+        paused (`pause()`), queued requests run only when `step()` is called, which lets
+        a caller fix the exact interleaving of a batch. `add_special_tokens=False`
+        tokenizes text that already carries them (a rendered chat).
         """
-        sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
+        asked = {**params, "stream": stream, "add_special_tokens": add_special_tokens}
+        sampling, options = structure_params((f"$.{k}", k, v) for k, v in asked.items())
         if options.n != 1:
             raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
-        return self.submit_batch(
-            [(prompt_or_ids, sampling)],
-            stream=stream,
-            timeout_s=options.timeout_s,
-            add_special_tokens=add_special_tokens,
-        )[0]
+        return self._submit_checked([(prompt_or_ids, sampling)], options)[0]
 
     @under_own_context
     def submit_batch(
@@ -281,11 +277,25 @@ class Engine(EngineBuilding, EngineStorage):
     ) -> list[Req]:
         """Queue several requests as one unit of work (a batch, or the n choices of a prompt); all or none.
 
-        Admission shares rows fairly between units (`engine.policy.fair_share`), so a
-        large batch never holds back another client's request for more than a few steps.
+        The options are checked by the request model (`RequestOptions`), each item's
+        sampling is a `SamplingParams` (checked when it was built). Admission shares rows
+        fairly between units (`engine.policy.fair_share`), so a large batch never holds
+        back another client's request for more than a few steps.
         """
-        deadline = check_timeout(timeout_s, get_serving().request_timeout_s)
-        reqs = [self._new_request(prompt, sampling, deadline, stream, add_special_tokens) for prompt, sampling in items]
+        for i, (_, sampling) in enumerate(items):
+            if not isinstance(sampling, SamplingParams):
+                raise refuse(f"$.items[{i}]", f"expected SamplingParams (got {type(sampling).__name__})")
+        options = RequestOptions(stream=stream, timeout_s=timeout_s, add_special_tokens=add_special_tokens)
+        return self._submit_checked(items, options)
+
+    def _submit_checked(
+        self, items: Sequence[tuple[str | Sequence[int], SamplingParams]], options: RequestOptions
+    ) -> list[Req]:
+        deadline = check_timeout(options.timeout_s, get_serving().request_timeout_s)
+        reqs = [
+            self._new_request(prompt, sampling, deadline, options.stream, options.add_special_tokens)
+            for prompt, sampling in items
+        ]
         # no engine lock: a submit must not wait behind the steps of other clients' work
         if self._stopping or not self.scheduler.submit_all(reqs):
             raise EngineStopped("the engine is shut down -- start a new one")
@@ -302,12 +312,8 @@ class Engine(EngineBuilding, EngineStorage):
     ) -> Req:
         if isinstance(prompt_or_ids, str):
             ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
-        else:
-            ids = [int(t) for t in prompt_or_ids]
-            vocab = run_sizes(self.shape)[2]
-            bad = [t for t in ids if not 0 <= t < vocab]
-            if bad:
-                raise RequestRejected(f"token id {bad[0]} is outside the vocabulary 0..{vocab - 1}")
+        else:  # the same strict check as `/generate`'s input_ids, and the vocabulary of this model
+            ids = list(token_ids(prompt_or_ids, "$.prompt_or_ids", run_sizes(self.shape)[2]))
         seed = self.seed if sampling.seed is None else sampling.seed
         req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s)
         if stream:

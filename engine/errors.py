@@ -91,6 +91,13 @@ class StorageRefused(ConfigError):
     refusal_reason: ClassVar[str] = Refusal.STORAGE
 
 
+class InvalidAttach(ConfigError, TypeError):
+    """Raised when a storage attach's own values are malformed (no backend named, options that are not a JSON object).
+
+    A TypeError too: a malformed value used to surface as one from deep inside the attach.
+    """
+
+
 class NoSuchReplica(EngineError, LookupError):
     """Raised when a replica index is out of range, or the server runs a single engine."""
 

@@ -1,15 +1,20 @@
 """The request parameters, declared once: what a client may ask of one generation, and each bound.
 
 `SamplingParams` is what the sampler, the scheduler and `Engine.submit` use, and what
-every HTTP route builds: `/generate` from its own names, `/v1/completions` and
-`/v1/chat/completions` through `OPENAI_NAMES`, the one table of how OpenAI's names map
-onto ours. Each field states its type, default and bound here and nowhere else; values
-go through the project's cattrs converter (`sgconf.convert`, so `NaN`, `Infinity`, a
-float for an int or a string for a number are refused the same way as in a config
-file), then through the bound. `structure_params` collects every bad field of one
-request into one `InvalidRequest`, whose `$.name: reason (got value)` lines are the
-422 body over HTTP and the exception text from Python, so the same bad value gets the
-same refusal at every entry.
+every HTTP route builds. `ALIASES` is the one table of the other spellings clients use
+for a parameter (OpenAI's `max_tokens`); `/generate` takes our names and the aliases
+(`GENERATE_NAMES`), `/v1/completions` and `/v1/chat/completions` OpenAI's names and our
+extensions (`OPENAI_NAMES`). A parameter given twice, under two spellings or at two
+places, is refused naming both: no spelling silently wins. Each field states its type,
+default and bound here and nowhere else; values go through the project's cattrs
+converter (`sgconf.convert`, so `NaN`, `Infinity`, a float for an int or a string for a
+number are refused the same way as in a config file), then through the bound. The
+same check is each attrs field's converter, so every construction (`SamplingParams(...)`,
+`attrs.evolve`, `RequestOptions(...)`) is checked too; values checked already are
+built without checking them again (`sgconf.twin.builder`). `structure_params` collects
+every bad field of one request into one `InvalidRequest`, whose `$.name: reason (got
+value)` lines are the 422 body over HTTP and the exception text from Python, so the
+same bad value gets the same refusal at every entry.
 
 The JSON Schema of the request bodies in `/openapi.json` is derived from the same
 declarations (`json_schema`).
@@ -17,17 +22,19 @@ declarations (`json_schema`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from engine.errors import InvalidRequest
+from engine.errors import InvalidRequest, RequestRejected
 from sgconf.convert import ConversionError, converter
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
 from sgconf.suggest import did_you_mean
+from sgconf.twin import builder
 
 PARAM_KEY = "request_param"
 MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes
@@ -36,6 +43,7 @@ MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_N = 64
+MAX_TOKEN_ID = 2**31 - 1
 # below this a temperature would overflow the softmax: it decodes greedily instead
 GREEDY_TEMPERATURE = 1e-5
 
@@ -68,14 +76,162 @@ class _OffOrAtLeast:
         return f"<{self.off} or >= {self.low} validator>"
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
+    """The structured value of one field, or the reason it is refused."""
+    spec: ParamSpec = field.metadata[PARAM_KEY]
+    base, optional, is_tuple = _shape(str(field.type))
+    if value is None:
+        if optional:
+            return None, None
+        return None, f"expected {_type_word(field)}, got null"
+    if is_tuple:
+        return _check_list(value, field, spec)
+    if type(value) is base and (base is not float or math.isfinite(value)):
+        out = value  # what the converter would hand back unchanged
+    else:
+        if base is int and isinstance(value, float) and not math.isfinite(value):
+            base = float  # the converter's one finiteness rule words NaN alike for every number field
+        try:
+            out = converter.structure(value, base)
+        except (ConversionError, ValueError, TypeError, OverflowError) as exc:
+            return None, f"{exc} (got {_shown(value)})"
+        if isinstance(value, str) and not isinstance(out, str):  # a JSON string is not a number, even "1"
+            return None, f"expected {_type_word(field)} (got {_shown(value)})"
+    if spec.check is not None:
+        try:
+            spec.check(out)
+        except FieldValueError as exc:
+            return None, f"{exc} (got {_shown(value)})"
+    return out, None
+
+
+def _check_list(value: Any, field: attrs.Attribute, spec: ParamSpec) -> tuple[Any, str | None]:
+    item_type = str if "str" in str(field.type) else int
+    items = [value] if isinstance(value, str) and item_type is str else value
+    if isinstance(items, int) and not isinstance(items, bool) and item_type is int:
+        items = [items]
+    if not isinstance(items, list | tuple):
+        return None, f"expected {_type_word(field)} (got {_shown(value)})"
+    return _check_items(items, item_type, spec)
+
+
+_INTERVAL = type(interval(0, 1))
+
+
+def _check_items(items: Sequence[Any], item_type: type, spec: ParamSpec) -> tuple[Any, str | None]:
+    """`items` as a tuple, each of `item_type` (an int is never a bool) within `spec`'s item bound, or why not."""
+    if spec.max_items is not None and len(items) > spec.max_items:
+        return None, f"expected at most {spec.max_items} items (got {len(items)})"
+    check = spec.item_check
+    # the usual case, one bound test: an interval holds every item when it holds the least and the greatest
+    convex = check is None or isinstance(check, _INTERVAL)
+    if item_type is int and convex and items and all(type(item) is int for item in items):
+        try:
+            if check is not None:
+                check(min(items))
+                check(max(items))
+            return tuple(items), None
+        except FieldValueError:
+            pass  # the loop below names the first item out of bounds
+    for i, item in enumerate(items):
+        ok = isinstance(item, str) if item_type is str else (isinstance(item, int) and not isinstance(item, bool))
+        if not ok:
+            return None, f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {_shown(item)})"
+        if spec.item_check is not None:
+            try:
+                spec.item_check(len(item) if item_type is str else item)
+            except FieldValueError as exc:
+                what = "its length" if item_type is str else "it"
+                return None, f"item {i}: {what} {exc} (got {_shown(item)})"
+    return tuple(items), None
+
+
+PROMPT_IDS = ParamSpec("the prompt as token ids", item_check=interval(0, MAX_TOKEN_ID))
+
+
+def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...]:
+    """A prompt given as token ids, strictly: a list of integers (not bools, floats or strings), within the vocabulary.
+
+    Raises InvalidRequest at `path` for a value that is not such a list, RequestRejected
+    for an id outside `vocab` (when the model's vocabulary is known: the request can
+    never run here). Every entry (Python, `/generate`'s `input_ids`) checks ids here.
+    """
+    if not isinstance(value, list | tuple):
+        raise refuse(path, f"expected a list of integers (got {_shown(value)})")
+    ids, why = _check_items(value, int, PROMPT_IDS)
+    if why is not None:
+        raise refuse(path, why)
+    if vocab is not None and ids and max(ids) >= vocab:
+        bad = next(t for t in ids if t >= vocab)
+        raise RequestRejected(f"token id {bad} is outside the vocabulary 0..{vocab - 1}")
+    return ids  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _shape(tp: str) -> tuple[Any, bool, bool]:
+    """(the scalar type, whether None is allowed, whether a tuple) of a field's declared type."""
+    text = str(tp)
+    return (None if text.startswith("tuple[") else _base_type(text)), text.endswith("| None"), text.startswith("tuple[")
+
+
+def _base_type(tp: Any) -> Any:
+    name = str(tp).replace(" | None", "")
+    return {"int": int, "float": float, "bool": bool, "str": str}[name]
+
+
+def _type_word(field: attrs.Attribute) -> str:
+    tp = str(field.type)
+    if tp.startswith("tuple[str"):
+        return "a string or a list of strings"
+    if tp.startswith("tuple[int"):
+        return "a list of integers"
+    return {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a string"}[_base_type(tp).__name__]
+
+
+class _Checked:
+    """A field's converter: the value structured and bounded by the model, or an InvalidRequest naming the field.
+
+    attrs gives a converter the value only; `checked_fields` hands each one its field
+    once the class exists.
+    """
+
+    __slots__ = ("field",)
+
+    def __init__(self) -> None:
+        self.field: attrs.Attribute | None = None
+
+    def __call__(self, value: Any) -> Any:
+        field = self.field
+        if field is None:  # the class is being built: its own defaults are checked by `checked_fields`
+            return value
+        out, why = _check_one(field.name, value, field)
+        if why is not None:
+            raise refuse(f"$.{field.name}", why)
+        return out
+
+
 def param(default: Any, help: str, check: Any = None, *, item_check: Any = None, max_items: int | None = None) -> Any:
-    """An attrs field of a request model carrying its `ParamSpec`."""
+    """An attrs field of a request model carrying its `ParamSpec`; every construction checks it against the spec."""
     spec = ParamSpec(help, check, item_check, max_items)
     if isinstance(default, tuple | list):
-        return attrs.field(default=tuple(default), metadata={PARAM_KEY: spec})
-    return attrs.field(default=default, metadata={PARAM_KEY: spec})
+        default = tuple(default)
+    return attrs.field(default=default, converter=_Checked(), metadata={PARAM_KEY: spec})
 
 
+def checked_fields(cls: type) -> type:
+    """Give each `param` converter of `cls` its field, and check the declared defaults against their own bounds."""
+    for field in attrs.fields(cls):
+        field.converter.field = field
+        field.converter(field.default)
+    return cls
+
+
+@checked_fields
 @attrs.frozen(slots=True)
 class SamplingParams:
     """How one request samples and when it stops; the defaults decode greedily for 16 tokens."""
@@ -97,7 +253,10 @@ class SamplingParams:
         max_items=MAX_STOPS,
     )
     stop_token_ids: tuple[int, ...] = param(
-        (), "token ids that end the output (included)", item_check=interval(0, 2**31 - 1), max_items=MAX_STOP_TOKEN_IDS
+        (),
+        "token ids that end the output (included)",
+        item_check=interval(0, MAX_TOKEN_ID),
+        max_items=MAX_STOP_TOKEN_IDS,
     )
     ignore_eos: bool = param(False, "keep generating past the end-of-sequence token")
     seed: int | None = param(
@@ -118,27 +277,35 @@ class SamplingParams:
 
 SAMPLING_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(SamplingParams))
 
-# OpenAI's name -> ours, for every sampling parameter the /v1 routes take; the engine's own
-# names (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids) are accepted as extensions
+# the other spellings of a parameter -> its name in the model: the one table of them
+ALIASES: dict[str, str] = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens"}
+# what /generate takes: every sampling parameter under its own name, and the aliases
+GENERATE_NAMES: dict[str, str] = {**{name: name for name in SAMPLING_NAMES}, **ALIASES}
+# what the /v1 routes take: OpenAI's names, and the engine's own (top_k, min_p,
+# repetition_penalty, ignore_eos, stop_token_ids) as extensions
 OPENAI_NAMES: dict[str, str] = {
-    "max_tokens": "max_new_tokens",
-    "max_completion_tokens": "max_new_tokens",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "stop": "stop",
-    "seed": "seed",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "ignore_eos": "ignore_eos",
-    "stop_token_ids": "stop_token_ids",
+    name: ALIASES.get(name, name)
+    for name in (
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "stop",
+        "seed",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "ignore_eos",
+        "stop_token_ids",
+    )
 }
 # where OpenAI's default differs from ours
 OPENAI_DEFAULTS: dict[str, Any] = {"temperature": 1.0}
 
 
+@checked_fields
 @attrs.frozen(slots=True)
 class RequestOptions:
     """What one HTTP request asks beyond sampling: how many choices, streamed or not, its own deadline."""
@@ -148,110 +315,69 @@ class RequestOptions:
     timeout_s: float | None = param(
         None, "this request's deadline in seconds, at most 'request_timeout_s'", interval(0, 86400, low_open=True)
     )
+    add_special_tokens: bool = param(
+        True, "tokenize the text with the tokenizer's special tokens; false for text that carries them (a chat)"
+    )
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in attrs.fields(RequestOptions))
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
-    """The structured value of one field, or the reason it is refused."""
-    spec: ParamSpec = field.metadata[PARAM_KEY]
-    tp = field.type
-    optional = isinstance(tp, str) and tp.endswith("| None")
-    if value is None:
-        if optional:
-            return None, None
-        return None, f"expected {_type_word(field)}, got null"
-    if isinstance(tp, str) and tp.startswith("tuple["):
-        return _check_list(value, field, spec)
-    try:
-        out = converter.structure(value, _base_type(tp))
-    except (ConversionError, ValueError, TypeError, OverflowError) as exc:
-        return None, f"{exc} (got {_shown(value)})"
-    if isinstance(value, str) and not isinstance(out, str):  # a JSON string is not a number, even "1"
-        return None, f"expected {_type_word(field)} (got {_shown(value)})"
-    if spec.check is not None:
-        try:
-            spec.check(out)
-        except FieldValueError as exc:
-            return None, f"{exc} (got {_shown(value)})"
-    return out, None
-
-
-def _check_list(value: Any, field: attrs.Attribute, spec: ParamSpec) -> tuple[Any, str | None]:
-    item_type = str if "str" in str(field.type) else int
-    items = [value] if isinstance(value, str) and item_type is str else value
-    if isinstance(items, int) and not isinstance(items, bool) and item_type is int:
-        items = [items]
-    if not isinstance(items, list | tuple):
-        return None, f"expected {_type_word(field)} (got {_shown(value)})"
-    if spec.max_items is not None and len(items) > spec.max_items:
-        return None, f"expected at most {spec.max_items} items (got {len(items)})"
-    out = []
-    for i, item in enumerate(items):
-        ok = isinstance(item, str) if item_type is str else (isinstance(item, int) and not isinstance(item, bool))
-        if not ok:
-            return None, f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {_shown(item)})"
-        if spec.item_check is not None:
-            try:
-                spec.item_check(len(item) if item_type is str else item)
-            except FieldValueError as exc:
-                what = "its length" if item_type is str else "it"
-                return None, f"item {i}: {what} {exc} (got {_shown(item)})"
-        out.append(item)
-    return tuple(out), None
-
-
-def _base_type(tp: Any) -> Any:
-    name = str(tp).replace(" | None", "")
-    return {"int": int, "float": float, "bool": bool, "str": str}[name]
-
-
-def _type_word(field: attrs.Attribute) -> str:
-    tp = str(field.type)
-    if tp.startswith("tuple[str"):
-        return "a string or a list of strings"
-    if tp.startswith("tuple[int"):
-        return "a list of integers"
-    return {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a string"}[_base_type(tp).__name__]
 
 
 def structure_params(
     values: Iterable[tuple[str, str, Any]],
     *,
     base: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> tuple[SamplingParams, RequestOptions]:
     """The request model from `(path, name, value)` triples (`path` is where the client put it).
 
-    `base` holds route defaults that differ from ours (OpenAI's temperature). Every
-    problem is collected; raises `InvalidRequest` listing them all, nothing built then.
+    `names` maps the spellings the entry takes to the model's names (`GENERATE_NAMES`,
+    `OPENAI_NAMES`; by default the model's names only); the option names are always
+    taken. A parameter given twice (two spellings, or two places) is refused naming
+    both paths. `base` holds route defaults that differ from ours (OpenAI's temperature).
+    Every problem is collected; raises `InvalidRequest` listing them all, nothing built then.
     """
-    sampling = {f.name: f for f in attrs.fields(SamplingParams)}
-    options = {f.name: f for f in attrs.fields(RequestOptions)}
-    got_s: dict[str, Any] = dict(base or {})
-    got_o: dict[str, Any] = {}
+    got: dict[str, Any] = dict(base or {})
+    given: dict[str, str] = {}  # model name -> the path it was given at
     problems: list[Problem] = []
     for path, name, value in values:
-        field = sampling.get(name) or options.get(name)
-        if field is None:
-            problems.append(Problem(path, f"unknown parameter '{name}'{did_you_mean(name, (*sampling, *options))}"))
+        ours = name if names is None or name in _OPTIONS else names.get(name)
+        field = _FIELDS.get(ours) if ours is not None else None
+        if field is None or ours is None:
+            known = (*(names if names is not None else SAMPLING_NAMES), *OPTION_NAMES)
+            problems.append(Problem(path, f"unknown parameter '{name}'{did_you_mean(name, known)}"))
             continue
-        out, why = _check_one(name, value, field)
+        first = given.get(ours)
+        if first is not None:
+            problems.append(Problem(path, f"'{ours}' is given twice, as {first} and as {path} -- give one of them"))
+            continue
+        given[ours] = path
+        out, why = _check_one(ours, value, field)
         if why is not None:
             problems.append(Problem(path, why))
         elif out is not None or value is None:
-            (got_s if name in sampling else got_o)[name] = out
+            got[ours] = out
     if problems:
         raise InvalidRequest(problems, header=problems_header(problems))
-    got_s = {k: v for k, v in got_s.items() if v is not None or k == "seed"}
-    return SamplingParams(**got_s), RequestOptions(
-        **{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"}
-    )
+    # every value was checked above: built without their converters running again
+    sampling = _build_sampling(*(_value(got, f) for f in _SAMPLING_FIELDS))
+    return sampling, _build_options(*(_value(got, f) for f in _OPTION_FIELDS))
+
+
+_SAMPLING_FIELDS = attrs.fields(SamplingParams)
+_OPTION_FIELDS = attrs.fields(RequestOptions)
+_OPTIONS = frozenset(OPTION_NAMES)
+_FIELDS: dict[str, attrs.Attribute] = {f.name: f for f in (*_SAMPLING_FIELDS, *_OPTION_FIELDS)}
+_build_sampling = builder(SamplingParams)
+_build_options = builder(RequestOptions)
+
+
+def _value(got: Mapping[str, Any], field: attrs.Attribute) -> Any:
+    """The checked value of `field`, its default when not given (or given as null where null is not its value)."""
+    value = got.get(field.name)
+    if value is None and not str(field.type).endswith("| None"):
+        return field.default
+    return value
 
 
 def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
@@ -284,7 +410,7 @@ def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
         engine.submit_batch(
             unit_items(argss),
             timeout_s=first.get("timeout_s"),
-            add_special_tokens=bool(first.get("add_special_tokens", True)),
+            add_special_tokens=first.get("add_special_tokens", True),
         )
     )
 
@@ -372,16 +498,19 @@ def field_schema(field: attrs.Attribute) -> dict[str, Any]:
 
 
 def json_schema(names: Mapping[str, str] | None = None, *, options: Iterable[str] = OPTION_NAMES) -> dict[str, Any]:
-    """`properties` of a request body: every sampling parameter (under `names`' keys when given) and `options`."""
-    by_name = {f.name: f for f in (*attrs.fields(SamplingParams), *attrs.fields(RequestOptions))}
+    """`properties` of a request body: every sampling parameter (under `names`' keys when given) and `options`.
+
+    Under `OPENAI_NAMES` the defaults are OpenAI's where they differ from ours.
+    """
     props: dict[str, Any] = {}
     pairs = names.items() if names is not None else ((n, n) for n in SAMPLING_NAMES)
+    defaults = OPENAI_DEFAULTS if names is OPENAI_NAMES else {}
     for client, ours in pairs:
-        props[client] = field_schema(by_name[ours])
-        if names is not None and ours in OPENAI_DEFAULTS:
-            props[client]["default"] = OPENAI_DEFAULTS[ours]
+        props[client] = field_schema(_FIELDS[ours])
+        if ours in defaults:
+            props[client]["default"] = defaults[ours]
     for name in options:
-        props[name] = field_schema(by_name[name])
+        props[name] = field_schema(_FIELDS[name])
     return props
 
 
@@ -394,6 +523,8 @@ __all__ = [
     "SAMPLING_NAMES",
     "RequestOptions",
     "SamplingParams",
+    "ALIASES",
+    "GENERATE_NAMES",
     "check_fanout",
     "check_prompts",
     "check_timeout",
@@ -403,5 +534,6 @@ __all__ = [
     "sampling_of",
     "structure_params",
     "submit_unit",
+    "token_ids",
     "unit_items",
 ]

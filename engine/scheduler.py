@@ -145,8 +145,9 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
     ) -> Req:
         """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
 
-        `params` were checked by the request model (`engine.request_params`); `fields`
-        replace some of them (`max_new_tokens=4, ignore_eos=True`). With `timeout_s`, the
+        `params` were checked by the request model (`engine.request_params`) when they were
+        built; `fields` replace some of them (`max_new_tokens=4, ignore_eos=True`) and are
+        checked by the same model (an InvalidRequest naming the field). With `timeout_s`, the
         request fails alone (finish reason `timeout`) once that many seconds of the
         scheduler's clock have passed, wherever it is then.
         """

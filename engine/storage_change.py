@@ -3,7 +3,12 @@
 The single engine (`engine.hicache_bridge`) and every replica of a group
 (`engine.dp.replica`) change their storage tier through this one object, so both
 refuse the same inputs with the same errors: `StorageRefused` (a 400 over HTTP) naming
-the `$.memory.<field>` at fault, whether the cache is off or the backend cannot open.
+the `$.memory.<field>` at fault, whether the cache is off or the backend cannot open
+(a bad directory, a plug-in that fails to import, raises or returns no backend).
+Before any of that, `attach_values` checks the attach's own values for every entry
+(`Engine.attach_storage_backend`, the HTTP body, a group's coordinator): a missing
+backend name or options that are not a JSON object (given as an object or as its JSON
+text) are an `InvalidAttach` (a ConfigError, 422) naming the field and the value.
 
 Prepare opens and validates the new backend and touches nothing else; commit makes it
 live (or flushes and closes the attached one, for a detach); abort releases what
@@ -16,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.errors import StorageRefused
+from engine.errors import InvalidAttach, StorageRefused
+from sgconf.convert import ConversionError, converter
 from sgconf.errors import Problem
 
 ATTACH_SOURCE = "hicache.attach"
@@ -26,21 +32,59 @@ EXTRA_FIELD = "hicache_storage_backend_extra_config"
 DETACH_VALUES: Mapping[str, None] = {BACKEND_FIELD: None, EXTRA_FIELD: None}
 
 
+def checked_attach(backend: Any, extra_config: Any) -> tuple[str, dict[str, Any] | None]:
+    """The backend name and its options of an attach, checked; raises InvalidAttach naming each bad field and value.
+
+    The options may be an object or its JSON text (blank text is none); they are
+    converted as the setting's own values are (`sgconf.convert`: JSON only, so no NaN).
+    """
+    problems: list[Problem] = []
+    if backend is None:
+        problems.append(Problem(f"$.memory.{BACKEND_FIELD}", "required -- name the backend to attach (file or memory)"))
+    elif not isinstance(backend, str):
+        problems.append(
+            Problem(
+                f"$.memory.{BACKEND_FIELD}", f"expected a string, got {_shown(backend)} -- name the backend to attach"
+            )
+        )
+    options: dict[str, Any] | None = None
+    # blank text and the setting's own words for none (`null`, `none`) give no options
+    if extra_config is not None and not (isinstance(extra_config, str) and extra_config.strip().lower() in _NONE):
+        try:
+            options = dict(converter.structure(extra_config, dict[str, Any]))
+        except (ConversionError, ValueError, TypeError) as exc:
+            msg = f'{exc}, got {_shown(extra_config)} -- pass an object like {{"dir": "/path"}}'
+            problems.append(Problem(f"$.memory.{EXTRA_FIELD}", msg))
+    if problems:
+        raise InvalidAttach(problems, header="invalid attach request")
+    return backend, options
+
+
+_NONE = ("", "null", "none")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def attach_values(
     backend: str,
     *,
-    extra_config: Mapping[str, Any] | None = None,
+    extra_config: Mapping[str, Any] | str | None = None,
     prefetch_policy: str | None = None,
     write_policy: str | None = None,
 ) -> dict[str, Any]:
     """The override of an attach: the backend, its options (default `dir` filled in) and the policies given.
 
-    The default directory is part of the override, so the status and `/server_info`
-    show the directory in use and every replica of a group records the same one.
+    The values are checked first (`checked_attach`). The default directory is part of
+    the override, so the status and `/server_info` show the directory in use and every
+    replica of a group records the same one.
     """
     from mem_cache.hicache.file_storage import with_default_dir
 
-    values: dict[str, Any] = {BACKEND_FIELD: backend, EXTRA_FIELD: with_default_dir(backend, extra_config)}
+    name, options = checked_attach(backend, extra_config)
+    values: dict[str, Any] = {BACKEND_FIELD: name, EXTRA_FIELD: with_default_dir(name, options)}
     if prefetch_policy is not None:
         values["hicache_storage_prefetch_policy"] = prefetch_policy
     if write_policy is not None:
@@ -116,6 +160,7 @@ __all__ = [
     "DETACH_VALUES",
     "StorageChange",
     "attach_values",
+    "checked_attach",
     "hicache_off",
     "storage_refused",
 ]

@@ -137,6 +137,8 @@ def _non_json(value: Any, at: str) -> str | None:
             if found is not None:
                 return found
         return None
+    if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN or Infinity
+        return f"{at!r} is {value!r}, not a JSON number"
     if isinstance(value, _JSON_SCALARS):
         return None
     return f"{at!r} is a {type(value).__name__}"

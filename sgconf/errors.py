@@ -77,6 +77,21 @@ class UsageError(ConfigError):
     """Raised when command-line arguments cannot be parsed (unknown flag, missing value)."""
 
 
+class PluginUnavailable(ConfigError):
+    """Raised when a registered plug-in cannot be loaded (its entry point fails to import).
+
+    The problem sits at the path of the setting that chose it when the caller names one
+    (the framework knows no schema); `name` and `reason` let a caller report it its own way.
+    """
+
+    def __init__(
+        self, problems: Iterable[Problem] | str, *, header: str | None = None, name: str = "", reason: str = ""
+    ) -> None:
+        super().__init__(problems, header=header)
+        self.name = name
+        self.reason = reason
+
+
 class DeclarationError(SgconfError, TypeError):
     """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""
 
@@ -99,6 +114,7 @@ __all__ = [
     "DeclarationError",
     "FieldValueError",
     "OverrideRefused",
+    "PluginUnavailable",
     "Problem",
     "ResolutionError",
     "SgconfError",

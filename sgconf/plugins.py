@@ -18,7 +18,7 @@ import threading
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
-from sgconf.errors import ConfigError, DeclarationError, Problem
+from sgconf.errors import DeclarationError, PluginUnavailable, Problem
 from sgconf.suggest import did_you_mean
 
 T = TypeVar("T")
@@ -75,16 +75,25 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()
 
-    def get(self, name: str) -> T:
-        """The entry registered as `name`; KeyError with the known names and a did-you-mean otherwise."""
+    def get(self, name: str, *, path: str | None = None) -> T:
+        """The entry registered as `name`; KeyError with the known names and a did-you-mean otherwise.
+
+        An entry point that cannot be imported raises PluginUnavailable, its problem at
+        `path` (the setting that named it, e.g. `$.memory.hicache_storage_backend`).
+        """
         with self._lock:
             held = self._entries.get(name)
             if held is not None:
                 return held[0]
             lazy = self._entry_points().get(name)
             if lazy is not None:
-                return self._load(name, lazy)
+                return self._load(name, lazy, path)
         raise KeyError(self.unknown_message(name))
+
+    def refresh(self) -> None:
+        """Read the entry points of the installed packages again: a package installed since the first lookup."""
+        with self._lock:
+            self._lazy = None
 
     def unknown_message(self, name: object) -> str:
         known = self.names()
@@ -104,12 +113,16 @@ class Registry(Generic[T]):
             self._lazy = {ep.name: ep for ep in found}
         return self._lazy
 
-    def _load(self, name: str, ep: metadata.EntryPoint) -> T:
+    def _load(self, name: str, ep: metadata.EntryPoint, path: str | None = None) -> T:
         try:
             obj = ep.load()
         except Exception as exc:  # a broken plug-in must say which one and why, not crash the lookup
-            msg = f"{self.kind} {name!r} from entry point {ep.value} cannot be loaded: {type(exc).__name__}: {exc}"
-            raise ConfigError([Problem(f"${self.kind}", msg)], header=f"{self.kind} not available") from None
+            msg = (
+                f"{self.kind} {name!r} from entry point {ep.value} cannot be loaded: {type(exc).__name__}: {exc}"
+                " -- fix or reinstall the package, or choose another"
+            )
+            problem = Problem(path or f"${self.kind}", msg)
+            raise PluginUnavailable([problem], header=f"{self.kind} not available", name=name, reason=msg) from None
         self._entries[name] = (obj, ep.value)
         return obj  # type: ignore[no-any-return]
 

@@ -7,7 +7,6 @@ bad field), so a bad request changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
@@ -17,7 +16,8 @@ from engine.errors import InvalidRequest
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
 from engine.request_params import (
-    SAMPLING_NAMES,
+    GENERATE_NAMES,
+    OPTION_NAMES,
     RequestOptions,
     SamplingParams,
     check_fanout,
@@ -26,7 +26,9 @@ from engine.request_params import (
     problems_header,
     refuse,
     structure_params,
+    token_ids,
 )
+from engine.storage_change import checked_attach
 from runtime.serving import get_serving
 from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
@@ -38,10 +40,8 @@ ATTACH_FIELDS = (
     "hicache_storage_prefetch_policy",
     "hicache_write_policy",
 )
-# `/generate`'s own aliases of the model's names
-NATIVE_NAMES: dict[str, str] = {"max_tokens": "max_new_tokens"}
 PROMPT_FIELDS = ("text", "prompt", "input_ids")
-GENERATE_FIELDS = (*PROMPT_FIELDS, "sampling_params", *SAMPLING_NAMES, *NATIVE_NAMES, "stream", "timeout_s")
+GENERATE_FIELDS = (*PROMPT_FIELDS, "sampling_params", *GENERATE_NAMES, *OPTION_NAMES)
 
 
 @attrs.frozen(slots=True)
@@ -56,7 +56,11 @@ class GenerateRequest:
 
     def engine_args(self) -> list[dict[str, Any]]:
         """One set of `Engine.submit` arguments per prompt, plain data (they may cross to a replica)."""
-        common = {**self.sampling.as_dict(), "timeout_s": self.options.timeout_s}
+        common = {
+            **self.sampling.as_dict(),
+            "timeout_s": self.options.timeout_s,
+            "add_special_tokens": self.options.add_special_tokens,
+        }
         return [{"prompt_or_ids": p if isinstance(p, str) else list(p), **common} for p in self.prompts]
 
 
@@ -108,42 +112,40 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
 def generate_request(body: dict[str, Any]) -> GenerateRequest:
     """The checked request of a `/generate` body; raises InvalidRequest (422) naming every bad field.
 
-    Sampling parameters may be given at the top level or in `sampling_params` (the top
-    level wins); both go through the one request model (`engine.request_params`).
+    Sampling parameters may be given at the top level or in `sampling_params`, under
+    their names or an alias (`GENERATE_NAMES`); both go through the one request model
+    (`engine.request_params`), which refuses a parameter given twice, naming both places.
     """
     nested = body.get("sampling_params") or {}
     if not isinstance(nested, dict):
         raise refuse("$.sampling_params", f"expected an object (got {type(nested).__name__})")
-    values: dict[str, tuple[str, str, Any]] = {}
-    for key, value in nested.items():
-        key = str(key)
-        values[NATIVE_NAMES.get(key, key)] = (f"$.sampling_params.{key}", NATIVE_NAMES.get(key, key), value)
-    for key, value in body.items():
-        if key in ("sampling_params", *PROMPT_FIELDS):
-            continue
-        values[NATIVE_NAMES.get(key, key)] = (f"$.{key}", NATIVE_NAMES.get(key, key), value)
+    values = [(f"$.sampling_params.{key}", str(key), value) for key, value in nested.items()]
+    values += [(f"$.{key}", key, v) for key, v in body.items() if key not in ("sampling_params", *PROMPT_FIELDS)]
+    paths = {name: path for path, name, _ in values}
     problems: list[Problem] = []  # the prompt's and the parameters', reported together
     try:
         prompts, batch, path = _prompts(body)
     except InvalidRequest as exc:
         problems.extend(exc.problems)
     try:
-        sampling, options = structure_params(values.values())
+        sampling, options = structure_params(values, names=GENERATE_NAMES)
     except InvalidRequest as exc:
         problems.extend(exc.problems)
     if problems:
         raise InvalidRequest(problems, header=problems_header(problems))
     if options.n != 1:
-        raise refuse(values["n"][0], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
+        raise refuse(paths["n"], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
     serving = get_serving()
     check_prompts(list(prompts), path, max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items)
     check_fanout(len(prompts), 1, serving.max_batch_requests, path)
-    check_timeout(options.timeout_s, serving.request_timeout_s, values.get("timeout_s", ("$.timeout_s",))[0])
+    check_timeout(options.timeout_s, serving.request_timeout_s, paths.get("timeout_s", "$.timeout_s"))
     return GenerateRequest(prompts, batch, sampling, options, path)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _nonempty_ids(ids: list[Any], path: str) -> tuple[int, ...]:
+    if not ids:
+        raise refuse(path, "expected a non-empty list of integers (got [])")
+    return token_ids(ids, path)
 
 
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
@@ -153,12 +155,11 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
         raise refuse("$.text", "give exactly one of 'text' (or 'prompt') and 'input_ids'")
     key = given[0]
     value, path = body[key], f"$.{key}"
-    if key == "input_ids":
+    if key == "input_ids":  # token ids are checked by the request model, as `Engine.submit`'s are
         if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
-            if all(ids and all(_is_int(t) for t in ids) for ids in value):
-                return tuple(tuple(ids) for ids in value), True, path
-        elif isinstance(value, list) and all(_is_int(t) for t in value):
-            return (tuple(value),), False, path
+            return tuple(_nonempty_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
+        if isinstance(value, list):
+            return (token_ids(value, path),), False, path
         raise refuse(path, "expected a list of integers, or a non-empty list of such lists")
     if isinstance(value, str):
         return (value,), False, path
@@ -168,27 +169,12 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
 
 
 def attach_args(body: dict[str, Any]) -> dict[str, Any]:
-    """The override fields of an attach body, the extra config parsed from its JSON string form."""
-    backend = body.get("hicache_storage_backend")
-    errors = []
-    if backend is None:
-        errors.append("$.memory.hicache_storage_backend: required -- name the backend to attach (file or memory)")
+    """The override fields of an attach body, checked as every attach is (`engine.storage_change.checked_attach`).
+
+    The options may come as `..._extra_config_json` (JSON text) or `..._extra_config`.
+    """
     raw_extra = body.get("hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config"))
-    extra: Any = raw_extra
-    if isinstance(raw_extra, str):
-        try:
-            extra = json.loads(raw_extra) if raw_extra.strip() else None
-        except json.JSONDecodeError as exc:
-            errors.append(
-                f"$.memory.hicache_storage_backend_extra_config: not valid JSON ({exc.msg} at position {exc.pos})"
-                ' -- pass an object like {"dir": "/path"}'
-            )
-    if extra is not None and not isinstance(extra, dict) and not errors:
-        errors.append(
-            f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}"
-        )
-    if errors:
-        raise HTTPProblem(422, "invalid attach request", errors=errors)
+    backend, extra = checked_attach(body.get("hicache_storage_backend"), raw_extra)
     return {
         "backend": backend,
         "extra_config": extra,

@@ -6,11 +6,13 @@ override applies at once. A body over the size limit is refused (413) from its
 limit, so a huge upload never grows the process. Parsing refuses what the stdlib parser
 would turn into a crash or an unbounded cost later: nesting past `max_json_depth` (the
 parser recurses), integers longer than `max_json_integer_digits` (arithmetic on them is
-quadratic and `int()` itself gives up past 4300 digits), `NaN`/`Infinity` literals and
-numbers that overflow to infinity, and strings holding lone surrogates (they cannot be
-encoded as UTF-8, so tokenizing or logging them would fail). Each refusal names the
-path of the value (`$.temperature`), and a non-finite number is refused in the words of
-the request model, so a NaN gets the same answer whether it came as JSON or from Python.
+quadratic and `int()` itself gives up past 4300 digits), and strings holding lone
+surrogates (they cannot be encoded as UTF-8, so tokenizing or logging them would fail).
+Each refusal names the path of the value (`$.seed`). `NaN`/`Infinity` literals and
+numbers that overflow to infinity parse to non-finite floats and are left to the model
+the body is checked by (the request model for `/generate` and `/v1`, the config's
+converter for overrides and attach options), so a NaN gets the same answer whether it
+came as JSON or from Python.
 Bodies arrive within `body_timeout_s` of the request (408 otherwise), so a client that
 sends its body slowly, or never, does not hold a worker.
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from typing import Any
 
@@ -126,9 +127,6 @@ def _check_values(value: Any, path: str, limits: BodyLimits) -> None:
     if isinstance(value, str):
         if not value.isascii() and _has_lone_surrogate(value):
             raise _Refused(f"{path}: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
-    elif isinstance(value, float):
-        if not math.isfinite(value):  # the wording of the request model's own refusal
-            raise _Refused(f"{path}: expected a finite number (got {value!r})")
     elif isinstance(value, _LongInteger):
         raise _Refused(
             f"{path}: an integer of {value.digits} digits is longer than 'max_json_integer_digits' "
@@ -160,7 +158,7 @@ def parse_json(raw: bytes, limits: BodyLimits) -> Any:
         return _LongInteger(count) if count > limits.max_integer_digits else int(digits)
 
     try:
-        # NaN, Infinity and numbers that overflow parse to non-finite floats, refused below with their path
+        # NaN, Infinity and numbers that overflow parse to non-finite floats, refused by the model checking the body
         body = json.loads(text, parse_int=integer, parse_constant=float)
         _check_values(body, "$", limits)
     except _Refused as exc:

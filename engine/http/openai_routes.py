@@ -61,6 +61,7 @@ from engine.request_params import (
 )
 from runtime.serving import get_serving
 from sgconf.suggest import did_you_mean
+from sgconf.twin import replaced
 
 log = structlog.get_logger(__name__)
 
@@ -123,12 +124,8 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
             "'logprobs' is not supported: the engine does not return token log-probabilities -- leave it unset",
         )
     # null is how OpenAI clients leave a parameter unset
-    given = [
-        (f"$.{k}", OPENAI_NAMES.get(k, k), v)
-        for k, v in body.items()
-        if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))
-    ]
-    params, options = structure_params(given, base=OPENAI_DEFAULTS)
+    given = [(f"$.{k}", k, v) for k, v in body.items() if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))]
+    params, options = structure_params(given, base=OPENAI_DEFAULTS, names=OPENAI_NAMES)
     options_body = body.get("stream_options")
     include_usage = False
     if options_body is not None:
@@ -191,7 +188,8 @@ def _args(prompt: str | list[int], s: Sampling, index: int, *, chat: bool = Fals
     seed = s.params.seed
     if s.n > 1:
         seed = (seed + choice) % (MAX_SEED + 1) if seed is not None else secrets.randbelow(2**31)
-    args = {"prompt_or_ids": prompt, "timeout_s": None, **attrs.evolve(s.params, seed=seed).as_dict()}
+    # the seed stays within its bound by construction: no need to check the params again
+    args = {"prompt_or_ids": prompt, "timeout_s": None, **replaced(s.params, {"seed": seed}).as_dict()}
     if chat:  # the template printed the special tokens it wants
         args["add_special_tokens"] = False
     return args

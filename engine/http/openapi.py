@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.request_params import OPENAI_NAMES, json_schema
+from engine.request_params import GENERATE_NAMES, OPENAI_NAMES, json_schema
 
 _INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 _PROMPT: dict[str, Any] = {
@@ -79,7 +79,7 @@ def generate_body() -> dict[str, Any]:
         "prompt": {"anyOf": _PROMPT["anyOf"][:2], "description": "the prompt, as 'text'"},
         "input_ids": {"anyOf": _PROMPT["anyOf"][2:], "description": "the prompt as token ids"},
         "sampling_params": {"type": "object", "properties": sampling, "additionalProperties": False},
-        **json_schema({**{k: k for k in sampling}, "max_tokens": "max_new_tokens"}, options=("stream", "timeout_s")),
+        **json_schema(GENERATE_NAMES, options=("stream", "timeout_s", "add_special_tokens")),
     }
     body = _body(props, [])
     # exactly one of the three ways to give the prompt

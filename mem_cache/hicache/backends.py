@@ -19,6 +19,7 @@ from mem_cache.hicache.file_storage import open_file_storage
 from mem_cache.hicache.mac_key import key_from_secret
 from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
+from sgconf.errors import PluginUnavailable
 from sgconf.serving.plugins import STORAGE_BACKENDS
 from sgconf.suggest import did_you_mean
 
@@ -60,7 +61,7 @@ def create_storage_backend(
         )
         raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
     key = key_from_secret(mac_secret) if mac_secret is not None else None
-    backend = STORAGE_BACKENDS.get(name)(extra_config)
+    backend = _open(name, extra_config)
     try:
         if key is not None:
             backend.use_mac_key(key, source="setting")
@@ -72,6 +73,36 @@ def create_storage_backend(
         backend.abandon()
         raise
     log.info("hicache.storage.open", backend=name, options=sorted(extra_config), mac_key_source=backend.key_source)
+    return backend
+
+
+def _open(name: str, extra_config: Mapping[str, Any]) -> StorageBase:
+    """The backend `name`'s factory called on `extra_config`; whatever keeps it from opening is a StorageAttachError.
+
+    A factory is often another package's code: a plug-in that fails to import, raises
+    (a ValueError for an option it dislikes) or hands back no backend is refused naming
+    the backend, as a bad directory is, never a crash of the attach.
+    """
+    try:
+        factory = STORAGE_BACKENDS.get(name)  # the refusal below names the field
+    except PluginUnavailable as exc:
+        raise StorageAttachError(exc.reason, field=BACKEND_FIELD, value=name) from None
+    try:
+        backend = factory(extra_config)
+    except StorageAttachError:
+        raise
+    except Exception as exc:
+        msg = (
+            f"storage backend {name!r} failed to open: {type(exc).__name__}: {exc}"
+            f" -- check its options in '{EXTRA_CONFIG_FIELD}', or choose another backend"
+        )
+        raise StorageAttachError(msg, field=BACKEND_FIELD, value=name) from exc
+    if not isinstance(backend, StorageBase):
+        msg = (
+            f"storage backend {name!r} gave {type(backend).__name__}, not a storage backend"
+            " -- its factory must return a StorageBase; fix the plug-in or choose another backend"
+        )
+        raise StorageAttachError(msg, field=BACKEND_FIELD, value=name)
     return backend
 
 

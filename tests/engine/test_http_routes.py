@@ -162,8 +162,8 @@ def test_attach_then_detach_storage(client: TestClient, tmp_path: Path) -> None:
         ({}, "$.memory.hicache_storage_backend: required -- name the backend to attach (file or memory)"),
         (
             {"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": "{bad"},
-            "$.memory.hicache_storage_backend_extra_config: not valid JSON (Expecting property "
-            "name enclosed in double quotes at position 1)"
+            "$.memory.hicache_storage_backend_extra_config: expected a JSON object (Expecting property "
+            "name enclosed in double quotes at char 1), got '{bad'"
             ' -- pass an object like {"dir": "/path"}',
         ),
         (

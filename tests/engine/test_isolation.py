@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-import attrs
 import pytest
 
 from engine.engine import Engine
 from engine.errors import DeadlineExceeded, GenerationError, RequestRejected
+from sgconf.twin import replaced
 
 
 class FakeClock:
@@ -53,9 +53,9 @@ def test_a_request_whose_sampling_fails_fails_alone(engine) -> None:
 
     good = [eng.submit("steady", max_new_tokens=6, ignore_eos=True) for _ in range(2)]
     bad = eng.scheduler.new_request(eng.tokenizer.encode("poison"), max_new_tokens=6, temperature=0.5, seed=1)
-    # new_request refuses NaN itself; poison the request after the checks, as a bug inside would
+    # the model refuses NaN at every construction; poison the request past its checks, as a bug inside would
     bad.temperature = math.nan
-    bad.params = attrs.evolve(bad.params, temperature=math.nan)
+    bad.params = replaced(bad.params, {"temperature": math.nan})
     eng.scheduler.submit(bad)
     run_until_done(eng, [*good, bad])
     assert [eng.wait(r).token_ids for r in good] == [expected, expected]

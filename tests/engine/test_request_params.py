@@ -1,4 +1,4 @@
-"""The one request model: every entry (Python, /generate, /v1) refuses the same bad value in the same words."""
+"""The one request model: every entry (Python, /generate, /v1, building the model) refuses the same bad value in the same words."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 from fastapi.testclient import TestClient
 
@@ -16,6 +17,8 @@ from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from engine.request_params import (
     OPENAI_NAMES,
+    OPTION_NAMES,
+    RequestOptions,
     SamplingParams,
     json_schema,
     sampling_of,
@@ -47,9 +50,60 @@ BAD = [
     ("stop", [1], "item 0: expected a string (got 1)"),
     ("stop", [""], "item 0: its length must be in [1, 256] (got '')"),
     ("stop_token_ids", [-3], "item 0: it must be in [0, 2147483647] (got -3)"),
+    ("max_new_tokens", math.nan, "expected a finite number (got nan)"),
+    ("seed", math.inf, "expected a finite number (got inf)"),
+    ("seed", 2**64, "must be in [0, 9223372036854775807] (got 18446744073709551616)"),
     ("top_kk", 1, "unknown parameter 'top_kk' -- did you mean 'top_k'?"),
+    # the request options: the same model, the same words
+    ("n", 0, "must be in [1, 64] (got 0)"),
+    ("n", 65, "must be in [1, 64] (got 65)"),
+    ("n", 1.5, "expected an integer (got 1.5)"),
+    ("stream", "yes", "expected a boolean (got 'yes')"),
+    ("stream", math.nan, "expected a boolean (true/false, 1/0, yes/no, on/off) (got nan)"),
+    ("timeout_s", -1, "must be in (0, 86400] (got -1)"),
+    ("timeout_s", 0, "must be in (0, 86400] (got 0)"),
+    ("timeout_s", math.nan, "expected a finite number (got nan)"),
+    ("add_special_tokens", "no", "expected a boolean (got 'no')"),
 ]
 IDS = [f"{f}={v!r}" for f, v, _ in BAD]
+# the /v1 routes take no deadline and always tokenize with the special tokens their template chose
+V1_BAD = [row for row in BAD if row[0] not in ("timeout_s", "add_special_tokens")]
+V1_IDS = [f"{f}={v!r}" for f, v, _ in V1_BAD]
+DECLARED_BAD = [row for row in BAD if row[0] != "top_kk"]
+DECLARED_IDS = [f"{f}={v!r}" for f, v, _ in DECLARED_BAD]
+# a parameter given twice: (route, body, the line naming both places)
+TWICE = [
+    (
+        "/generate",
+        {"text": "x", "sampling_params": {"temperature": 0.5}, "temperature": 0.5},
+        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
+        " -- give one of them",
+    ),
+    (
+        "/generate",
+        {"text": "x", "max_tokens": 3, "max_new_tokens": 2},
+        "$.max_new_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as $.max_new_tokens"
+        " -- give one of them",
+    ),
+    (
+        "/generate",
+        {"text": "x", "sampling_params": {"max_completion_tokens": 3}, "max_tokens": 2},
+        "$.max_tokens: 'max_new_tokens' is given twice, as $.sampling_params.max_completion_tokens and as"
+        " $.max_tokens -- give one of them",
+    ),
+    (
+        "/v1/completions",
+        {"prompt": "x", "max_tokens": 2, "max_completion_tokens": 5},
+        "$.max_completion_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as"
+        " $.max_completion_tokens -- give one of them",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5, "max_tokens": 2},
+        "$.max_tokens: 'max_new_tokens' is given twice, as $.max_completion_tokens and as $.max_tokens"
+        " -- give one of them",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +144,7 @@ def test_generate_refuses_naming_the_field(served, field: str, value: Any, why: 
     assert engine.scheduler.counters["finished"] == finished
 
 
-@pytest.mark.parametrize(("field", "value", "why"), BAD, ids=IDS)
+@pytest.mark.parametrize(("field", "value", "why"), V1_BAD, ids=V1_IDS)
 @pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
 def test_openai_routes_refuse_naming_the_parameter(served, field: str, value: Any, why: str, route: str) -> None:
     """/v1 answers 400 in OpenAI's error body, `param` the name the client sent, the same reason."""
@@ -107,6 +161,83 @@ def test_openai_routes_refuse_naming_the_parameter(served, field: str, value: An
         assert err["message"].startswith(f"$.{name}: unknown parameter '{name}' -- did you mean")
     else:
         assert err["message"] == f"$.{name}: {why}"
+
+
+@pytest.mark.parametrize(("field", "value", "why"), DECLARED_BAD, ids=DECLARED_IDS)
+def test_construction_refuses_naming_the_field(field: str, value: Any, why: str) -> None:
+    """Building the model directly (or evolving one) checks each bound too, in the same words."""
+    cls = RequestOptions if field in OPTION_NAMES else SamplingParams
+    with pytest.raises(InvalidRequest) as info:
+        cls(**{field: value})
+    assert info.value.lines() == [f"$.{field}: {why}"]
+    with pytest.raises(InvalidRequest) as evolved:
+        attrs.evolve(cls(), **{field: value})
+    assert evolved.value.lines() == [f"$.{field}: {why}"]
+
+
+@pytest.mark.parametrize(("route", "body", "line"), TWICE, ids=[f"{r}:{sorted(b)}" for r, b, _ in TWICE])
+def test_a_parameter_given_twice_is_refused_naming_both(served, route: str, body: dict[str, Any], line: str) -> None:
+    """Two spellings (or two places) of one parameter: refused naming both, never one silently winning."""
+    _, client = served
+    r = _post(client, route, body)
+    if route == "/generate":
+        assert r.status_code == 422, r.text
+        assert line in r.json()["errors"]
+    else:
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"] == line
+
+
+def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
+    """The issue's case: a bad nested value and its top-level twin; neither is taken, both are named."""
+    _, client = served
+    r = _post(client, "/generate", {"text": "x", "sampling_params": {"temperature": -1}, "temperature": 0.5})
+    assert r.status_code == 422
+    assert r.json()["errors"] == [
+        "$.sampling_params.temperature: must be in [0, 100] (got -1)",
+        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
+        " -- give one of them",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ids", "why"),
+    [
+        ([1, 2.7], "item 1: expected an integer (got 2.7)"),
+        ([1, "3"], "item 1: expected an integer (got '3')"),
+        ([1, True], "item 1: expected an integer (got True)"),
+        ([1, math.nan], "item 1: expected an integer (got nan)"),
+        ([1, -2], "item 1: it must be in [0, 2147483647] (got -2)"),
+    ],
+)
+def test_token_ids_are_checked_strictly_and_alike(served, ids: list[Any], why: str) -> None:
+    """A prompt of token ids: the same refusal from Engine.submit and from /generate's input_ids; nothing queued."""
+    engine, client = served
+    before = engine.busy_counts()
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit(ids, max_new_tokens=1)
+    assert info.value.lines() == [f"$.prompt_or_ids: {why}"]
+    assert engine.busy_counts() == before
+    r = _post(client, "/generate", {"input_ids": ids, "max_new_tokens": 1})
+    assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids: {why}"])
+    r = _post(client, "/generate", {"input_ids": [[1], ids], "max_new_tokens": 1})
+    assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids[1]: {why}"])
+
+
+def test_submit_batch_and_new_request_check_through_the_model(served) -> None:
+    """The lower entries take checked values or refuse: a negative deadline, an evolved bad field."""
+    engine, _ = served
+    before = engine.busy_counts()
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit_batch([("x", SamplingParams())], timeout_s=-1)
+    assert info.value.lines() == ["$.timeout_s: must be in (0, 86400] (got -1)"]
+    with pytest.raises(InvalidRequest) as bad_stream:
+        engine.submit_batch([("x", SamplingParams())], stream="yes")  # type: ignore[arg-type]
+    assert bad_stream.value.lines() == ["$.stream: expected a boolean (got 'yes')"]
+    with pytest.raises(InvalidRequest) as evolved:
+        engine.scheduler.new_request([1, 2], max_new_tokens=-5)
+    assert evolved.value.lines() == ["$.max_new_tokens: must be in [1, 1048576] (got -5)"]
+    assert engine.busy_counts() == before
 
 
 def test_every_problem_of_a_request_is_listed() -> None:

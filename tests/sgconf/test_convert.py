@@ -100,6 +100,7 @@ BAD = [
     (dict[str, Any], {1: "a"}, "expected a JSON object (key 1 is not a string)"),
     (dict[str, Any], {"a": {"b": {2: 0}}}, "expected a JSON object (key 2 in 'a.b' is not a string)"),
     (dict[str, Any], {"a": [1, {1, 2}]}, "expected a JSON object ('a[1]' is a set)"),
+    (dict[str, Any], {"a": [1, float("nan")]}, "expected a JSON object ('a[1]' is nan, not a JSON number)"),
     (dict[str, Any], None, "expected a JSON object"),
     (tuple[int, str], [1], "expected 2 items, got 1"),
     (

@@ -79,3 +79,28 @@ def test_a_storage_backend_of_another_package_is_chosen_by_name(tmp_path: Path) 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     chosen, enum, module = json.loads(out.stdout)
     assert chosen == "mine" and enum == ["file", "memory", "mine", None] and module == "mybackend"
+
+
+def test_an_entry_point_that_cannot_import_is_refused_at_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken plug-in: PluginUnavailable naming it and why, at the path of the setting that chose it; refresh() sees it."""
+    from sgconf.errors import PluginUnavailable
+
+    reg: Registry[object] = Registry("gadget", entry_points="sgconf_test.gadgets")
+    assert reg.names() == ()
+    dist = tmp_path / "gadgets-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gadgets\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[sgconf_test.gadgets]\nbroken = sgconf_test_no_such_module:make\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert reg.names() == ()  # read once, at the first lookup
+    reg.refresh()
+    assert reg.names() == ("broken",)
+    with pytest.raises(PluginUnavailable) as info:
+        reg.get("broken", path="$.parts.gadget")
+    assert isinstance(info.value, ConfigError) and info.value.name == "broken"
+    assert info.value.lines() == [f"$.parts.gadget: {info.value.reason}"]
+    assert info.value.reason.startswith(
+        "gadget 'broken' from entry point sgconf_test_no_such_module:make cannot be loaded: ModuleNotFoundError"
+    )
