@@ -285,7 +285,8 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
 
 
 def _shown_default(info: FieldInfo) -> str:
-    default = thaw(info.default)  # an enum shows its value, a duration its `1h30m` spelling
+    # a secret's declared default is redacted like any value of it; an enum shows its value, a duration its `1h30m`
+    default = thaw(info.shown(info.default))
     if default is None:
         return "none"
     if isinstance(default, bool):
