@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import functools as _functools
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
 from sgconf import SERVING as _SERVING
-from sgconf import ConfigError
+from sgconf import ConfigError, DeclarationError, Schema, setting
 from sgconf.errors import Problem
 from sgconf.flags import config_parser as _config_parser
 from sgconf.flags import given_fields as _given_fields
 from sgconf.loading import load_layers as _load_layers
+from sgconf.sources import LayerInput, SecretsDirSource, SourceRequest
 from sgconf.sources import cli_layer as _cli_layer
 from sgconf.sources import read_config_file as _read_config_file
 from sgconf.sources import read_env as _read_env
@@ -103,3 +106,62 @@ def test_duplicate_keys_are_refused_in_every_format(tmp_path: Path, name: str, t
     assert problem.message.startswith(message)
     assert problem.source == f"from {path}"
     assert dict(layer.values) == {}
+
+
+# -- a schema's own sources ---------------------------------------------------------------------
+
+
+def _schema_with_secrets(**source: Any) -> Schema:
+    schema = Schema("srcrt", env_prefix="SRCRT_")
+
+    @schema.namespace("api")
+    class ApiConfig:
+        token: str | None = setting(None, help="bearer token", secret=True)
+        port: int = setting(8100, help="HTTP port")
+
+    schema.add_source(SecretsDirSource("/nonexistent/srcrt", env_var="SRCRT_SECRETS_DIR", **source), before="env")
+    return schema.freeze()  # type: ignore[return-value]
+
+
+@attrs.frozen
+class _Fixed:
+    """A source that always gives the same values, attributed to `name`."""
+
+    name: str
+    values: dict[str, Any] = attrs.field(factory=dict)
+
+    def read(self, request: SourceRequest) -> LayerInput:
+        return LayerInput(self.name, self.values, dict.fromkeys(self.values, "fixed"), schema=request.schema)
+
+
+def test_a_schema_lists_its_sources_in_the_order_loading_reads_them() -> None:
+    """`schema.sources` holds the built-in sources from the start; before= and after= place an added one among them."""
+    plain = Schema("plainrt", env_prefix="PLAINRT_")
+    assert [s.name for s in plain.sources] == ["file", "env", "cli"]
+    schema = _schema_with_secrets()
+    assert [s.name for s in schema.sources] == ["file", "secrets", "env", "cli"]
+    late = Schema("latert", env_prefix="LATERT_")
+
+    @late.namespace("api")
+    class ApiConfig:
+        port: int = setting(8100, help="HTTP port")
+
+    late.add_source(_Fixed("vault", {"port": 7000}), after="env")
+    late.add_source(_Fixed("pinned", {"port": 9000}))  # neither: last, above the CLI
+    assert [s.name for s in late.sources] == ["file", "env", "vault", "cli", "pinned"]
+    loaded = late.load(["--port", "8000"], env={"LATERT_PORT": "6000"})
+    assert loaded.record.port == 9000
+    assert [o.layer for o in loaded.chain("port")] == ["default", "env", "vault", "cli", "pinned"]
+
+
+@pytest.mark.parametrize(
+    "name", ["default", "defaults", "file", "env", "cli", "override", "resolution", "record", "scoped", "vault"]
+)
+def test_add_source_refuses_a_built_in_or_taken_name(name: str) -> None:
+    """A source may not take a layer name of provenance or of another source: its values would read as theirs."""
+    schema = Schema("namedrt", env_prefix="NAMEDRT_")
+    schema.add_source(_Fixed("vault"), before="cli")
+    before = schema.sources
+    with pytest.raises(DeclarationError, match=f"'{name}'.* -- give this"):
+        schema.add_source(_Fixed(name))
+    assert schema.sources == before
