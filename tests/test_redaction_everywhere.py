@@ -69,10 +69,7 @@ def _cli(argv: list[str], env: dict[str, str], capsys: pytest.CaptureFixture[str
     with pytest.MonkeyPatch.context() as mp:
         for var, value in env.items():
             mp.setenv(var, value)
-        try:
-            SCHEMA.main(argv)
-        except SystemExit:  # --help exits
-            pass
+        SCHEMA.main(argv)
     out = capsys.readouterr()
     return out.out + out.err
 

@@ -165,3 +165,53 @@ def test_add_source_refuses_a_built_in_or_taken_name(name: str) -> None:
     with pytest.raises(DeclarationError, match=f"'{name}'.* -- give this"):
         schema.add_source(_Fixed(name))
     assert schema.sources == before
+
+
+def test_a_secrets_directory_refuses_a_field_given_twice(tmp_path: Path) -> None:
+    """`token` and `SRCRT_TOKEN` in one directory: a problem naming both files, the way a config file refuses it."""
+    (tmp_path / "token").write_text("from-field-name\n", encoding="utf-8")
+    (tmp_path / "SRCRT_TOKEN").write_text("from-env-name\n", encoding="utf-8")
+    schema = _schema_with_secrets()
+    with pytest.raises(ConfigError) as refused:
+        schema.load([], env={"SRCRT_SECRETS_DIR": str(tmp_path)})
+    assert refused.value.lines() == [
+        f"$.api.token: 'token' is given twice (also as {tmp_path / 'SRCRT_TOKEN'}) -- keep one"
+        f" (from secrets:{tmp_path / 'token'})"
+    ]
+
+
+def test_a_secrets_directory_that_is_missing_or_unreadable_is_a_problem_never_a_raise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Missing: nothing unless required. Not a directory, not readable, or a file not UTF-8: a problem naming it."""
+    missing = tmp_path / "missing"
+    assert _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(missing)}).record.token is None
+    with pytest.raises(ConfigError) as required:
+        _schema_with_secrets(required=True).load([], env={"SRCRT_SECRETS_DIR": str(missing)})
+    assert required.value.lines() == [
+        f"$: secrets directory {str(missing)!r} does not exist -- create it or drop the source (from secrets:{missing})"
+    ]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"is not a directory -- point SRCRT_SECRETS_DIR at a readable directory"):
+        _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(a_file)})
+    locked = tmp_path / "locked"
+    locked.mkdir()
+
+    def denied(self: Path) -> Any:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    with monkeypatch.context() as mp:  # a root test runner reads any directory: refuse it the way a kernel would
+        mp.setattr(Path, "iterdir", denied)
+        with pytest.raises(ConfigError) as unreadable:
+            _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(locked)})
+    assert unreadable.value.lines() == [
+        f"$: secrets directory {str(locked)!r} cannot be read (Permission denied)"
+        f" -- point SRCRT_SECRETS_DIR at a readable directory (from secrets:{locked})"
+    ]
+    (locked / "token").write_bytes(b"\xffsekrit\n")
+    with pytest.raises(ConfigError) as binary:
+        _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(locked)})
+    assert binary.value.lines() == [
+        f"$.api.token: cannot read {locked / 'token'}: not UTF-8 text (from secrets:{locked / 'token'})"
+    ]
