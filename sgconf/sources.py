@@ -421,11 +421,8 @@ class SecretsDirSource:
         return LayerInput(self.name, values, details, tuple(problems), schema=schema)
 
     def _fix(self) -> str:
-        return (
-            f"point {self.env_var} at a readable directory"
-            if self.env_var
-            else "fix its permissions or drop the source"
-        )
+        where = f"point {self.env_var} at one" if self.env_var else "give the source one"
+        return f"{where}, readable by this process, or drop the source"
 
     def _refused(self, root: Path, why: str, schema: Declarations) -> LayerInput:
         problem = Problem("$", f"secrets directory {str(root)!r} {why}", f"from {self.name}:{root}")

@@ -193,7 +193,9 @@ def test_a_secrets_directory_that_is_missing_or_unreadable_is_a_problem_never_a_
     ]
     a_file = tmp_path / "a-file"
     a_file.write_text("", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"is not a directory -- point SRCRT_SECRETS_DIR at a readable directory"):
+    with pytest.raises(
+        ConfigError, match=r"is not a directory -- point SRCRT_SECRETS_DIR at one, readable by this process, or drop"
+    ):
         _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(a_file)})
     locked = tmp_path / "locked"
     locked.mkdir()
@@ -207,7 +209,7 @@ def test_a_secrets_directory_that_is_missing_or_unreadable_is_a_problem_never_a_
             _schema_with_secrets().load([], env={"SRCRT_SECRETS_DIR": str(locked)})
     assert unreadable.value.lines() == [
         f"$: secrets directory {str(locked)!r} cannot be read (Permission denied)"
-        f" -- point SRCRT_SECRETS_DIR at a readable directory (from secrets:{locked})"
+        f" -- point SRCRT_SECRETS_DIR at one, readable by this process, or drop the source (from secrets:{locked})"
     ]
     (locked / "token").write_bytes(b"\xffsekrit\n")
     with pytest.raises(ConfigError) as binary:
