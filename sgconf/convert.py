@@ -189,10 +189,10 @@ def _item(conv: cattrs.Converter, value: Any, tp: Any, at: Any) -> Any:
     choices = literal_choices(inner)
     try:
         return _to_choice(value, choices) if choices is not None else conv.structure(value, inner)
-    except ConversionError as exc:
-        raise ConversionError(f"item {at!r}: {exc}") from None
+    except ConversionError as exc:  # the innermost item's expectation is the one a secret's message keeps
+        raise ConversionError(f"item {at!r}: {exc}", item=exc.item or describe_type(tp)) from None
     except (cattrs.BaseValidationError, ValueError, TypeError, ArithmeticError) as exc:
-        raise ConversionError(f"item {at!r}: expected {describe_type(tp)} ({exc})") from None
+        raise ConversionError(f"item {at!r}: expected {describe_type(tp)} ({exc})", item=describe_type(tp)) from None
 
 
 def _dict_hook(tp: Any, conv: cattrs.Converter) -> Any:

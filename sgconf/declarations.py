@@ -61,6 +61,11 @@ class Declarations:
     record class (`ServerArgs` by default, so the read ratchet finds it).
     """
 
+    # the config sources loading reads, lowest precedence first (defaults lie under all of them):
+    # `Schema` starts every schema with the built-in file, env and CLI ones, and
+    # `Schema.add_source` gives a schema its own tuple with another put between them
+    sources: tuple[Any, ...] = ()
+
     def __init__(
         self,
         name: str,
@@ -95,8 +100,6 @@ class Declarations:
         self.inputs = inputs
         self.model_reader = model_reader
         self.knobs = knobs or RuntimeKnobs()
-        # the config sources in precedence order, lowest first (None: file, env, CLI; see `Schema.add_source`)
-        self.sources: list[Any] | None = None
         self._converter = converter
         # variables that share the prefix but are not fields (loading does not call them typos)
         self.reserved_env: set[str] = {self.config_env}
@@ -439,7 +442,7 @@ class Declarations:
         out.rules.extend(r for r in self.rules if set(r.fields) <= names)
         out.steps.extend(s for s in self.steps if set(s.reads) <= names)
         out.knobs = RuntimeKnobs(**{k: f for k, f in self.knobs.names().items() if f in names})
-        out.sources = None if self.sources is None else list(self.sources)
+        out.sources = self.sources
         tops = {p for p in out._namespaces if "." not in p}
         for role, allowed in self._roles.items():
             out._roles[role] = None if allowed is None else allowed & tops

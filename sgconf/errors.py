@@ -105,7 +105,16 @@ class FieldValueError(SgconfError, ValueError):
 
 
 class ConversionError(SgconfError, ValueError):
-    """Raised for one value that does not fit its field's type; the message says what was expected."""
+    """Raised for one value that does not fit its field's type; the message says what was expected.
+
+    The message may quote the value: a key, an item, a parser's complaint. `item` says,
+    quoting nothing, what the failing item of a container should have been ("an
+    integer"), so a secret field's message can still say it without naming the item.
+    """
+
+    def __init__(self, message: str, *, item: str | None = None) -> None:
+        super().__init__(message)
+        self.item = item
 
 
 __all__ = [

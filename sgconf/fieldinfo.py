@@ -15,12 +15,12 @@ import attrs
 
 from sgconf.fields import FieldSpec
 from sgconf.kinds import ClassKind, class_kind
-from sgconf.redaction import redact
+from sgconf.redaction import hidden, redact
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, repr=False)
 class FieldInfo:
-    """Everything known about one declared field, flat-name addressable."""
+    """Everything known about one declared field, flat-name addressable; its repr shows the default as `shown` does."""
 
     name: str
     namespace: str
@@ -41,6 +41,18 @@ class FieldInfo:
     def shown(self, value: Any) -> Any:
         """`value` of this field as it may be printed or served: redacted when the field is secret."""
         return redact(value, self.setting.secret)
+
+    def hides(self, value: Any) -> bool:
+        """Whether `shown(value)` redacts `value`: a set value of a secret field."""
+        return hidden(value, self.setting.secret)
+
+    def __repr__(self) -> str:
+        parts = (
+            f"{a.name}={self.shown(self.default) if a.name == 'default' else getattr(self, a.name)!r}"
+            for a in attrs.fields(type(self))
+            if a.repr
+        )
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     @property
     def flag(self) -> str:

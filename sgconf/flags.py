@@ -171,6 +171,8 @@ def config_parser(
     traceback and exits 2.
     """
     example = next(iter(schema.fields().values()))
+    # the schema's sources in the order loading reads them, the built-in ones in the words users know
+    order = " < ".join(["defaults", *(_SOURCE_WORDS.get(s.name, s.name) for s in schema.sources)])
     parser = ConfigArgumentParser(
         prog=prog,
         usage="%(prog)s [options]",  # ~70 settings: the full synopsis would bury the help
@@ -178,7 +180,7 @@ def config_parser(
         allow_abbrev=False,
         epilog=(
             f"Every setting can also come from the config file or env {schema.env_prefix}<FIELD> "
-            f"(e.g. {example.env_var}); precedence: defaults < config file < env < flags."
+            f"(e.g. {example.env_var}); precedence: {order}."
         ),
     )
     parser.add_argument(
@@ -189,6 +191,9 @@ def config_parser(
     )
     add_field_flags(parser, schema, shown_defaults=shown_defaults)
     return parser
+
+
+_SOURCE_WORDS = {"file": "config file", "env": "env", "cli": "flags"}
 
 
 def add_field_flags(
@@ -285,7 +290,8 @@ def help_text(info: FieldInfo, shown_default: str | None = None) -> str:
 
 
 def _shown_default(info: FieldInfo) -> str:
-    default = thaw(info.default)  # an enum shows its value, a duration its `1h30m` spelling
+    # a secret's declared default is redacted like any value of it; an enum shows its value, a duration its `1h30m`
+    default = thaw(info.shown(info.default))
     if default is None:
         return "none"
     if isinstance(default, bool):

@@ -80,8 +80,8 @@ def field_schema(info: FieldInfo) -> dict[str, Any]:
                 out["exclusiveMinimum" if check.low_open else "minimum"] = check.low
             if check.high is not None:
                 out["exclusiveMaximum" if check.high_open else "maximum"] = check.high
-    if info.default is not REQUIRED:
-        out["default"] = plain(info.default)
+    if info.default is not REQUIRED and not info.hides(info.default):
+        out["default"] = plain(info.default)  # a secret's set default is redacted when shown: left out here
     if info.setting.secret:
         out["writeOnly"] = True  # dumps redact it
     out["x-flag"] = info.flag

@@ -27,7 +27,6 @@ from sgconf.sources import (
     SourceRequest,
     config_file_path,
     config_path_from_env,
-    default_sources,
     layer_sources,
 )
 from sgconf.validation import convert_fields, missing_required
@@ -118,8 +117,7 @@ def load_layers(
     path = config_file if config_file is not None else config_path_from_env(env, schema)
     file_text = str(config_file_path(path)) if path is not None and str(path) != "" else None
     request = SourceRequest(schema, env, path, cli, typed)
-    sources = schema.sources if schema.sources is not None else default_sources()
-    layers: list[LayerInput] = [source.read(request) for source in sources]
+    layers: list[LayerInput] = [source.read(request) for source in schema.sources]
 
     found = list(problems)
     converted: list[tuple[LayerInput, dict[str, Any]]] = []

@@ -11,6 +11,11 @@ from sgconf.redaction import REDACTED, redact
 # Layers, lowest precedence first. Post-publish layers are appended by the runtime.
 LAYERS = ("default", "file", "env", "cli", "resolution", "override", "scoped")
 
+# Every name provenance gives a layer of its own: the layers above, the detail of a default
+# ("defaults") and a record given whole ("record"). A schema's own source may take none of
+# them, or its values would read as theirs (`Schema.add_source` refuses it).
+BUILT_IN_LAYERS = frozenset({*LAYERS, "defaults", "record"})
+
 
 @attrs.frozen(slots=True, repr=False)
 class Origin:
@@ -48,4 +53,4 @@ class Origin:
         return f"Origin(layer={self.layer!r}, detail={self.detail!r}, value={self.shown_value()!r}{extra})"
 
 
-__all__ = ["LAYERS", "REDACTED", "Origin"]
+__all__ = ["BUILT_IN_LAYERS", "LAYERS", "REDACTED", "Origin"]

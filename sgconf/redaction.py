@@ -13,9 +13,18 @@ from typing import Any
 REDACTED = "***"
 
 
+def hidden(value: Any, secret: bool) -> bool:
+    """Whether `value` is redacted when shown: it is a set value of a secret field.
+
+    Outputs that cannot print `***` in its place (a JSON Schema default, a conversion
+    message that would quote a key of the value) ask this and leave the value out.
+    """
+    return secret and value is not None
+
+
 def redact(value: Any, secret: bool) -> Any:
     """`value` as it may be shown: `'***'` for a set secret, the value itself otherwise."""
-    return REDACTED if secret and value is not None else value
+    return REDACTED if hidden(value, secret) else value
 
 
-__all__ = ["REDACTED", "redact"]
+__all__ = ["REDACTED", "hidden", "redact"]

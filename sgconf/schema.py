@@ -17,7 +17,7 @@ from sgconf.errors import DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import attach_provenance, load
-from sgconf.provenance import Origin
+from sgconf.provenance import BUILT_IN_LAYERS, Origin
 from sgconf.record_class import SCHEMA_ATTR, schema_of
 from sgconf.sources import Source, default_sources
 from sgconf.validation import build_record
@@ -33,20 +33,33 @@ class Schema(Declarations):
 
     # -- sources -----------------------------------------------------------------------
 
+    # what loading reads, lowest precedence first; shared until `add_source` gives a schema its own
+    sources: tuple[Source, ...] = tuple(default_sources())
+
     def add_source(self, source: Source, *, before: str | None = None, after: str | None = None) -> None:
         """Add a config source (a `sgconf.sources.Source`) between the others, by their layer names.
 
-        Sources are read lowest precedence first: `file`, `env`, `cli` by default, and a
-        value from a later source wins. `before="env"` puts a secrets directory above the
-        config file and below the environment; with neither, the source goes last (above
-        the CLI). Raises DeclarationError for an unknown anchor, a taken name, or a frozen schema.
+        Sources are read lowest precedence first, in the order `schema.sources` lists them:
+        `file`, `env`, `cli` by default, and a value from a later source wins. `before="env"`
+        puts a secrets directory above the config file and below the environment; with
+        neither, the source goes last (above the CLI). Raises DeclarationError for an
+        unknown anchor, a name another source or a built-in layer of provenance has
+        (`default`, `override`, `record`, ...: its values would read as theirs), or a frozen schema.
         """
-        self._declaring(f"source {getattr(source, 'name', source)!r}")
-        current = self.sources if self.sources is not None else default_sources()
+        name = getattr(source, "name", None)
+        self._declaring(f"source {name!r}")
+        current = list(self.sources)
         names = [s.name for s in current]
-        if source.name in names:
+        if not isinstance(name, str) or not name:
+            raise DeclarationError(f"a source of schema {self.name!r} needs a non-empty name, got {name!r}")
+        if name in names:
             raise DeclarationError(
-                f"schema {self.name!r} already reads a source named {source.name!r} -- give this one another name"
+                f"schema {self.name!r} already reads a source named {name!r} -- give this one another name"
+            )
+        if name in BUILT_IN_LAYERS:
+            raise DeclarationError(
+                f"source name {name!r} is a built-in layer of provenance ({', '.join(sorted(BUILT_IN_LAYERS))}),"
+                f" so its values would read as that layer's -- give this source of schema {self.name!r} another name"
             )
         if before is not None and after is not None:
             raise DeclarationError("add_source() takes before= or after=, not both")
@@ -54,7 +67,7 @@ class Schema(Declarations):
         if anchor is not None and anchor not in names:
             raise DeclarationError(f"no source {anchor!r} in schema {self.name!r} -- sources are: {', '.join(names)}")
         at = len(current) if anchor is None else names.index(anchor) + (0 if before is not None else 1)
-        self.sources = [*current[:at], source, *current[at:]]
+        self.sources = (*current[:at], source, *current[at:])
         switch = getattr(source, "env_var", None)
         if switch:  # the variable that points the source somewhere is not a field, nor a typo
             self.reserved_env.add(switch)

@@ -29,6 +29,7 @@ from sgconf.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
+    from sgconf.fieldinfo import FieldInfo
 
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
 
@@ -268,8 +269,7 @@ class _FileWalker:
             self.problem(here, msg)
             return
         if name in self.given_at:
-            msg = f"'{name}' is given twice (also as {self.given_at[name]}) -- keep one"
-            self.problem(info.path, msg)
+            self.problems.append(given_twice(info, self.given_at[name], self.where))
             return
         self.given_at[name] = here
         self.values[name] = value
@@ -277,6 +277,15 @@ class _FileWalker:
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message, self.where))
+
+
+def given_twice(info: FieldInfo, first: str, where: str) -> Problem:
+    """The problem of a field one source sets twice: `first` says where it was set before, `where` the second time.
+
+    A config file that spells a field both nested and flat and a secrets directory with
+    both `token` and `MYRT_TOKEN` are refused alike: which one wins would be a guess.
+    """
+    return Problem(info.path, f"'{info.name}' is given twice (also as {first}) -- keep one", where)
 
 
 def layer_sources(layers: Iterable[LayerInput]) -> dict[str, str]:
@@ -355,9 +364,11 @@ class SecretsDirSource:
 
     The file name is the field name (or its env var name, `MYRT_API_KEY`); one trailing
     newline is dropped. Files that name no field are left alone: a secrets directory is
-    shared with other programs. A directory that does not exist contributes nothing
-    unless `required`, when it is a problem naming it. `env_var` names a variable that,
-    when set, gives the directory instead (`Schema.add_source` reserves it).
+    shared with other programs; two files that name the same field are a problem naming
+    both. A directory that does not exist contributes nothing unless `required`, when it
+    is a problem naming it; one that cannot be read is always a problem, never an
+    exception. `env_var` names a variable that, when set, gives the directory instead
+    (`Schema.add_source` reserves it).
     """
 
     directory: str | os.PathLike[str]
@@ -369,11 +380,16 @@ class SecretsDirSource:
         schema = request.schema
         chosen = request.env.get(self.env_var) if self.env_var else None
         root = Path(os.path.expanduser(chosen or os.fspath(self.directory)))
-        if not root.is_dir():
+        try:
+            entries = sorted(root.iterdir(), key=lambda p: p.name)
+        except FileNotFoundError:
             if not self.required:
                 return LayerInput(self.name, schema=schema)
-            msg = f"secrets directory {str(root)!r} does not exist -- create it or drop the source"
-            return LayerInput(self.name, problems=(Problem("$", msg, f"from {self.name}:{root}"),), schema=schema)
+            return self._refused(root, "does not exist -- create it or drop the source", schema)
+        except NotADirectoryError:
+            return self._refused(root, f"is not a directory -- {self._fix()}", schema)
+        except OSError as exc:
+            return self._refused(root, f"cannot be read ({exc.strerror or exc}) -- {self._fix()}", schema)
         by_file = {}
         for name, info in schema.fields().items():
             by_file[name] = name
@@ -381,19 +397,36 @@ class SecretsDirSource:
         values: dict[str, Any] = {}
         details: dict[str, str] = {}
         problems: list[Problem] = []
-        for entry in sorted(root.iterdir(), key=lambda p: p.name):
+        for entry in entries:
             field = by_file.get(entry.name)
-            if field is None or not entry.is_file():
+            if field is None:
                 continue
+            info = schema.field_info(field)
+            where = f"from {self.name}:{entry}"
             try:
+                if not entry.is_file():
+                    continue
                 text = entry.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                info = schema.field_info(field)
-                problems.append(Problem(info.path, f"cannot read {entry}: {exc}", f"from {self.name}:{entry}"))
+            except UnicodeDecodeError:  # its message would quote a byte of the secret
+                problems.append(Problem(info.path, f"cannot read {entry}: not UTF-8 text", where))
+                continue
+            except OSError as exc:
+                problems.append(Problem(info.path, f"cannot read {entry}: {exc.strerror or exc}", where))
+                continue
+            if field in details:
+                problems.append(given_twice(info, details[field], where))
                 continue
             values[field] = text[:-1] if text.endswith("\n") else text
             details[field] = str(entry)
         return LayerInput(self.name, values, details, tuple(problems), schema=schema)
+
+    def _fix(self) -> str:
+        where = f"point {self.env_var} at one" if self.env_var else "give the source one"
+        return f"{where}, readable by this process, or drop the source"
+
+    def _refused(self, root: Path, why: str, schema: Declarations) -> LayerInput:
+        problem = Problem("$", f"secrets directory {str(root)!r} {why}", f"from {self.name}:{root}")
+        return LayerInput(self.name, problems=(problem,), schema=schema)
 
 
 def default_sources() -> list[Source]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sgconf.convert import ConversionError, structure
+from sgconf.convert import ConversionError, describe_type, structure
 from sgconf.declarations import schema_of
 from sgconf.errors import ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
@@ -29,6 +29,20 @@ def shown(info: FieldInfo, value: Any) -> str:
     return repr(info.shown(value))
 
 
+def conversion_message(info: FieldInfo, raw: Any, exc: ConversionError) -> str:
+    """Why `raw` does not fit `info`, then `got <value>`: the one rendering of a failed conversion.
+
+    A conversion message may quote the value (`item 'key': ...`, a key that is not a
+    string, a parser's complaint). For a value `info.shown` redacts it says only what
+    the field and its failing item expect (`expected a JSON object or null (an item is
+    not an integer), got '***'`): no key, no item, no detail of a secret.
+    """
+    if not info.hides(raw):
+        return f"{exc}, got {shown(info, raw)}"
+    item = f" (an item is not {exc.item})" if exc.item else ""
+    return f"expected {describe_type(info.type)}{item}, got {shown(info, raw)}"
+
+
 def convert_value(
     info: FieldInfo, raw: Any, source: str | None, converter: cattrs.Converter | None = None
 ) -> tuple[Any, Problem | None]:
@@ -36,7 +50,7 @@ def convert_value(
     try:
         value = structure(raw, info, converter)
     except ConversionError as exc:
-        return None, Problem(info.path, f"{exc}, got {shown(info, raw)}", source)
+        return None, Problem(info.path, conversion_message(info, raw, exc), source)
     for check in info.setting.checks:
         try:
             check(value)

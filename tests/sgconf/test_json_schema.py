@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from sgconf import config_schema, load, nested, record_to_dict, resolve_once
+from sgconf import Schema, config_schema, load, nested, record_to_dict, resolve_once, setting
 from sgconf.serving import SERVING, fields, main
 
 
@@ -88,3 +88,18 @@ def test_defaults_and_bad_dumps() -> None:
         doc = json.loads(json.dumps(resolved))
         doc[path[0]][path[1]] = bad
         assert not validator.is_valid(doc), path
+
+
+def test_a_secret_default_is_left_out_and_the_field_stays_write_only() -> None:
+    """A secret's set default never reaches the schema (it cannot print `***` for it); an unset one still says null."""
+    schema = Schema("secretdoc", env_prefix="SECRETDOC_")
+
+    @schema.namespace("auth")
+    class AuthConfig:
+        signing: str = setting("default-signing-key", help="the signing key", secret=True)
+        token: str | None = setting(None, help="the token", secret=True)
+
+    props = schema.json_schema()["properties"]["auth"]["properties"]
+    assert "default" not in props["signing"] and props["signing"]["writeOnly"] is True
+    assert props["token"]["default"] is None and props["token"]["writeOnly"] is True
+    assert "default-signing-key" not in json.dumps(schema.json_schema())

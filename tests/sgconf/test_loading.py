@@ -301,7 +301,7 @@ MALFORMED = [
         {"app.toml": f"[serving]\napi_key = {SECRET!r}\nadmin_api_key = 9876"},
         {},
         [],
-        ["$.serving.admin_api_key: expected a string, got '***' (from {dir}/app.toml)"],
+        ["$.serving.admin_api_key: expected a string or null, got '***' (from {dir}/app.toml)"],
     ),
     (
         "toml_secret_under_typo",

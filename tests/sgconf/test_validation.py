@@ -6,8 +6,9 @@ import functools as _functools
 
 import pytest
 
+from runtime import publish, reset
 from sgconf import SERVING as _SERVING
-from sgconf import ConfigError, ServerArgs
+from sgconf import ConfigError, Schema, ServerArgs, setting
 from sgconf.errors import Problem
 from sgconf.serving import field_info
 from sgconf.validation import build_record as _build_record
@@ -41,10 +42,54 @@ def test_convert_fields_collects_every_problem_in_order_with_sources() -> None:
 def test_secrets_are_redacted_in_problems() -> None:
     """A secret's bad value never appears in a message; other values appear as their repr."""
     _, problems = convert_fields({"api_key": 5})
-    assert problems == [Problem("$.serving.api_key", "expected a string, got '***'", None)]
+    assert problems == [Problem("$.serving.api_key", "expected a string or null, got '***'", None)]
     assert shown(field_info("api_key"), "k1") == "'***'"
     assert shown(field_info("api_key"), None) == "None"
     assert shown(field_info("page_size"), 12) == "12"
+
+
+def _secret_mapping_schema() -> Schema:
+    schema = Schema("secretmap", env_prefix="SECRETMAP_")
+
+    @schema.namespace("auth")
+    class AuthConfig:
+        creds: dict[str, int] | None = setting(None, help="credentials by name", secret=True, hot=True)
+        keys: list[int] | None = setting(None, help="key ids", secret=True)
+        limits: dict[str, int] | None = setting(None, help="a plain mapping")
+
+    return schema.freeze()  # type: ignore[return-value]
+
+
+def test_a_secret_containers_conversion_problem_names_no_key_and_no_item() -> None:
+    """A failing item of a secret dict or list is said by its expected type only; a plain field still names it."""
+    schema = _secret_mapping_schema()
+    with pytest.raises(ConfigError) as launch:
+        schema.load(
+            [],
+            env={
+                "SECRETMAP_CREDS": '{"sekkey": "sekvalue"}',
+                "SECRETMAP_KEYS": '[1, "sekitem"]',
+                "SECRETMAP_LIMITS": '{"plainkey": "x"}',
+            },
+        )
+    assert launch.value.lines() == [
+        "$.auth.creds: expected a JSON object or null (an item is not an integer), got '***' (from env SECRETMAP_CREDS)",
+        "$.auth.keys: expected a list or null (an item is not an integer), got '***' (from env SECRETMAP_KEYS)",
+        "$.auth.limits: item 'plainkey': expected an integer, got '{\"plainkey\": \"x\"}' (from env SECRETMAP_LIMITS)",
+    ]
+    with pytest.raises(ConfigError) as key:
+        schema.build(creds={1: 2})  # a key that is not a string: refused without naming it
+    assert str(key.value).splitlines()[1:] == [
+        "  $.auth.creds: expected a JSON object or null, got '***' (from secretmap build())"
+    ]
+    ctx = publish(schema.build(), role="test")
+    try:
+        with pytest.raises(ConfigError) as override:
+            ctx.override("ops", creds={"sekkey": {"deeper": 1}})
+    finally:
+        reset()
+    assert "sekkey" not in str(override.value) and "deeper" not in str(override.value)
+    assert "(an item is not an integer), got '***'" in str(override.value)
 
 
 def test_build_record_from_defaults_and_on_a_base() -> None:

@@ -98,3 +98,21 @@ def test_a_secrets_directory_sets_the_token_with_its_file_as_provenance(tmp_path
     (tmp_path / "port").write_text("http", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"\$\.api\.port: .*from secrets:"):
         SCHEMA.load([], env={"MINIRT_SECRETS_DIR": str(tmp_path)})
+
+
+def test_the_secrets_directory_is_listed_among_the_sources_and_refuses_a_token_given_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`SCHEMA.sources` and `--help` say where the directory sits; `token` and `MINIRT_TOKEN` together are refused."""
+    assert [s.name for s in SCHEMA.sources] == ["file", "secrets", "env", "cli"]
+    assert SCHEMA.main(["show", "--help"]) == 0
+    assert "precedence: defaults < config file < secrets < env < flags." in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "token").write_text("s3cret-one\n", encoding="utf-8")
+    (tmp_path / "MINIRT_TOKEN").write_text("s3cret-two\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        SCHEMA.load([], env={"MINIRT_SECRETS_DIR": str(tmp_path)})
+    assert refused.value.lines() == [
+        f"$.api.token: 'token' is given twice (also as {tmp_path / 'MINIRT_TOKEN'}) -- keep one"
+        f" (from secrets:{tmp_path / 'token'})"
+    ]
+    assert "s3cret" not in str(refused.value)
