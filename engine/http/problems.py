@@ -101,7 +101,7 @@ def status_of(exc: BaseException) -> int:
     """The HTTP status for an exception a route let through; 500 for anything undeclared."""
     if isinstance(exc, PropagationFailed) and not isinstance(exc, RanksSilent):
         given = set(exc.reasons.values())
-        return next((status for reason, status in STATUS_BY_REFUSAL if reason.value in given), 503)
+        return next((status for reason, status in STATUS_BY_REFUSAL if reason in given), 503)
     for cls, status in STATUS_BY_TYPE:
         if isinstance(exc, cls):
             return status
