@@ -103,3 +103,16 @@ def test_duplicate_keys_are_refused_in_every_format(tmp_path: Path, name: str, t
     assert problem.message.startswith(message)
     assert problem.source == f"from {path}"
     assert dict(layer.values) == {}
+
+
+def test_a_repeated_yaml_key_is_told_by_its_class_not_its_text() -> None:
+    """The YAML loader's refusal of a repeated key is typed, so the fix is added without reading the message."""
+    yaml = pytest.importorskip("yaml")
+    from sgconf.sources import _DuplicateKey, _unique_yaml_loader
+
+    with pytest.raises(yaml.YAMLError) as info:
+        yaml.load("a: 1\na: 2\n", Loader=_unique_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
+    assert isinstance(info.value, _DuplicateKey)
+    with pytest.raises(yaml.YAMLError) as other:
+        yaml.load("a: [1\n", Loader=_unique_yaml_loader(yaml))  # noqa: S506
+    assert not isinstance(other.value, _DuplicateKey)
