@@ -22,6 +22,7 @@ catches up) or `Refused`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,17 +39,42 @@ from engine.errors import (
     RequestCancelled,
     RequestRejected,
 )
+from engine.request_params import SamplingParams, unit_items
 from sgconf.errors import ConfigError, Problem
 
 # -- controller to replica ---------------------------------------------------------------
 
 
 @attrs.frozen(slots=True)
+class Ask:
+    """One engine request, checked: its prompt, the request model's sampling, its deadline, how its text is tokenized.
+
+    Built on the controller by the one request model (`asks`), so a bad parameter is
+    refused there exactly as one engine refuses it, and the replica submits what it is
+    given without reading names out of a dict.
+    """
+
+    prompt: str | tuple[int, ...]
+    sampling: SamplingParams
+    timeout_s: float | None = None
+    add_special_tokens: bool = True
+
+
+def asks(argss: Sequence[Mapping[str, Any]]) -> tuple[Ask, ...]:
+    """The `Ask` of each `Engine.generate`-style argument set (what a route hands a backend); raises InvalidRequest."""
+    out = []
+    for (prompt, sampling), args in zip(unit_items(argss), argss, strict=True):
+        ids = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
+        out.append(Ask(ids, sampling, args.get("timeout_s"), bool(args.get("add_special_tokens", True))))
+    return tuple(out)
+
+
+@attrs.frozen(slots=True)
 class Generate:
-    """Run one request (`Engine.generate` arguments); stream its pieces as `Chunk`s when `stream`."""
+    """Run one request; stream its pieces as `Chunk`s when `stream`."""
 
     rid: int
-    args: dict[str, Any]
+    ask: Ask
     stream: bool = False
 
 
@@ -59,10 +85,11 @@ class GenerateUnit:
     Answered with one `Result` whose body holds each item's `/generate` body under
     `items`, in order; one `Cancel(rid)` takes every item out. Sent whole to one
     replica, so its scheduler shares rows between units there exactly as one engine does.
+    The items of one route share their deadline and tokenization: the first item's say.
     """
 
     rid: int
-    items: tuple[dict[str, Any], ...]
+    items: tuple[Ask, ...]
 
 
 @attrs.frozen(slots=True)
@@ -96,11 +123,26 @@ class Welcome:
     record: Any = None
 
 
+class JoinRefusal(str, enum.Enum):
+    """Why the controller did not take a joining replica."""
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
+
+    LAYOUT = "layout"  # the node was started with another --dp-size or --nnodes
+    NOT_REMOTE = "not_remote"  # the index is not one another node runs
+    DUPLICATE = "duplicate"  # that replica joined already
+    FORMED = "formed"  # the group formed without it: its node restarts to rejoin
+    CONNECTED = "connected"  # the replica it would replace is still connected
+    STOPPING = "stopping"  # the server is stopping
+
+
 @attrs.frozen(slots=True)
 class Refused:
-    """The answer to `Join` when the controller cannot take this replica; the replica exits with `reason`."""
+    """The answer to `Join` when the controller cannot take this replica; it exits, saying `message`."""
 
-    reason: str
+    reason: JoinRefusal
+    message: str
 
 
 # -- replica to controller ---------------------------------------------------------------
@@ -233,7 +275,10 @@ ToReplica = Generate | GenerateUnit | FlushCache | Cancel | Stop | Welcome | Ref
 FromReplica = Join | Ready | Heartbeat | Chunk | Result | Failed
 
 __all__ = [
+    "Ask",
     "Cancel",
+    "JoinRefusal",
+    "asks",
     "FAILURES",
     "Chunk",
     "Failed",

@@ -93,3 +93,37 @@ def test_every_failure_kind_names_an_exception() -> None:
 
 def test_an_exception_that_is_no_engine_error_has_no_kind() -> None:
     assert Failed.of(1, KeyError("bug")) is None
+
+
+def test_a_request_crosses_to_a_replica_as_the_request_models_typed_objects() -> None:
+    """`Generate` carries the checked `SamplingParams`, not a dict of names; it pickles as itself."""
+    from engine.dp.messages import Ask, Generate, GenerateUnit, asks
+    from engine.request_params import SamplingParams
+
+    argss = [
+        {"prompt_or_ids": "hi", "max_new_tokens": 3, "stop": ["\n"], "seed": None, "timeout_s": 2.0},
+        {"prompt_or_ids": [1, 2], "max_new_tokens": 3, "stop": ["\n"], "seed": None, "timeout_s": 2.0},
+    ]
+    items = asks(argss)
+    assert items[0] == Ask("hi", SamplingParams(max_new_tokens=3, stop=("\n",)), 2.0)
+    assert items[1].prompt == (1, 2) and items[1].sampling is items[0].sampling  # equal asks are checked once
+    for message in (Generate(1, items[0], stream=True), GenerateUnit(2, items)):
+        assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_a_bad_parameter_is_refused_on_the_controller_as_one_engine_refuses_it() -> None:
+    from engine.dp.messages import asks
+    from engine.request_params import sampling_of
+
+    with pytest.raises(InvalidRequest) as group:
+        asks([{"prompt_or_ids": "x", "temperature": -1.0}])
+    with pytest.raises(InvalidRequest) as one:
+        sampling_of({"temperature": -1.0})
+    assert problem_of(group.value).body() == problem_of(one.value).body()
+
+
+def test_a_refused_join_carries_a_typed_reason() -> None:
+    from engine.dp.messages import JoinRefusal, Refused
+
+    refused = pickle.loads(pickle.dumps(Refused(JoinRefusal.DUPLICATE, "replica 2 joined already")))
+    assert refused.reason is JoinRefusal.DUPLICATE and refused.message == "replica 2 joined already"
