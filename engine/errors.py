@@ -9,30 +9,10 @@ across the config group. So a replica group answers exactly as one engine does.
 
 from __future__ import annotations
 
-import enum
 from typing import ClassVar
 
+from runtime.errors import Refusal  # the one enum of refusal reasons; declared by the config group's runtime
 from sgconf.errors import ConfigError, SgconfError
-
-
-class Refusal(str, enum.Enum):
-    """Why a rank refused a config change; travels with the refusal, and the HTTP status is chosen from it.
-
-    `invalid`, `not_hot`, `diverged` and `failed` are the config group's own reasons
-    (`runtime.distributed`); the others are declared by the exceptions below as
-    `refusal_reason`.
-    """
-
-    def __str__(self) -> str:  # the value, as it travels and is logged
-        return str(self.value)
-
-    INVALID = "invalid"  # a bad name, type, choice or cross-field rule
-    NOT_HOT = "not_hot"  # the field may not change after publish
-    CAPACITY = "capacity"  # above the capacity planned at start-up
-    STORAGE = "storage"  # the storage backend cannot open here
-    DRAIN_TIMEOUT = "drain_timeout"  # running requests did not finish in time
-    DIVERGED = "diverged"  # the rank is at another generation than the coordinator
-    FAILED = "failed"  # anything else (a rank that stopped, a bug)
 
 
 class EngineError(SgconfError):
@@ -64,13 +44,13 @@ class EngineBusy(EngineError):
 class DrainTimeout(EngineBusy):
     """Raised when running requests did not finish within `drain_timeout_s` for a change that needs an idle engine."""
 
-    refusal_reason: ClassVar[str] = Refusal.DRAIN_TIMEOUT
+    refusal_reason: ClassVar[Refusal] = Refusal.DRAIN_TIMEOUT
 
 
 class CapacityExceeded(ConfigError):
     """Raised when a hot override asks for more than the capacity planned at start-up; nothing changed."""
 
-    refusal_reason: ClassVar[str] = Refusal.CAPACITY
+    refusal_reason: ClassVar[Refusal] = Refusal.CAPACITY
 
 
 class EngineStopped(EngineError):
@@ -88,7 +68,7 @@ class DeadlineExceeded(GenerationError, TimeoutError):
 class StorageRefused(ConfigError):
     """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory, cache off)."""
 
-    refusal_reason: ClassVar[str] = Refusal.STORAGE
+    refusal_reason: ClassVar[Refusal] = Refusal.STORAGE
 
 
 class InvalidAttach(ConfigError, TypeError):

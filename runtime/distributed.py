@@ -63,18 +63,29 @@ then refusing leaves one key behind).
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from runtime.errors import PropagationFailed, RanksSilent, ResyncFailed
+import attrs
+
+from runtime.errors import PropagationFailed, RanksSilent, Refusal, ResyncFailed
 from runtime.group_follower import Following
+from runtime.group_messages import (
+    Aborted,
+    Ack,
+    CatchUp,
+    Override,
+    RankReport,
+    StatusAsk,
+    StopListening,
+    Vote,
+    from_wire,
+)
 from runtime.group_results import (
     ABORT,
     COMMIT,
-    FAILED,
     PREFIX,
     Mismatch,
     PreparedEffect,
@@ -94,6 +105,7 @@ _HOST_BYTES = 255
 _CLOSE_TIMEOUT = datetime.timedelta(seconds=5)
 _STALE_ROUNDS = 64  # how long a key a late rank may still write is looked for
 DEFAULT_SYNC_TIMEOUT_S = 30.0
+R = TypeVar("R")
 
 
 class ConfigGroup(Following):
@@ -211,18 +223,19 @@ class ConfigGroup(Following):
             schema.field_info(name)  # an unknown name fails here, before any rank is asked
         with self._lock:
             n = self._next_round()
+            ask = StatusAsk(n, tuple(fields)).to_wire()
             for rank in self._followers():
-                self._send(rank, {"kind": "status", "round": n, "fields": list(fields)})
+                self._send(rank, ask)
             own = self._state(fields)
-            replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s)
+            replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s, RankReport)
             self._release(n, f"status/{n}", self._followers(), replies)
-        states = [RankState(self.rank, True, own["generation"], own["fingerprint"], own["values"])]
+        states = [RankState(self.rank, True, own.generation, own.fingerprint, own.values)]
         for rank in self._followers():
             reply = replies.get(rank)
             if reply is None:
                 states.append(RankState(rank, False))
             else:
-                states.append(RankState(rank, True, reply["generation"], reply["fingerprint"], reply["values"]))
+                states.append(RankState(rank, True, reply.generation, reply.fingerprint, reply.values))
         return tuple(sorted(states, key=lambda s: s.rank))
 
     def clear_inbox(self, rank: int) -> int:
@@ -237,8 +250,8 @@ class ConfigGroup(Following):
                 dropped += 1
         return dropped
 
-    def catch_up(self) -> dict[str, Any]:
-        """What `resync` sends: our generation and the current value of each field overridden since publish.
+    def catch_up(self) -> CatchUp:
+        """What `resync` sends (its `round` left 0): our generation and the current value of each field overridden since publish.
 
         `values` maps each such field to its value now, `set_by` to the source of the
         override that last set it, and `sources` lists those sources in the order they
@@ -251,12 +264,8 @@ class ConfigGroup(Following):
             for name in rec.fields:
                 set_by.pop(name, None)  # re-inserted: the order is that of the last change
                 set_by[name] = rec.source
-        return {
-            "generation": ctx.generation,
-            "values": ctx.group_values(set_by),
-            "set_by": set_by,
-            "sources": list(dict.fromkeys(reversed(set_by.values())))[::-1],
-        }
+        sources = tuple(dict.fromkeys(reversed(set_by.values())))[::-1]
+        return CatchUp(0, ctx.generation, dict(ctx.group_values(set_by)), set_by, sources)
 
     def resync(self, rank: int, *, timeout_s: float | None = None) -> RankState:
         """Bring `rank` (a replacement, or a rank left behind) to our generation and fingerprint in one round.
@@ -273,24 +282,24 @@ class ConfigGroup(Following):
         with self._lock:
             n = self._next_round()
             own = self._state(())
-            self._send(rank, {"kind": "catch_up", "round": n, **self.catch_up()})
-            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s)
+            self._send(rank, attrs.evolve(self.catch_up(), round=n).to_wire())
+            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack)
             self._release(n, f"ack/{n}", [rank], reply)
         ack = reply.get(rank)
-        if ack is None:
-            raise ResyncFailed(rank, own["generation"], [f"did not answer within {timeout_s:g}s"])
-        if ack.get("error"):
-            raise ResyncFailed(rank, own["generation"], [ack["error"]])
-        if (ack["generation"], ack["fingerprint"]) != (own["generation"], own["fingerprint"]):
+        if not isinstance(ack, Ack):
+            raise ResyncFailed(rank, own.generation, [f"did not answer within {timeout_s:g}s"])
+        if ack.refusal is not None:
+            raise ResyncFailed(rank, own.generation, ack.errors, reason=ack.refusal)
+        if (ack.generation, ack.fingerprint) != (own.generation, own.fingerprint):
             mine = digests(self._context())
-            differing = sorted(k for k in mine if ack["digests"].get(k) != mine[k])
+            differing = sorted(k for k in mine if ack.digests.get(k) != mine[k])
             reason = (
-                f"it reached generation {ack['generation']} with a different fingerprint"
+                f"it reached generation {ack.generation} with a different fingerprint"
                 f" (fields differing: {', '.join(differing) or 'none'}); its launch config or our history differ"
             )
-            raise ResyncFailed(rank, own["generation"], [reason])
-        log.info("config_group.resynced", rank=rank, generation=ack["generation"], fields=ack["changed"])
-        return RankState(rank, True, ack["generation"], ack["fingerprint"])
+            raise ResyncFailed(rank, own.generation, [reason], reason=Refusal.DIVERGED)
+        log.info("config_group.resynced", rank=rank, generation=ack.generation, fields=ack.changed)
+        return RankState(rank, True, ack.generation, ack.fingerprint)
 
     def status(self) -> dict[str, Any]:
         """This rank's view for `/server_info`: rank, world size, last fingerprint mismatch (or None)."""
@@ -310,11 +319,11 @@ class ConfigGroup(Following):
             if self.is_coordinator:
                 with self._lock:
                     for rank in self._followers():
-                        self._send(rank, {"kind": "stop"})
+                        self._send(rank, StopListening().to_wire())
             elif self._thread is not None and self._thread.is_alive():
                 # The listener's own connection is blocked in its inbox; wake it through a second one
                 # (a short connect timeout: the board may be gone with the coordinator).
-                self._connect(_CLOSE_TIMEOUT).queue_push(f"inbox/{self.rank}", json.dumps({"kind": "stop"}))
+                self._connect(_CLOSE_TIMEOUT).queue_push(f"inbox/{self.rank}", StopListening().to_wire())
                 self._thread.join(_CLOSE_TIMEOUT.total_seconds())
         except _dist().DistError:
             log.warning("config_group.close_unreachable", rank=self.rank)
@@ -323,15 +332,8 @@ class ConfigGroup(Following):
 
     def _coordinate(self, n: int, source: str, fields: dict[str, Any], timeout_s: float) -> Propagated:
         ctx = self._context()
-        message = {
-            "kind": "override",
-            "round": n,
-            "source": source,
-            "fields": fields,
-            "base_generation": ctx.generation,
-            "timeout_s": timeout_s,
-        }
-        payload = json.dumps(message)  # before anything is sent: a value JSON cannot carry refuses the round here
+        message = Override(n, source, fields, ctx.generation, timeout_s)
+        payload = message.to_wire(strict=True)  # before anything is sent: a value JSON cannot carry refuses the round
         try:
             # the coordinator checks first: input every rank would refuse never reaches the others
             prepared = self._prepare(source, fields)
@@ -344,11 +346,11 @@ class ConfigGroup(Following):
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
                 self._send(rank, payload)
-            votes = self._gather(f"vote/{n}", self._followers(), deadline)
+            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote)
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
-            refusals = {rank: vote["reasons"] for rank, vote in votes.items() if not vote["ok"]}
-            reasons = {rank: vote.get("reason", FAILED) for rank, vote in votes.items() if not vote["ok"]}
+            refusals = {rank: vote.reasons for rank, vote in votes.items() if not vote.ok}
+            reasons = {rank: vote.reason or Refusal.FAILED for rank, vote in votes.items() if not vote.ok}
             wanted = COMMIT if not refusals and not silent else ABORT
             decision = self._decide(n, wanted)
         except BaseException:
@@ -362,8 +364,8 @@ class ConfigGroup(Following):
         if decision != COMMIT:
             self._abort(prepared)
             # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
-            ready = [rank for rank, vote in votes.items() if vote["ok"]]
-            acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s)
+            ready = [rank for rank, vote in votes.items() if vote.ok]
+            acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack)
             self._forget_decision(n, [*ready, *silent], acked)
             late = wanted == COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
@@ -377,17 +379,15 @@ class ConfigGroup(Following):
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
         own = self._commit(prepared)
-        acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s)
+        acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack)
         self._forget_decision(n, self._followers(), acks)
         return self._compare(n, source, fields, own, acks)
 
     def _decide(self, n: int, wanted: str) -> str:
         return self._store.compare_set(f"decision/{n}", "", wanted).decode()
 
-    def _compare(
-        self, n: int, source: str, fields: Mapping[str, Any], own: dict[str, Any], acks: Mapping[int, dict[str, Any]]
-    ) -> Propagated:
-        states = [RankState(self.rank, True, own["generation"], own["fingerprint"])]
+    def _compare(self, n: int, source: str, fields: Mapping[str, Any], own: Ack, acks: Mapping[int, Ack]) -> Propagated:
+        states = [RankState(self.rank, True, own.generation, own.fingerprint)]
         differing: set[str] = set()
         bad: list[int] = []
         mine: dict[str, str] | None = None  # our per-field digests, computed only when a rank differs
@@ -397,11 +397,11 @@ class ConfigGroup(Following):
                 states.append(RankState(rank, False))
                 bad.append(rank)
                 continue
-            states.append(RankState(rank, True, ack["generation"], ack["fingerprint"]))
-            if ack["fingerprint"] != own["fingerprint"] or ack["generation"] != own["generation"] or ack.get("error"):
+            states.append(RankState(rank, True, ack.generation, ack.fingerprint))
+            if (ack.fingerprint, ack.generation) != (own.fingerprint, own.generation) or ack.refusal is not None:
                 bad.append(rank)
                 mine = mine or digests(self._context())
-                theirs = ack["digests"]
+                theirs = ack.digests
                 differing.update(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
         mismatch = None
         if bad:
@@ -413,12 +413,12 @@ class ConfigGroup(Following):
                 source=source,
                 ranks=list(bad),
                 fields=sorted(differing),
-                errors={r: acks[r]["error"] for r in bad if r in acks and acks[r].get("error")},
+                errors={r: list(acks[r].errors) for r in bad if r in acks and acks[r].errors},
             )
         else:
             self._mismatch = None
-        log.info("config_group.committed", round=n, source=source, fields=sorted(fields), generation=own["generation"])
-        return Propagated(n, source, tuple(sorted(fields)), own["generation"], tuple(states), mismatch)
+        log.info("config_group.committed", round=n, source=source, fields=sorted(fields), generation=own.generation)
+        return Propagated(n, source, tuple(sorted(fields)), own.generation, tuple(states), mismatch)
 
     # -- board plumbing --------------------------------------------------------------
 
@@ -467,13 +467,16 @@ class ConfigGroup(Following):
     def _followers(self) -> list[int]:
         return [r for r in range(self.world_size) if r != self.coordinator]
 
-    def _send(self, rank: int, message: Mapping[str, Any] | str) -> None:
-        payload = message if isinstance(message, str) else json.dumps(message)
+    def _send(self, rank: int, payload: str) -> None:
+        """Queue one message (`to_wire`'s text, made once for every rank) in `rank`'s inbox."""
         self._store.queue_push(f"inbox/{rank}", payload)
 
-    def _gather(self, prefix: str, ranks: Sequence[int], deadline: float) -> dict[int, dict[str, Any]]:
-        """Read `prefix/<rank>` for each rank, waiting until `deadline` at most; missing ranks are left out."""
-        out: dict[int, dict[str, Any]] = {}
+    def _gather(self, prefix: str, ranks: Sequence[int], deadline: float, *expected: type[R]) -> dict[int, R]:
+        """Read `prefix/<rank>` for each rank as one of `expected`, waiting until `deadline` at most.
+
+        Missing ranks are left out; a reply that cannot be read raises GroupMessageError.
+        """
+        out: dict[int, R] = {}
         for rank in ranks:
             key = f"{prefix}/{rank}"
             remaining = deadline - time.monotonic()
@@ -484,7 +487,7 @@ class ConfigGroup(Following):
                     continue
             elif not self._store.check([key]):
                 continue
-            out[rank] = json.loads(self._store.get(key))
+            out[rank] = from_wire(self._store.get(key), *expected)
         return out
 
     def _require_follower(self, rank: int) -> None:

@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 
 from sgconf.errors import ConfigError, OverrideRefused, Problem, SgconfError
+
+
+class Refusal(str, enum.Enum):
+    """Why a rank refused a config change: the one enum of them, which travels with the refusal.
+
+    `invalid`, `not_hot`, `diverged` and `failed` are the config group's own reasons
+    (`runtime.group_results.refusal_reason`); the others are declared by the runtimes
+    built on it, on their exceptions, as `refusal_reason`. Callers (an HTTP layer
+    choosing a status) decide from it, never from the text of the refusal.
+    """
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
+
+    INVALID = "invalid"  # a bad name, type, choice or cross-field rule
+    NOT_HOT = "not_hot"  # the field may not change after publish
+    CAPACITY = "capacity"  # above the capacity planned at start-up
+    STORAGE = "storage"  # the storage backend cannot open here
+    DRAIN_TIMEOUT = "drain_timeout"  # running requests did not finish in time
+    DIVERGED = "diverged"  # the rank is at another generation than the coordinator
+    FAILED = "failed"  # anything else (a rank that stopped, a commit that failed, a bug)
 
 
 class NotPublishedError(SgconfError, RuntimeError):
@@ -46,12 +68,14 @@ class PropagationFailed(ConfigError):
         *,
         timeout_s: float,
         late: bool = False,
-        reasons: Mapping[int, str] | None = None,
+        reasons: Mapping[int, Refusal] | None = None,
     ) -> None:
         self.source = source
         self.refusals = {rank: tuple(lines) for rank, lines in sorted(refusals.items())}
         # each refusing rank's typed reason (`refusal_reason`), so callers never read the text
-        self.reasons = {rank: str((reasons or {}).get(rank, "failed")) for rank in self.refusals}
+        self.reasons: dict[int, Refusal] = {
+            rank: Refusal((reasons or {}).get(rank, Refusal.FAILED)) for rank in self.refusals
+        }
         self.silent = tuple(sorted(silent))
         problems = [Problem(f"rank {rank}", reason) for rank, reasons in self.refusals.items() for reason in reasons]
         problems += [Problem(f"rank {rank}", f"did not answer within {timeout_s:g}s") for rank in self.silent]
@@ -67,7 +91,17 @@ class PropagationFailed(ConfigError):
 class RankDiverged(ConfigError):
     """Raised on a rank asked to vote on a round based on another generation than its own."""
 
-    refusal_reason = "diverged"
+    refusal_reason = Refusal.DIVERGED
+
+
+class CommitFailed(SgconfError, RuntimeError):
+    """Raised on a rank whose commit of a validated change failed (a side effect, the swap): it stayed where it was."""
+
+    refusal_reason = Refusal.FAILED
+
+
+class GroupMessageError(SgconfError, ValueError):
+    """Raised when a config-group message cannot be read: an unknown kind, a missing key, a wrong type."""
 
 
 class RanksSilent(PropagationFailed, TimeoutError):
@@ -77,9 +111,10 @@ class RanksSilent(PropagationFailed, TimeoutError):
 class ResyncFailed(ConfigError, RuntimeError):
     """Raised when a rank that joined late could not be brought to the coordinator's generation."""
 
-    def __init__(self, rank: int, generation: int, reasons: Sequence[str]) -> None:
+    def __init__(self, rank: int, generation: int, reasons: Sequence[str], *, reason: Refusal = Refusal.FAILED) -> None:
         self.rank = rank
         self.reasons = tuple(reasons)
+        self.reason = reason  # typed: why the rank could not get there (`failed` for silence)
         header = (
             f"rank {rank} could not catch up to generation {generation} -- "
             "fix the reason below and resync or restart that rank again, or restart the whole group"
@@ -88,6 +123,9 @@ class ResyncFailed(ConfigError, RuntimeError):
 
 
 __all__ = [
+    "CommitFailed",
+    "GroupMessageError",
+    "Refusal",
     "ForeignNamespaceError",
     "MissingNamespaceError",
     "PropagationFailed",

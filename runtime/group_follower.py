@@ -7,11 +7,21 @@ the coordinator's half; every method here runs on the rank that received the mes
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runtime.errors import RankDiverged
+from runtime.errors import CommitFailed, RankDiverged, Refusal
+from runtime.group_messages import (
+    Aborted,
+    Ack,
+    CatchUp,
+    Override,
+    RankReport,
+    StatusAsk,
+    StopListening,
+    Vote,
+    from_wire,
+)
 from runtime.group_results import (
     ABORT,
     COMMIT,
@@ -50,53 +60,56 @@ class Following:
         store = self._connect()
         while True:
             try:
-                message = json.loads(store.queue_pop(f"inbox/{self.rank}", True))
+                raw = store.queue_pop(f"inbox/{self.rank}", True)
             except dist.DistError:
                 if not self._closed:
                     log.error("config_group.board_lost", rank=self.rank)
                 return
-            kind = message["kind"]
-            if kind == "stop":
-                return
+            n = None
             try:
-                if kind == "status":
-                    reply = self._state(message["fields"])
-                    store.set(f"status/{message['round']}/{self.rank}", json.dumps(reply, default=repr))
-                elif kind == "override":
+                message = from_wire(raw, StatusAsk, Override, CatchUp, StopListening)
+                if isinstance(message, StopListening):
+                    return
+                if isinstance(message, StatusAsk):
+                    n = message.round
+                    store.set(f"status/{n}/{self.rank}", self._state(message.fields).to_wire())
+                elif isinstance(message, Override):
+                    n = message.round
                     self._follow(store, message)
-                elif kind == "catch_up":
-                    store.set(f"ack/{message['round']}/{self.rank}", json.dumps(self._catch_up(message), default=repr))
+                elif isinstance(message, CatchUp):
+                    n = message.round
+                    store.set(f"ack/{n}/{self.rank}", self._catch_up(message).to_wire())
             except dist.DistError:
-                log.error("config_group.board_lost", rank=self.rank, round=message.get("round"))
+                log.error("config_group.board_lost", rank=self.rank, round=n)
                 return
             except Exception as exc:  # keep listening: one bad round must not take the rank out of the group
-                log.error("config_group.round_failed", rank=self.rank, round=message.get("round"), error=str(exc))
+                log.error("config_group.round_failed", rank=self.rank, round=n, error=str(exc))
 
-    def _follow(self, store: Any, message: Mapping[str, Any]) -> None:
+    def _follow(self, store: Any, message: Override) -> None:
         import torch.distributed as dist
 
-        n, source, fields = message["round"], message["source"], message["fields"]
+        n, source, fields = message.round, message.source, message.fields
         generation = self._context().generation
         prepared: Prepared | None = None
         try:
-            if generation != message["base_generation"]:
+            if generation != message.base_generation:
                 msg = (
-                    f"this rank is at generation {generation}, the coordinator at {message['base_generation']} "
+                    f"this rank is at generation {generation}, the coordinator at {message.base_generation} "
                     "-- the ranks diverged; resync this rank from the coordinator"
                     " (POST /replicas/<index>/resync on a data-parallel server) or publish the same config on every rank"
                 )
                 raise RankDiverged([Problem("$generation", msg)])
             prepared = self._prepare(source, fields)
-            vote: dict[str, Any] = {"ok": True, "generation": generation}
+            vote = Vote(True, generation)
         except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
-            vote = {"ok": False, "generation": generation, "reasons": reasons_of(exc), "reason": refusal_reason(exc)}
-        store.set(f"vote/{n}/{self.rank}", json.dumps(vote))
+            vote = Vote(False, generation, tuple(reasons_of(exc)), refusal_reason(exc))
+        store.set(f"vote/{n}/{self.rank}", vote.to_wire())
         if prepared is None:
             return
         key = f"decision/{n}"
         try:
             try:
-                store.wait([key], datetime.timedelta(seconds=float(message["timeout_s"])))
+                store.wait([key], datetime.timedelta(seconds=message.timeout_s))
             except dist.DistStoreError:
                 pass  # our deadline passed; the compare-and-set below settles the round for everyone
             decision = store.compare_set(key, "", ABORT).decode()
@@ -104,26 +117,34 @@ class Following:
             self._abort(prepared)  # the board is gone with the coordinator: release, then stop listening
             raise
         if decision == COMMIT:
-            ack = self._commit(prepared)
-            store.set(f"ack/{n}/{self.rank}", json.dumps(ack, default=repr))
+            store.set(f"ack/{n}/{self.rank}", self._commit(prepared).to_wire())
         else:
             self._abort(prepared)
-            store.set(f"ack/{n}/{self.rank}", json.dumps({"aborted": True}))
+            store.set(f"ack/{n}/{self.rank}", Aborted().to_wire())
             log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
 
-    def _catch_up(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        at, target = self._context().generation, int(message["generation"])
+    def _catch_up(self, message: CatchUp) -> Ack:
+        at, target = self._context().generation, message.generation
         changed = 0
-        error = None
+        refusal: Refusal | None = None
+        errors: tuple[str, ...] = ()
         try:
             if at > target:
-                raise ValueError(f"this rank is at generation {at}, ahead of the coordinator at {target}")
+                msg = f"this rank is at generation {at}, ahead of the coordinator at {target}"
+                raise RankDiverged([Problem("$generation", msg)])
             if at < target:
-                changed = self._apply_catch_up(target, message["values"], message["set_by"], message["sources"])
+                changed = self._apply_catch_up(target, message.values, message.set_by, message.sources)
         except Exception as exc:  # reported to the coordinator, which raises ResyncFailed with it
-            error = "; ".join(reasons_of(exc))
+            refusal, errors = refusal_reason(exc), tuple(reasons_of(exc))
         state = self._state(())
-        return {**state, "digests": digests(self._context()), "changed": changed, "error": error}
+        return Ack(
+            state.generation,
+            state.fingerprint,
+            digests=digests(self._context()),
+            changed=changed,
+            refusal=refusal,
+            errors=errors,
+        )
 
     def _apply_catch_up(
         self, target: int, values: Mapping[str, Any], set_by: Mapping[str, str], sources: Sequence[str]
@@ -145,9 +166,9 @@ class Following:
         # side effects see only the overrides this rank lacks, each with every field its source set
         lacking = {set_by.get(c.name) for c in proposal.changes if c.old != c.new}
         needed = {name: new for name, new in proposal.values.items() if set_by.get(name) in lacking}
-        state = self._commit(Prepared(proposal, self._prepare_effects(label, needed) if needed else []))
-        if state["error"]:
-            raise RuntimeError(state["error"])
+        ack = self._commit(Prepared(proposal, self._prepare_effects(label, needed) if needed else []))
+        if ack.refusal is not None:
+            raise CommitFailed("; ".join(ack.errors))
         return len(needed)
 
     # -- every rank ------------------------------------------------------------------
@@ -170,9 +191,9 @@ class Following:
             raise
         return effects
 
-    def _commit(self, prepared: Prepared) -> dict[str, Any]:
+    def _commit(self, prepared: Prepared) -> Ack:
         ctx = self._context()
-        error = None
+        errors: tuple[str, ...] = ()
         released = False
 
         def switch_over(_: Any) -> None:
@@ -190,24 +211,29 @@ class Following:
         try:
             ctx.commit(prepared.proposal, effect=switch_over if prepared.effects else None)
         except Exception as exc:  # kept and reported: the ranks now differ and the coordinator must say so
-            error = f"commit failed on rank {self.rank}: {exc}"
+            errors = (f"commit failed on rank {self.rank}: {exc}",)
             log.error("config_group.commit_failed", rank=self.rank, error=str(exc))
             if not released:  # the swap itself failed: nothing went live, release everything
                 for done in reversed(prepared.effects):
                     quietly(done.abort, "abort")
         state = self._state(())
-        if not self.is_coordinator:  # the coordinator computes its own digests only when a rank differs
-            state["digests"] = digests(ctx)
-        return {**state, "error": error}
+        # the coordinator computes its own digests only when a rank differs
+        return Ack(
+            state.generation,
+            state.fingerprint,
+            digests={} if self.is_coordinator else digests(ctx),
+            refusal=Refusal.FAILED if errors else None,
+            errors=errors,
+        )
 
     def _abort(self, prepared: Prepared) -> None:
         for done in reversed(prepared.effects):
             quietly(done.abort, "abort")
 
-    def _state(self, names: Sequence[str]) -> dict[str, Any]:
+    def _state(self, names: Sequence[str]) -> RankReport:
         ctx = self._context()
         values = {name: shown(name, value, ctx.schema) for name, value in ctx.group_values(names).items()}
-        return {"generation": ctx.generation, "fingerprint": ctx.fingerprint(), "values": values}
+        return RankReport(ctx.generation, ctx.fingerprint(), values)
 
 
 __all__ = ["Following"]

@@ -14,12 +14,10 @@ from typing import Any, Protocol
 import attrs
 import structlog
 
+from runtime.errors import Refusal
 from sgconf.errors import ConfigError, OverrideRefused
 
 log = structlog.get_logger("runtime.distributed")
-
-# the refusal reasons of the group itself; a rank's own exceptions may declare others
-INVALID, NOT_HOT, FAILED = "invalid", "not_hot", "failed"
 
 # the board's key prefix, and the two values a round's decision key may take
 PREFIX = "sgconf/config_group/"
@@ -107,18 +105,23 @@ def reasons_of(exc: BaseException) -> list[str]:
     return [str(exc) or type(exc).__name__]
 
 
-def refusal_reason(exc: BaseException) -> str:
+def refusal_reason(exc: BaseException) -> Refusal:
     """The typed reason a refusal travels with: the exception's own `refusal_reason`, else the group's.
 
     The group's reasons: `not_hot` (a field that may not change after publish), `invalid`
-    (any other config problem), `failed` (anything else).
+    (any other config problem), `failed` (anything else). An exception declaring a
+    reason `Refusal` does not list is a bug of its class: it travels as `failed`, logged.
     """
     own = getattr(exc, "refusal_reason", None)
-    if isinstance(own, str):
-        return str(own)
+    if own is not None:
+        try:
+            return Refusal(own)
+        except ValueError:
+            log.error("config_group.unknown_refusal_reason", error=type(exc).__name__, reason=repr(own))
+            return Refusal.FAILED
     if isinstance(exc, OverrideRefused):
-        return NOT_HOT
-    return INVALID if isinstance(exc, ConfigError) else FAILED
+        return Refusal.NOT_HOT
+    return Refusal.INVALID if isinstance(exc, ConfigError) else Refusal.FAILED
 
 
 def digest(value: Any) -> str:

@@ -173,12 +173,12 @@ def _parse(file: Path, schema: Declarations) -> tuple[Any, str | None]:
         mark = getattr(exc, "problem_mark", None)
         at = f" (at line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        fix = " -- each key may appear once in a mapping" if reason.startswith("duplicate key") else ""
+        fix = " -- each key may appear once in a mapping" if isinstance(exc, _DuplicateKey) else ""
         return None, f"invalid YAML: {reason}{at}{fix}"
 
 
 class _DuplicateKey(ValueError):
-    """Raised while parsing a JSON object that repeats a key."""
+    """Raised while parsing a JSON object (or, as the YAML loader's `DuplicateKey`, a mapping) that repeats a key."""
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -199,6 +199,9 @@ def _unique_yaml_loader(yaml: Any) -> Any:
     if _YAML_LOADER is not None:
         return _YAML_LOADER
 
+    class DuplicateKey(yaml.constructor.ConstructorError, _DuplicateKey):  # type: ignore[misc]
+        """A YAML error (where PyYAML reports it, with its line) that says which kind it is by its class."""
+
     class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[name-defined,misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
@@ -209,7 +212,7 @@ def _unique_yaml_loader(yaml: Any) -> Any:
                 except TypeError:  # an unhashable key: the base class reports it
                     break
                 if not fresh:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    raise DuplicateKey(None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 

@@ -57,7 +57,7 @@ from typing import Any
 import structlog
 
 from engine.dp.handle import Replica
-from engine.dp.messages import FlushCache, Welcome
+from engine.dp.messages import FlushCache, JoinRefusal, Welcome
 from engine.dp.nodes import (
     DEFAULT_START_TIMEOUT_S,
     JOIN_TIMEOUT_S,
@@ -216,7 +216,8 @@ class DPController:
             old = self.replicas[index]
             if self._closed or old.alive():
                 why = "the server is stopping" if self._closed else f"replica {index} is still connected"
-                refuse(conn, f"{why} -- a replica rejoins only in place of one whose link closed")
+                reason = JoinRefusal.STOPPING if self._closed else JoinRefusal.CONNECTED
+                refuse(conn, reason, f"{why} -- a replica rejoins only in place of one whose link closed")
                 return
             old.stop(5.0)
             self.group.clear_inbox(old.rank)  # what was sent to the gone rank must not reach the new one

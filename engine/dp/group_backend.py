@@ -111,7 +111,7 @@ class ReplicaGroupBackend:
         try:
             result = self.controller.propagate(source, **fields)
         except PropagationFailed as exc:
-            drained = set(exc.reasons.values()) == {Refusal.DRAIN_TIMEOUT.value}
+            drained = set(exc.reasons.values()) == {Refusal.DRAIN_TIMEOUT}
             if drained and not isinstance(exc, RanksSilent):
                 # only drains refused: busy like one engine, with its Retry-After
                 _replicas, running = self.controller.busy()

@@ -9,7 +9,9 @@ gets the answer one engine would give.
 Controller to replica: `Generate` (one request; with `stream` the replica sends a
 `Chunk` as each piece fills, then the `Result`), `FlushCache`, `Cancel`, `Stop`.
 Replica to controller: `Ready` once, a `Heartbeat` every heartbeat interval, and per
-request `Chunk`s, then one `Result` or `Failed`.
+request `Chunk`s, then one `Result` or `Failed`. A `Failed` carries the failure's data
+too (a bad request's problems, a busy engine's Retry-After), so the group's answer has
+the status, body and headers one engine's has.
 
 A replica on another node (`engine.dp.nodes`) talks over a TCP link instead of a pipe,
 with the same messages, and opens it with `Join`; the controller answers `Welcome` (with
@@ -20,29 +22,59 @@ catches up) or `Refused`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from engine.errors import (
     DeadlineExceeded,
+    DrainTimeout,
     EngineBusy,
     EngineError,
     EngineStopped,
     GenerationError,
+    InvalidRequest,
     ReplicaFailed,
+    RequestCancelled,
     RequestRejected,
 )
+from engine.request_params import SamplingParams, unit_items
+from sgconf.errors import ConfigError, Problem
 
 # -- controller to replica ---------------------------------------------------------------
 
 
 @attrs.frozen(slots=True)
+class Ask:
+    """One engine request, checked: its prompt, the request model's sampling, its deadline, how its text is tokenized.
+
+    Built on the controller by the one request model (`asks`), so a bad parameter is
+    refused there exactly as one engine refuses it, and the replica submits what it is
+    given without reading names out of a dict.
+    """
+
+    prompt: str | tuple[int, ...]
+    sampling: SamplingParams
+    timeout_s: float | None = None
+    add_special_tokens: bool = True
+
+
+def asks(argss: Sequence[Mapping[str, Any]]) -> tuple[Ask, ...]:
+    """The `Ask` of each `Engine.generate`-style argument set (what a route hands a backend); raises InvalidRequest."""
+    out = []
+    for (prompt, sampling), args in zip(unit_items(argss), argss, strict=True):
+        ids = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
+        out.append(Ask(ids, sampling, args.get("timeout_s"), bool(args.get("add_special_tokens", True))))
+    return tuple(out)
+
+
+@attrs.frozen(slots=True)
 class Generate:
-    """Run one request (`Engine.generate` arguments); stream its pieces as `Chunk`s when `stream`."""
+    """Run one request; stream its pieces as `Chunk`s when `stream`."""
 
     rid: int
-    args: dict[str, Any]
+    ask: Ask
     stream: bool = False
 
 
@@ -53,10 +85,11 @@ class GenerateUnit:
     Answered with one `Result` whose body holds each item's `/generate` body under
     `items`, in order; one `Cancel(rid)` takes every item out. Sent whole to one
     replica, so its scheduler shares rows between units there exactly as one engine does.
+    The items of one route share their deadline and tokenization: the first item's say.
     """
 
     rid: int
-    items: tuple[dict[str, Any], ...]
+    items: tuple[Ask, ...]
 
 
 @attrs.frozen(slots=True)
@@ -90,11 +123,26 @@ class Welcome:
     record: Any = None
 
 
+class JoinRefusal(str, enum.Enum):
+    """Why the controller did not take a joining replica."""
+
+    def __str__(self) -> str:  # the value, as it travels and is logged
+        return str(self.value)
+
+    LAYOUT = "layout"  # the node was started with another --dp-size or --nnodes
+    NOT_REMOTE = "not_remote"  # the index is not one another node runs
+    DUPLICATE = "duplicate"  # that replica joined already
+    FORMED = "formed"  # the group formed without it: its node restarts to rejoin
+    CONNECTED = "connected"  # the replica it would replace is still connected
+    STOPPING = "stopping"  # the server is stopping
+
+
 @attrs.frozen(slots=True)
 class Refused:
-    """The answer to `Join` when the controller cannot take this replica; the replica exits with `reason`."""
+    """The answer to `Join` when the controller cannot take this replica; it exits, saying `message`."""
 
-    reason: str
+    reason: JoinRefusal
+    message: str
 
 
 # -- replica to controller ---------------------------------------------------------------
@@ -159,11 +207,14 @@ class FailureKind(str, enum.Enum):
     def __str__(self) -> str:  # the value, as it travels and is logged
         return str(self.value)
 
+    INVALID = "invalid"  # bad request parameters: the problems travel as data
     REJECTED = "rejected"
     STOPPED = "stopped"
     GENERATION = "generation"
     DEADLINE = "deadline"
+    DRAIN_TIMEOUT = "drain_timeout"
     BUSY = "busy"
+    CANCELLED = "cancelled"  # its client went away: not an error of the replica
     REPLICA_FAILED = "replica_failed"  # not an error a client caused: a bug, logged on the replica
 
 
@@ -171,38 +222,52 @@ class FailureKind(str, enum.Enum):
 FAILURES: tuple[tuple[FailureKind, type[EngineError]], ...] = (
     (FailureKind.DEADLINE, DeadlineExceeded),
     (FailureKind.GENERATION, GenerationError),
+    (FailureKind.INVALID, InvalidRequest),
     (FailureKind.REJECTED, RequestRejected),
     (FailureKind.STOPPED, EngineStopped),
+    (FailureKind.DRAIN_TIMEOUT, DrainTimeout),
     (FailureKind.BUSY, EngineBusy),
+    (FailureKind.CANCELLED, RequestCancelled),
     (FailureKind.REPLICA_FAILED, ReplicaFailed),
 )
 
 
 @attrs.frozen(slots=True)
 class Failed:
-    """A request that failed: the kind of failure and its text (what the client reads)."""
+    """A request that failed: the kind of failure and what the exception carried, so the controller raises its twin.
+
+    `detail` is the exception's text (a config error's header); `problems` a config
+    error's problems, as data (path, message, source); `queued`, `running` and
+    `retry_after_s` what a busy engine said.
+    """
 
     rid: int
     kind: FailureKind
     detail: str
-    queued: int = 0  # for `busy`: what the replica ran when it refused
+    problems: tuple[Problem, ...] = ()
+    queued: int = 0
     running: int = 0
+    retry_after_s: float | None = None
 
     @classmethod
     def of(cls, rid: int, exc: BaseException) -> Failed | None:
         """The message for an engine error; None for an exception that is not one (a bug)."""
-        for kind, error in FAILURES:
-            if isinstance(exc, error):
-                if isinstance(exc, EngineBusy):
-                    return cls(rid, kind, str(exc), exc.queued, exc.running)
-                return cls(rid, kind, str(exc))
-        return None
+        kind = next((kind for kind, error in FAILURES if isinstance(exc, error)), None)
+        if kind is None:
+            return None
+        if isinstance(exc, ConfigError):
+            return cls(rid, kind, exc.header, exc.problems)
+        if isinstance(exc, EngineBusy):
+            return cls(rid, kind, str(exc), (), exc.queued, exc.running, exc.retry_after_s)
+        return cls(rid, kind, str(exc))
 
     def error(self) -> EngineError:
-        """The exception the controller raises for this failure."""
+        """The exception the controller raises for this failure: the class, text and data the replica's had."""
         error = dict(FAILURES)[self.kind]
-        if error is EngineBusy:
-            return EngineBusy(self.detail, queued=self.queued, running=self.running)
+        if issubclass(error, EngineBusy):
+            return error(self.detail, queued=self.queued, running=self.running, retry_after_s=self.retry_after_s)
+        if issubclass(error, ConfigError):
+            return error(self.problems, header=self.detail)  # type: ignore[call-arg]
         return error(self.detail)
 
 
@@ -210,7 +275,10 @@ ToReplica = Generate | GenerateUnit | FlushCache | Cancel | Stop | Welcome | Ref
 FromReplica = Join | Ready | Heartbeat | Chunk | Result | Failed
 
 __all__ = [
+    "Ask",
     "Cancel",
+    "JoinRefusal",
+    "asks",
     "FAILURES",
     "Chunk",
     "Failed",

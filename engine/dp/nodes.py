@@ -53,7 +53,7 @@ from typing import Any
 import attrs
 import structlog
 
-from engine.dp.messages import Join, Refused, Welcome
+from engine.dp.messages import Join, JoinRefusal, Refused, Welcome
 
 log = structlog.get_logger("engine.dp.controller")
 
@@ -180,7 +180,7 @@ class NodeLink:
             self._rejoin = rejoin
             late, self._waiting = self._waiting, {}
         for conn in late.values():  # connected after its slot was given up: it starts again from the board
-            refuse(conn, "the group formed without this replica -- restart its node to rejoin")
+            refuse(conn, JoinRefusal.FORMED, "the group formed without this replica -- restart its node to rejoin")
 
     def _accept(self) -> None:
         while True:
@@ -210,18 +210,19 @@ class NodeLink:
         if (join.dp_size, join.nnodes) != group:
             refuse(
                 conn,
+                JoinRefusal.LAYOUT,
                 f"node {join.node} runs --dp-size {join.dp_size} --nnodes {join.nnodes}, this group --dp-size"
                 f" {group[0]} --nnodes {group[1]} -- start every node with the same --dp-size and --nnodes",
             )
             return
         if join.index not in self.remote():
-            refuse(conn, f"replica {join.index} does not run on another node of this group")
+            refuse(conn, JoinRefusal.NOT_REMOTE, f"replica {join.index} does not run on another node of this group")
             return
         with self._cond:
             rejoin = self._rejoin
             if rejoin is None:
                 if join.index in self._waiting:
-                    refuse(conn, f"replica {join.index} joined already")
+                    refuse(conn, JoinRefusal.DUPLICATE, f"replica {join.index} joined already")
                     return
                 send_quietly(conn, Welcome(None, self.record))
                 self._waiting[join.index] = conn
@@ -248,9 +249,9 @@ def send_quietly(conn: Connection, message: Any) -> None:
         pass
 
 
-def refuse(conn: Connection, reason: str) -> None:
-    """Answer a `Join` with `Refused(reason)` and close the link."""
-    send_quietly(conn, Refused(reason))
+def refuse(conn: Connection, reason: JoinRefusal, message: str) -> None:
+    """Answer a `Join` with `Refused(reason, message)` and close the link."""
+    send_quietly(conn, Refused(reason, message))
     conn.close()
 
 
@@ -286,7 +287,7 @@ def connect_link(
     if isinstance(answer, Welcome):
         return conn, answer
     conn.close()
-    reason = answer.reason if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
+    reason = answer.message if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
     raise ReplicaFailed(f"the controller at {where} did not take replica {index}: {reason}")
 
 

@@ -363,23 +363,24 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
     """Run one request; a streamed one sends each piece as it fills."""
     from engine.http.bodies import generate_body
 
-    rid = message.rid
-    args = dict(message.args)
-    timeout = args.pop("timeout", None)
+    rid, ask = message.rid, message.ask
 
     def work() -> dict[str, Any]:
+        (req,) = engine.submit_batch(
+            [(ask.prompt, ask.sampling)],
+            stream=message.stream,
+            timeout_s=ask.timeout_s,
+            add_special_tokens=ask.add_special_tokens,
+        )
+        if not running.add(rid, [req]):
+            engine.cancel([req])
         if message.stream:
-            tokens = engine.stream(**args)
-            if not running.add(rid, [tokens.req]):
-                engine.cancel([tokens.req])
+            tokens = engine.token_stream(req)
             for chunk in tokens:
                 sender.send(Chunk(rid, chunk.text, tuple(chunk.token_ids)))
             result = tokens.result()
         else:
-            req = engine.submit(args.pop("prompt_or_ids"), **args)
-            if not running.add(rid, [req]):
-                engine.cancel([req])
-            result = engine.wait(req, timeout=timeout)
+            result = engine.wait(req)
         return generate_body(result, dp_rank=rank - 1)
 
     _answer(rid, rank, sender, running, work)
@@ -388,10 +389,15 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
 def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sender, running: Running) -> None:
     """Run a unit of work as one engine unit (`submit_batch`), answered once with every item's body, in order."""
     from engine.http.bodies import generate_body
-    from engine.request_params import submit_unit
+
+    first = message.items[0] if message.items else None
 
     def work() -> dict[str, Any]:
-        reqs = submit_unit(engine, message.items)
+        reqs = engine.submit_batch(
+            [(ask.prompt, ask.sampling) for ask in message.items],
+            timeout_s=first.timeout_s if first else None,
+            add_special_tokens=first.add_special_tokens if first else True,
+        )
         if not running.add(message.rid, reqs):
             engine.cancel(reqs)
         return {"items": [generate_body(engine.wait(req), dp_rank=rank - 1) for req in reqs]}

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Chunk, Generate, GenerateUnit
+from engine.dp.messages import Chunk, Generate, GenerateUnit, asks
 from engine.errors import ReplicaFailed, ReplicaLost, ReplicaUnresponsive
 
 log = structlog.get_logger("engine.dp.controller")
@@ -70,7 +70,8 @@ class RequestRouter:
         deterministic, so the answer is the one the first replica would have given. Each
         replica is tried once, so a request that kills every replica it reaches ends there.
         """
-        return await self._answer(lambda rid: Generate(rid, args))
+        (ask,) = asks([args])  # checked here by the request model, as one engine checks it
+        return await self._answer(lambda rid: Generate(rid, ask))
 
     async def generate_many(self, argss: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Route a unit of work (a batch, the n choices of a prompt) whole to one replica; each item's answer, in order.
@@ -81,7 +82,9 @@ class RequestRouter:
         """
         if len(argss) == 1:
             return [await self.generate(argss[0])]
-        body = await self._answer(lambda rid: GenerateUnit(rid, tuple(argss)))
+        # checked off the event loop, as one engine does, so a large batch does not hold up other clients
+        items = await asyncio.to_thread(asks, argss)
+        body = await self._answer(lambda rid: GenerateUnit(rid, items))
         return list(body["items"])
 
     async def _answer(self, message: Callable[[int], Generate | GenerateUnit]) -> dict[str, Any]:
@@ -104,6 +107,7 @@ class RequestRouter:
         caller, the replica's failure is raised instead (the stream ends with an error).
         """
         loop = asyncio.get_running_loop()
+        (ask,) = asks([args])
         tried: set[int] = set()
         while True:
             replica = self._route(tried)
@@ -117,7 +121,7 @@ class RequestRouter:
 
             rid = next(self._rids)
             try:
-                future = replica.submit(Generate(rid, args, stream=True), on_chunk=put)
+                future = replica.submit(Generate(rid, ask, stream=True), on_chunk=put)
             except (ReplicaUnresponsive, ReplicaLost) as exc:  # it went away since it was chosen
                 log.warning("dp.request_retried", replica=replica.index, reason=type(exc).__name__)
                 continue

@@ -75,14 +75,15 @@ async def json_object(request: Request, allowed: tuple[str, ...] | None, namespa
         return {}
     body = parse_json(raw, limits)
     if not isinstance(body, dict):
-        raise HTTPProblem(
-            422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"]
-        )
+        why = Problem("$", f"expected an object, got {type(body).__name__}")
+        raise HTTPProblem(422, "the body must be a JSON object", problems=[why])
     if allowed is not None:
         unknown = [k for k in body if k not in allowed]
         if unknown:
-            errors = [f"$.{namespace}.{k}: unknown field '{k}'{did_you_mean(k, allowed)}" for k in unknown]
-            raise HTTPProblem(422, "unknown fields in the body", errors=errors)
+            problems = [
+                Problem(f"$.{namespace}.{k}", f"unknown field '{k}'{did_you_mean(k, allowed)}") for k in unknown
+            ]
+            raise HTTPProblem(422, "unknown fields in the body", problems=problems)
     return body
 
 

@@ -29,6 +29,7 @@ from fastapi import Request
 
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
+from sgconf.errors import Problem
 
 # a JSON string literal, escapes included; removed before brackets are counted
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -104,7 +105,11 @@ def nesting_depth(raw: bytes) -> int:
 
 
 class _Refused(ValueError):
-    """Raised from inside the parser's hooks; becomes a 422 line."""
+    """Raised from inside the parser's hooks; becomes a 422 problem at `path`."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.problem = Problem(path, message)
 
 
 def _has_lone_surrogate(text: str) -> bool:
@@ -126,11 +131,12 @@ def _check_values(value: Any, path: str, limits: BodyLimits) -> None:
     """Refuse, naming the path, what the parser let through only to be reported here."""
     if isinstance(value, str):
         if not value.isascii() and _has_lone_surrogate(value):
-            raise _Refused(f"{path}: the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
+            raise _Refused(path, "the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
     elif isinstance(value, _LongInteger):
         raise _Refused(
-            f"{path}: an integer of {value.digits} digits is longer than 'max_json_integer_digits' "
-            f"({limits.max_integer_digits}) allows"
+            path,
+            f"an integer of {value.digits} digits is longer than 'max_json_integer_digits' "
+            f"({limits.max_integer_digits}) allows",
         )
     elif isinstance(value, dict):
         for key, item in value.items():
@@ -150,8 +156,8 @@ def parse_json(raw: bytes, limits: BodyLimits) -> Any:
         raise HTTPProblem(400, msg) from None
     depth = nesting_depth(raw)
     if depth > limits.max_depth:
-        line = f"$: nested {depth} levels deep, more than 'max_json_depth' ({limits.max_depth}) allows"
-        raise HTTPProblem(422, "the body is nested too deeply -- flatten it", errors=[line])
+        why = Problem("$", f"nested {depth} levels deep, more than 'max_json_depth' ({limits.max_depth}) allows")
+        raise HTTPProblem(422, "the body is nested too deeply -- flatten it", problems=[why])
 
     def integer(digits: str) -> int | _LongInteger:
         count = len(digits.lstrip("-"))
@@ -162,7 +168,7 @@ def parse_json(raw: bytes, limits: BodyLimits) -> Any:
         body = json.loads(text, parse_int=integer, parse_constant=float)
         _check_values(body, "$", limits)
     except _Refused as exc:
-        raise HTTPProblem(422, "the body holds a value this server does not accept", errors=[str(exc)]) from None
+        raise HTTPProblem(422, "the body holds a value this server does not accept", problems=[exc.problem]) from None
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise HTTPProblem(400, f"the body is not valid JSON ({exc}) -- send a JSON object") from None
     return body

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import secrets
 import time
 import uuid
@@ -254,14 +255,19 @@ def _as_openai(exc: Exception) -> OpenAIError:
     problem = exc if isinstance(exc, HTTPProblem) else problem_of(exc)
     lines = problem.errors or []
     message = "; ".join(lines) if lines else problem.detail
-    param = None
-    if lines and lines[0].startswith("$."):  # `$.temperature: ...` names the parameter
-        param = lines[0][2:].split(":", 1)[0].split(".", 1)[0].split("[", 1)[0]
+    param = _param_of(problem.problems[0].path) if problem.problems else None
     if problem.status == 500:  # a bug of ours: logged, never shown
         log.error("http.error", error=repr(exc))
         message = "internal error -- see the server log"
     status = 400 if problem.status == 422 else problem.status
     return OpenAIError(status, message, param=param)
+
+
+def _param_of(path: str) -> str | None:
+    """OpenAI's `param` for a problem's path: the body's top-level key (`$.stop[2]` -> `stop`); None for the body."""
+    if not path.startswith("$."):
+        return None
+    return re.split(r"[.\[]", path[2:], maxsplit=1)[0] or None
 
 
 def _check_fanout(prompts: list[str | list[int]], s: Sampling) -> None:

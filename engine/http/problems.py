@@ -10,6 +10,7 @@ happened and, for config problems, one `$.namespace.field: reason` line each.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -32,13 +33,18 @@ from engine.errors import (
     StorageRefused,
 )
 from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
-from sgconf.errors import ConfigError
+from sgconf.errors import ConfigError, Problem
 
 log = structlog.get_logger(__name__)
 
 
 class HTTPProblem(EngineError):
-    """An error answer: status, a one-line detail and optional `$.path: reason` lines."""
+    """An error answer: status, a one-line detail and optional `$.path: reason` lines.
+
+    Given `problems`, the lines are theirs, and the problems stay available as data
+    (path, message, source), so a route that answers in another shape (OpenAI's
+    `param`) reads the path, never the rendered line.
+    """
 
     def __init__(
         self,
@@ -46,13 +52,15 @@ class HTTPProblem(EngineError):
         detail: str,
         *,
         errors: list[str] | None = None,
+        problems: Sequence[Problem] | None = None,
         extra: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
-        self.errors = errors
+        self.problems: tuple[Problem, ...] = tuple(problems or ())
+        self.errors = [str(p) for p in self.problems] if errors is None and problems is not None else errors
         self.extra = extra or {}
         self.headers = headers
 
@@ -101,7 +109,7 @@ def status_of(exc: BaseException) -> int:
     """The HTTP status for an exception a route let through; 500 for anything undeclared."""
     if isinstance(exc, PropagationFailed) and not isinstance(exc, RanksSilent):
         given = set(exc.reasons.values())
-        return next((status for reason, status in STATUS_BY_REFUSAL if reason.value in given), 503)
+        return next((status for reason, status in STATUS_BY_REFUSAL if reason in given), 503)
     for cls, status in STATUS_BY_TYPE:
         if isinstance(exc, cls):
             return status
@@ -112,7 +120,7 @@ def problem_of(exc: BaseException) -> HTTPProblem:
     """The answer for a declared exception, with its `$.path` lines when it carries config problems."""
     status = status_of(exc)
     if isinstance(exc, ConfigError):
-        return HTTPProblem(status, exc.header, errors=exc.lines())
+        return HTTPProblem(status, exc.header, problems=exc.problems)
     extra: dict[str, Any] = {}
     headers = None
     if isinstance(exc, EngineBusy):

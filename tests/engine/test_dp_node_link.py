@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.dp.messages import Join, Refused, Welcome
+from engine.dp.messages import Join, JoinRefusal, Refused, Welcome
 from engine.dp.nodes import NodeLayout, NodeLink, RemoteProcess, connect_link, split_addr
 from engine.errors import ReplicaFailed
 
@@ -79,11 +79,11 @@ def test_replicas_of_other_nodes_wait_for_the_group_to_form(link: NodeLink) -> N
 
 def test_a_join_the_link_cannot_take_is_refused_with_its_reason(link: NodeLink) -> None:
     local = _join(link, 0)
-    assert local.recv() == Refused("replica 0 does not run on another node of this group")
+    assert local.recv() == Refused(JoinRefusal.NOT_REMOTE, "replica 0 does not run on another node of this group")
     first, twice = _join(link, 2), None
     assert first.recv() == Welcome(None)
     twice = _join(link, 2)
-    assert twice.recv() == Refused("replica 2 joined already")
+    assert twice.recv() == Refused(JoinRefusal.DUPLICATE, "replica 2 joined already")
     garbage = Client(link.address, family="AF_INET")
     garbage.send("not a join")
     with pytest.raises(EOFError):
@@ -146,7 +146,9 @@ def test_after_forming_a_join_goes_to_the_rejoin_hook(link: NodeLink) -> None:
     early = _join(link, 3)
     assert early.recv() == Welcome(None)
     link.formed(rejoin)
-    assert early.recv() == Refused("the group formed without this replica -- restart its node to rejoin")
+    assert early.recv() == Refused(
+        JoinRefusal.FORMED, "the group formed without this replica -- restart its node to rejoin"
+    )
     conn, welcome = connect_link(link.address, 2, NodeLayout(4, 2, 1), 30)
     assert welcome == Welcome(("127.0.0.1", 9))
     assert arrived.wait(30) and seen[0][0] == 2

@@ -16,9 +16,21 @@ from typing import Any
 import pytest
 
 from engine.dp.handle import Replica
-from engine.dp.messages import Cancel, Chunk, Failed, FailureKind, Generate, GenerateUnit, Ready, Result
+from engine.dp.messages import (
+    Ask,
+    Cancel,
+    Chunk,
+    Failed,
+    FailureKind,
+    Generate,
+    GenerateUnit,
+    Ready,
+    Result,
+    asks,
+)
 from engine.dp.routing import RequestRouter
 from engine.errors import ReplicaLost, RequestRejected
+from engine.request_params import SamplingParams
 
 
 class FakeProcess:
@@ -83,7 +95,8 @@ def test_a_request_on_a_replica_that_dies_is_answered_by_another(played: list[Pl
         first = await asyncio.to_thread(played[0].request)
         played[0].die()
         second = await asyncio.to_thread(played[1].request)
-        assert second.args == first.args and second.rid != first.rid and not second.stream
+        assert second.ask == first.ask and second.rid != first.rid and not second.stream
+        assert first.ask == Ask("x", SamplingParams(max_new_tokens=2))  # the request model's, typed
         played[1].theirs.send(Result(second.rid, {"text": "ok", "meta_info": {"dp_rank": 1}}))
         return await task
 
@@ -271,7 +284,7 @@ def test_a_unit_of_work_goes_whole_to_one_replica_and_is_retried_whole(played: l
     async def scenario() -> list[dict[str, Any]]:
         task = asyncio.ensure_future(router.generate_many(argss))
         first = await asyncio.to_thread(played[0].unit)
-        assert list(first.items) == argss
+        assert first.items == tuple(Ask(f"p{i}", SamplingParams(max_new_tokens=1)) for i in range(3))
         assert not played[1].theirs.poll(0.1)  # nothing of the unit went to the other replica
         played[0].die()
         second = await asyncio.to_thread(played[1].unit)
@@ -327,7 +340,7 @@ def test_a_replica_runs_a_unit_as_one_batch_and_answers_once(monkeypatch: pytest
             sent.append(message)
 
     items = ({"prompt_or_ids": "a", "max_new_tokens": 1, "timeout_s": 5}, {"prompt_or_ids": "b", "max_new_tokens": 1})
-    replica._generate_unit(engine, 2, GenerateUnit(4, items), Sender(), running)  # type: ignore[arg-type]
+    replica._generate_unit(engine, 2, GenerateUnit(4, asks(items)), Sender(), running)  # type: ignore[arg-type]
     assert sent == [Result(4, {"items": [{"text": "A", "dp_rank": 1}, {"text": "B", "dp_rank": 1}]})]
     ((submitted, timeout_s, special),) = engine.submitted
     assert [p for p, _ in submitted] == ["a", "b"] and timeout_s == 5 and special is True

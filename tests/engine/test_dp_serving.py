@@ -264,17 +264,20 @@ def test_answer_for_a_cancelled_request_does_not_stop_the_reader() -> None:
     import multiprocessing
 
     from engine.dp.controller import Replica
-    from engine.dp.messages import Chunk, Generate, Ready, Result
+    from engine.dp.messages import Ask, Chunk, Generate, Ready, Result
+    from engine.request_params import SamplingParams
+
+    ask = Ask("x", SamplingParams())
 
     ours, theirs = multiprocessing.Pipe()
     replica = Replica(0, FakeProcess(), ours)
     theirs.send(Ready(1, 4242))
     replica.wait_ready(5.0)
     gone = replica.submit(
-        Generate(1, {}, stream=True), on_chunk=lambda chunk: pytest.fail("delivered to a gone caller")
+        Generate(1, ask, stream=True), on_chunk=lambda chunk: pytest.fail("delivered to a gone caller")
     )
-    waiting = replica.submit(Generate(2, {}))
-    assert [theirs.recv() for _ in range(2)] == [Generate(1, {}, stream=True), Generate(2, {})]
+    waiting = replica.submit(Generate(2, ask))
+    assert [theirs.recv() for _ in range(2)] == [Generate(1, ask, stream=True), Generate(2, ask)]
     assert gone.cancel()
     theirs.send(Chunk(1, "la", (7,)))
     theirs.send(Result(1, {"text": "late"}))

@@ -213,3 +213,18 @@ def test_stop_cutter_holds_back_only_a_possible_stop(
     out = [cutter.feed(p) for p in pieces]
     out[-1] += cutter.flush()
     assert out == sent
+
+
+def test_openai_param_is_read_from_the_problem_path_not_the_rendered_line() -> None:
+    """`param` is the top-level key of the first problem's path, however its message or the key reads."""
+    from engine.errors import InvalidRequest
+    from engine.http.openai_routes import _as_openai
+    from engine.http.problems import HTTPProblem
+    from sgconf.errors import Problem
+
+    refused = InvalidRequest([Problem("$.a:b", "unknown parameter 'a:b'", "http")], header="invalid")
+    assert _as_openai(refused).param == "a:b"
+    assert _as_openai(InvalidRequest([Problem("$.stop[1]", "too long")])).param == "stop"
+    assert _as_openai(InvalidRequest([Problem("$", "expected an object")])).param is None
+    # lines with no problems behind them name no parameter, whatever they look like
+    assert _as_openai(HTTPProblem(422, "bad", errors=["$.temperature: bad"])).param is None

@@ -307,24 +307,24 @@ def test_an_effect_failing_after_the_swap_rolls_the_config_back() -> None:
 @pytest.mark.server_args(enable_hierarchical_cache=True)
 def test_catch_up_stays_the_same_size_however_many_rounds_commit() -> None:
     """After 300 rounds the catch-up carries only the two fields they set, with the source that last set each."""
-    import json
-
     from runtime.distributed import ConfigGroup
+    from runtime.group_messages import CatchUp
 
     group = ConfigGroup(None, 0, 1, timeout_s=1.0)
     group.propagate("test.tune", schedule_conservativeness=0.25)
     group.propagate("test.policy", schedule_policy="lpm")
-    early = len(json.dumps(group.catch_up()))
+    early = len(group.catch_up().to_wire())
     for i in range(300):
         group.propagate("test.tune", schedule_conservativeness=0.25 if i % 2 else 0.75)
     group.propagate("test.policy", schedule_policy="lpm")
-    assert group.catch_up() == {
-        "generation": 303,
-        "values": {"schedule_conservativeness": 0.25, "schedule_policy": "lpm"},
-        "set_by": {"schedule_conservativeness": "test.tune", "schedule_policy": "test.policy"},
-        "sources": ["test.tune", "test.policy"],
-    }
-    assert len(json.dumps(group.catch_up())) == early + 2  # generation 2 -> 303: two digits more, nothing else
+    assert group.catch_up() == CatchUp(
+        round=0,
+        generation=303,
+        values={"schedule_conservativeness": 0.25, "schedule_policy": "lpm"},
+        set_by={"schedule_conservativeness": "test.tune", "schedule_policy": "test.policy"},
+        sources=("test.tune", "test.policy"),
+    )
+    assert len(group.catch_up().to_wire()) == early + 2  # generation 2 -> 303: two digits more, nothing else
     group.close()
 
 

@@ -217,3 +217,16 @@ def test_a_secrets_directory_that_is_missing_or_unreadable_is_a_problem_never_a_
     assert binary.value.lines() == [
         f"$.api.token: cannot read {locked / 'token'}: not UTF-8 text (from secrets:{locked / 'token'})"
     ]
+
+
+def test_a_repeated_yaml_key_is_told_by_its_class_not_its_text() -> None:
+    """The YAML loader's refusal of a repeated key is typed, so the fix is added without reading the message."""
+    yaml = pytest.importorskip("yaml")
+    from sgconf.sources import _DuplicateKey, _unique_yaml_loader
+
+    with pytest.raises(yaml.YAMLError) as info:
+        yaml.load("a: 1\na: 2\n", Loader=_unique_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
+    assert isinstance(info.value, _DuplicateKey)
+    with pytest.raises(yaml.YAMLError) as other:
+        yaml.load("a: [1\n", Loader=_unique_yaml_loader(yaml))  # noqa: S506
+    assert not isinstance(other.value, _DuplicateKey)
