@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from engine.errors import InvalidRequest
+from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest
 from sgconf.convert import ConversionError, converter
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
@@ -229,16 +229,21 @@ def structure_params(
     """The request model from `(path, name, value)` triples (`path` is where the client put it).
 
     `base` holds route defaults that differ from ours (OpenAI's temperature). Every
-    problem is collected; raises `InvalidRequest` listing them all, nothing built then.
+    problem is collected (unknown names past `MAX_PROBLEMS_SHOWN` only counted); raises
+    `InvalidRequest` listing them, nothing built then.
     """
     sampling = {f.name: f for f in attrs.fields(SamplingParams)}
     options = {f.name: f for f in attrs.fields(RequestOptions)}
     got_s: dict[str, Any] = dict(base or {})
     got_o: dict[str, Any] = {}
     problems: list[Problem] = []
+    omitted = 0  # unknown names past the cap: counted, no suggestion worked out
     for path, name, value in values:
         field = sampling.get(name) or options.get(name)
         if field is None:
+            if len(problems) >= MAX_PROBLEMS_SHOWN:
+                omitted += 1
+                continue
             problems.append(Problem(path, f"unknown parameter '{name}'{did_you_mean(name, (*sampling, *options))}"))
             continue
         out, why = _check_one(name, value, field)
@@ -247,7 +252,7 @@ def structure_params(
         elif out is not None or value is None:
             (got_s if name in sampling else got_o)[name] = out
     if problems:
-        raise InvalidRequest(problems, header=problems_header(problems))
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=omitted)
     got_s = {k: v for k, v in got_s.items() if v is not None or k == "seed"}
     return SamplingParams(**got_s), RequestOptions(
         **{k: v for k, v in got_o.items() if v is not None or k == "timeout_s"}

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 from fastapi import Request
 
-from engine.errors import InvalidRequest
+from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
 from engine.request_params import (
@@ -76,9 +76,10 @@ async def json_object(request: Request, allowed: tuple[str, ...] | None, namespa
         )
     if allowed is not None:
         unknown = [k for k in body if k not in allowed]
-        if unknown:
-            errors = [f"$.{namespace}.{k}: unknown field '{k}'{did_you_mean(k, allowed)}" for k in unknown]
-            raise HTTPProblem(422, "unknown fields in the body", errors=errors)
+        if unknown:  # a suggestion for the keys listed only
+            shown = unknown[:MAX_PROBLEMS_SHOWN]
+            errors = [f"$.{namespace}.{k}: unknown field '{k}'{did_you_mean(k, allowed)}" for k in shown]
+            raise HTTPProblem(422, "unknown fields in the body", errors=errors, omitted=len(unknown) - len(shown))
     return body
 
 
@@ -123,6 +124,7 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
             continue
         values[NATIVE_NAMES.get(key, key)] = (f"$.{key}", NATIVE_NAMES.get(key, key), value)
     problems: list[Problem] = []  # the prompt's and the parameters', reported together
+    omitted = 0
     try:
         prompts, batch, path = _prompts(body)
     except InvalidRequest as exc:
@@ -131,8 +133,9 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         sampling, options = structure_params(values.values())
     except InvalidRequest as exc:
         problems.extend(exc.problems)
+        omitted = exc.omitted
     if problems:
-        raise InvalidRequest(problems, header=problems_header(problems))
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=omitted)
     if options.n != 1:
         raise refuse(values["n"][0], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
     serving = get_serving()
