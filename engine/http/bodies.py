@@ -28,6 +28,7 @@ from engine.request_params import (
     structure_params,
 )
 from runtime.serving import get_serving
+from sgconf.dump import json_type
 from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
 
@@ -72,7 +73,7 @@ async def json_object(request: Request, allowed: tuple[str, ...] | None, namespa
     body = parse_json(raw, limits)
     if not isinstance(body, dict):
         raise HTTPProblem(
-            422, "the body must be a JSON object", errors=[f"$: expected an object, got {type(body).__name__}"]
+            422, "the body must be a JSON object", errors=[f"$: expected an object, got {json_type(body)}"]
         )
     if allowed is not None:
         unknown = [k for k in body if k not in allowed]
@@ -114,7 +115,7 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
     """
     nested = body.get("sampling_params") or {}
     if not isinstance(nested, dict):
-        raise refuse("$.sampling_params", f"expected an object (got {type(nested).__name__})")
+        raise refuse("$.sampling_params", f"expected an object (got {json_type(nested)})")
     values: dict[str, tuple[str, str, Any]] = {}
     for key, value in nested.items():
         key = str(key)
@@ -187,9 +188,7 @@ def attach_args(body: dict[str, Any]) -> dict[str, Any]:
                 ' -- pass an object like {"dir": "/path"}'
             )
     if extra is not None and not isinstance(extra, dict) and not errors:
-        errors.append(
-            f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {type(extra).__name__}"
-        )
+        errors.append(f"$.memory.hicache_storage_backend_extra_config: expected a JSON object, got {json_type(extra)}")
     if errors:
         raise HTTPProblem(422, "invalid attach request", errors=errors)
     return {

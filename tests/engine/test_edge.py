@@ -244,3 +244,27 @@ def test_the_cap_applies_to_every_problem_answer() -> None:
     assert HTTPProblem(422, "x", errors=lines).errors == [*lines[:20], "... and 5 more problems"]
     assert HTTPProblem(422, "x", errors=lines[:20]).errors == lines[:20]
     assert HTTPProblem(422, "x", errors=lines[:3], omitted=1).errors == [*lines[:3], "... and 1 more problem"]
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "line"),
+    [
+        ("/generate", b"null", "$: expected an object, got null"),
+        ("/generate", b"[1]", "$: expected an object, got array"),
+        ("/generate", b'"text"', "$: expected an object, got string"),
+        ("/generate", b"1.5", "$: expected an object, got number"),
+        ("/generate", b"true", "$: expected an object, got boolean"),
+        ("/generate", b'{"text": "x", "sampling_params": [1]}', "$.sampling_params: expected an object (got array)"),
+        (
+            "/hicache/storage-backend",
+            b'{"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": "7"}',
+            "$.memory.hicache_storage_backend_extra_config: expected a JSON object, got number",
+        ),
+    ],
+    ids=["null", "array", "string", "number", "boolean", "sampling_params", "attach_extra"],
+)
+def test_a_value_of_the_wrong_json_type_is_named_by_its_json_type(served, path: str, raw: bytes, line: str) -> None:
+    """A refusal names the JSON type the client sent (null, array...), never a Python class (NoneType, list)."""
+    _, client = served
+    r = client.request("PUT" if "hicache" in path else "POST", path, content=raw, headers={**AUTH})
+    assert r.status_code == 422 and r.json()["errors"] == [line]
