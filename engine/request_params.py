@@ -36,6 +36,9 @@ MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_N = 64
+# a prompt of no characters or no token ids gives the model nothing to continue; /openapi.json
+# declares it as minLength/minItems
+MIN_PROMPT_ITEMS = 1
 # below this a temperature would overflow the softmax: it decodes greedily instead
 GREEDY_TEMPERATURE = 1e-5
 
@@ -316,13 +319,16 @@ def check_timeout(timeout_s: float | None, limit: float, path: str = "$.timeout_
 
 
 def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: int) -> None:
-    """Every prompt against 'max_prompt_chars', and their count against 'max_batch_items', before tokenizing."""
+    """Every prompt against `MIN_PROMPT_ITEMS` and 'max_prompt_chars', and their count against 'max_batch_items',
+    before tokenizing."""
     if len(prompts) > max_items:
         raise refuse(path, f"{len(prompts)} prompts, more than 'max_batch_items' ({max_items}) -- split the batch")
     for i, p in enumerate(prompts):
         at = path if len(prompts) == 1 else f"{path}[{i}]"
+        unit = "characters" if isinstance(p, str) else "token ids"
+        if len(p) < MIN_PROMPT_ITEMS:
+            raise refuse(at, f"{len(p)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
         if len(p) > max_chars:
-            unit = "characters" if isinstance(p, str) else "token ids"
             raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
 
 
@@ -393,6 +399,7 @@ def json_schema(names: Mapping[str, str] | None = None, *, options: Iterable[str
 __all__ = [
     "GREEDY_TEMPERATURE",
     "MAX_SEED",
+    "MIN_PROMPT_ITEMS",
     "OPENAI_DEFAULTS",
     "OPENAI_NAMES",
     "OPTION_NAMES",
