@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from engine.request_params import MAX_SEED, PARAM_KEY, structure_params
 from engine.sampling import SamplingParams, penalised, sample
+from engine.tokenizer import ByteTokenizer
 
 pytestmark = pytest.mark.server_args_shared
 
@@ -126,6 +127,26 @@ def test_generate_stop_strings_stop_at_the_first_occurrence(http: TestClient) ->
     )
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     assert "".join(e.get("delta", "") for e in events) == out["text"]
+    # the token ids end with the text, streamed or not: the stop string's tokens ran but are not the answer
+    assert events[-1]["output_ids"] == out["output_ids"] == whole["output_ids"][: len(out["output_ids"])]
+    assert ByteTokenizer().decode(out["output_ids"]) == out["text"]  # the tiny model's tokenizer
+    assert out["meta_info"]["completion_tokens"] > len(out["output_ids"])
+
+
+@pytest.mark.parametrize(
+    ("text", "ids", "count"),
+    [
+        ("ab", [97, 98, 83, 84], 2),  # "abST" cut before "ST"
+        ("", [83, 84], 0),
+        ("a\u00e9", [97, 0xC3, 0xA9, 83], 3),  # a two-byte character takes both its tokens
+        ("a", [97, 0xC3, 0xA9], 1),
+    ],
+)
+def test_tokens_spelling_a_cut_text(text: str, ids: list[int], count: int) -> None:
+    """The fewest tokens whose decoding starts with the cut text."""
+    from engine.results import tokens_spelling
+
+    assert tokens_spelling(text, ids, ByteTokenizer()) == count
 
 
 def test_generate_unknown_key_and_bad_values_are_422(http: TestClient) -> None:
