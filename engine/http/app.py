@@ -51,7 +51,7 @@ from engine.http.backend import ServingBackend
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from engine.http.metrics import Metrics, OverrideTally
+from engine.http.metrics import OVERRIDE_SOURCE, Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
 from engine.http.request_log import GENERATION_HEADER, RequestLogMiddleware
@@ -62,7 +62,6 @@ from sgconf.frozen import thaw
 
 log = structlog.get_logger(__name__)
 
-OVERRIDE_SOURCE = "http.config_overrides"
 # an override body names at least this many fields; /openapi.json declares it as minProperties
 MIN_OVERRIDE_FIELDS = 1
 
