@@ -17,6 +17,7 @@ import os
 import secrets
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from mem_cache.hicache.errors import StorageAttachError
@@ -131,11 +132,18 @@ def _read_regular(fd: int, path: Path) -> bytes:
         raise _key_error(path, f"cannot read it: {(exc.strerror or str(exc)).lower()}") from None
 
 
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
 def _kind(mode: int) -> str:
     """What a non-regular directory entry is, in words."""
-    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
-    kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    return next((word for test, word in kinds if test(mode)), "not a file")
+    return next((word for test, word in _KINDS if test(mode)), "not a file")
 
 
 def _key_error(path: Path, why: str) -> StorageAttachError:
