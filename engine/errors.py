@@ -9,10 +9,11 @@ across the config group. So a replica group answers exactly as one engine does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from runtime.errors import Refusal  # the one enum of refusal reasons; declared by the config group's runtime
-from sgconf.errors import ConfigError, SgconfError
+from sgconf.errors import ConfigError, Problem, SgconfError
 
 
 class EngineError(SgconfError):
@@ -23,8 +24,30 @@ class RequestRejected(EngineError, ValueError):
     """Raised when a request can never run here (too long for the context or the KV pool, bad token ids)."""
 
 
+# the most problems one refusal lists: a body of 150,000 unknown keys is answered with these
+# and a count of the rest, not a 10 MB list built while every other client waits
+MAX_PROBLEMS_SHOWN = 20
+
+
+def more_problems(count: int) -> str:
+    """The line that stands for `count` problems a refusal does not list."""
+    return f"... and {count} more problem{'s' if count != 1 else ''}"
+
+
 class InvalidRequest(ConfigError, RequestRejected):
-    """Raised when request parameters have the wrong type or are out of their bounds; one `$.name` problem each."""
+    """Raised when request parameters have the wrong type or are out of their bounds; one `$.name` problem each.
+
+    `omitted` counts the problems found past `MAX_PROBLEMS_SHOWN` and not collected (an
+    unknown key is only counted then, with no suggestion worked out for it).
+    """
+
+    def __init__(self, problems: Iterable[Problem] | str, *, header: str | None = None, omitted: int = 0) -> None:
+        self.omitted = omitted  # before the base class renders the message
+        super().__init__(problems, header=header)
+
+    def render(self) -> str:
+        text = super().render()
+        return f"{text}\n  {more_problems(self.omitted)}" if self.omitted else text
 
 
 class RequestCancelled(EngineError):
@@ -119,6 +142,7 @@ __all__ = [
     "EngineStopped",
     "GenerationError",
     "InvalidRequest",
+    "MAX_PROBLEMS_SHOWN",
     "NoSuchReplica",
     "PortUnavailable",
     "Refusal",
@@ -131,4 +155,5 @@ __all__ = [
     "RequestCancelled",
     "RequestRejected",
     "StorageRefused",
+    "more_problems",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from engine.errors import InvalidRequest, RequestRejected
+from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest, RequestRejected
 from sgconf.convert import ConversionError, converter
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
@@ -44,6 +44,9 @@ MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_N = 64
 MAX_TOKEN_ID = 2**31 - 1
+# a prompt of no characters or no token ids gives the model nothing to continue; /openapi.json
+# declares it as minLength/minItems
+MIN_PROMPT_ITEMS = 1
 # below this a temperature would overflow the softmax: it decodes greedily instead
 GREEDY_TEMPERATURE = 1e-5
 
@@ -335,15 +338,20 @@ def structure_params(
     `OPENAI_NAMES`; by default the model's names only); the option names are always
     taken. A parameter given twice (two spellings, or two places) is refused naming
     both paths. `base` holds route defaults that differ from ours (OpenAI's temperature).
-    Every problem is collected; raises `InvalidRequest` listing them all, nothing built then.
+    Every problem is collected (unknown names past `MAX_PROBLEMS_SHOWN` only counted);
+    raises `InvalidRequest` listing them, nothing built then.
     """
     got: dict[str, Any] = dict(base or {})
     given: dict[str, str] = {}  # model name -> the path it was given at
     problems: list[Problem] = []
+    omitted = 0  # unknown names past the cap: counted, no suggestion worked out
     for path, name, value in values:
         ours = name if names is None or name in _OPTIONS else names.get(name)
         field = _FIELDS.get(ours) if ours is not None else None
         if field is None or ours is None:
+            if len(problems) >= MAX_PROBLEMS_SHOWN:
+                omitted += 1
+                continue
             known = (*(names if names is not None else SAMPLING_NAMES), *OPTION_NAMES)
             problems.append(Problem(path, f"unknown parameter '{name}'{did_you_mean(name, known)}"))
             continue
@@ -358,7 +366,7 @@ def structure_params(
         elif out is not None or value is None:
             got[ours] = out
     if problems:
-        raise InvalidRequest(problems, header=problems_header(problems))
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=omitted)
     # every value was checked above: built without their converters running again
     sampling = _build_sampling(*(_value(got, f) for f in _SAMPLING_FIELDS))
     return sampling, _build_options(*(_value(got, f) for f in _OPTION_FIELDS))
@@ -437,13 +445,16 @@ def check_timeout(timeout_s: float | None, limit: float, path: str = "$.timeout_
 
 
 def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: int) -> None:
-    """Every prompt against 'max_prompt_chars', and their count against 'max_batch_items', before tokenizing."""
+    """Every prompt against `MIN_PROMPT_ITEMS` and 'max_prompt_chars', and their count against 'max_batch_items',
+    before tokenizing."""
     if len(prompts) > max_items:
         raise refuse(path, f"{len(prompts)} prompts, more than 'max_batch_items' ({max_items}) -- split the batch")
     for i, p in enumerate(prompts):
         at = path if len(prompts) == 1 else f"{path}[{i}]"
+        unit = "characters" if isinstance(p, str) else "token ids"
+        if len(p) < MIN_PROMPT_ITEMS:
+            raise refuse(at, f"{len(p)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
         if len(p) > max_chars:
-            unit = "characters" if isinstance(p, str) else "token ids"
             raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
 
 
@@ -517,6 +528,7 @@ def json_schema(names: Mapping[str, str] | None = None, *, options: Iterable[str
 __all__ = [
     "GREEDY_TEMPERATURE",
     "MAX_SEED",
+    "MIN_PROMPT_ITEMS",
     "OPENAI_DEFAULTS",
     "OPENAI_NAMES",
     "OPTION_NAMES",

@@ -1,4 +1,10 @@
-"""What a finished request gives its caller: the tokens, the text (cut at its stop strings) and what it cost."""
+"""What a finished request gives its caller: the tokens, the text (cut at its stop strings) and what it cost.
+
+A request that ended on a stop string ran the tokens that spelled it, but its answer
+is cut before it: the text, and the token ids with it (those the cut text needs), so a
+client reading `output_ids` gets the same answer as one reading `text`, streamed or
+not. `completion_tokens` still counts every token the request ran.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ class GenerateResult:
 
 
 def result_of(req: Req, tokenizer: Any, *, speculative: bool) -> GenerateResult:
-    """The result of a finished request; the text ends before its first stop string."""
+    """The result of a finished request; the text and its token ids end before its first stop string."""
     end = req.finished_at or time.perf_counter()
     stats = GenerateStats(
         prompt_tokens=len(req.prompt),
@@ -49,8 +55,26 @@ def result_of(req: Req, tokenizer: Any, *, speculative: bool) -> GenerateResult:
         time_to_first_token_s=None if req.first_token_at is None else req.first_token_at - req.submitted,
         finish_reason=req.finish_reason or "length",
     )
-    text, _ = cut_at_stop(tokenizer.decode(req.output), req.params.stop)
-    return GenerateResult(tuple(req.output), text, stats)
+    text, stopped = cut_at_stop(tokenizer.decode(req.output), req.params.stop)
+    ids = req.output[: tokens_spelling(text, req.output, tokenizer)] if stopped else req.output
+    return GenerateResult(tuple(ids), text, stats)
 
 
-__all__ = ["GenerateResult", "GenerateStats", "result_of"]
+def tokens_spelling(text: str, ids: list[int], tokenizer: Any) -> int:
+    """How many of `ids` it takes to spell `text`, a prefix of their decoding: the fewest whose decoding starts with it.
+
+    A token that holds both the end of `text` and the start of the stop string is kept
+    (the text needs it). A binary search: a prefix of tokens decodes to a prefix of the
+    text, so the answer takes a few decodes, not one per token of a long output.
+    """
+    low, high = 0, len(ids)  # decode(ids[:high]) starts with text; the answer is in [low, high]
+    while low < high:
+        mid = (low + high) // 2
+        if tokenizer.decode(ids[:mid]).startswith(text):
+            high = mid
+        else:
+            low = mid + 1
+    return high
+
+
+__all__ = ["GenerateResult", "GenerateStats", "result_of", "tokens_spelling"]

@@ -7,6 +7,12 @@ exact. Penalties are applied to the logits before anything else, as the usual ru
 do: `repetition_penalty` divides positive and multiplies negative logits of every token
 seen (prompt and output), `frequency_penalty` subtracts per occurrence in the output,
 `presence_penalty` once per distinct output token.
+
+Every value the request model accepts must sample, even where float32 cannot hold it:
+a penalised logit is kept within float32's finite range (a repetition_penalty of 1e-300
+is 0 in float32, and a logit divided by it would be inf, then NaN after the shift), and
+the nucleus always keeps the most likely token (a top_p of 1e-300 times the mass is 0,
+which would drop every token).
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ def penalised(logits: torch.Tensor, p: SamplingParams, prompt: list[int], output
     if p.repetition_penalty != 1.0:
         seen = torch.tensor(sorted(set(prompt) | set(output)), dtype=torch.long)
         vals = out[seen]
-        out[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        finite = torch.finfo(out.dtype).max
+        penalty = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        out[seen] = penalty.clamp(-finite, finite)
     if output and (p.frequency_penalty or p.presence_penalty):
         counts = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=out.shape[-1]).float()
         out = out - p.frequency_penalty * counts - p.presence_penalty * (counts > 0).float()
@@ -54,6 +62,7 @@ def sample(logits: torch.Tensor, req: Any) -> int:
         sorted_probs, order = torch.sort(probs, descending=True)
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass of the tokens ranked above
         drop = before >= p.top_p * sorted_probs.sum()
+        drop[0] = False  # the most likely token is always in the nucleus, however small top_p
         sorted_probs[drop] = 0.0
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
     if p.min_p > 0.0:

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from mem_cache.errors import ModelShapeError
+from sgconf.dump import json_type
 from sgconf.errors import Problem
 
 SLIDING = "sliding_attention"
@@ -338,7 +339,7 @@ def model_shape_from_config(cfg: Mapping[str, Any], *, name: str | None = None) 
     Raises ModelShapeError listing every bad or missing key as `$.<key>: ...`.
     """
     if not isinstance(cfg, Mapping):
-        raise ModelShapeError([Problem("$", f"a model config must be a JSON object (got {type(cfg).__name__})")])
+        raise ModelShapeError([Problem("$", f"a model config must be a JSON object (got {json_type(cfg)})")])
     problems: list[Problem] = []
     n = _int(cfg, "num_hidden_layers", problems, required=True)
     heads = _int(cfg, "num_attention_heads", problems, required=True)

@@ -21,6 +21,27 @@ if TYPE_CHECKING:
 plain = thaw
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type (null, boolean, number, string, array, object), for messages.
+
+    A client sent JSON, not Python: a refusal that says "got NoneType" or "got dict"
+    names a type it never wrote. Anything else (a value from Python) keeps its class name.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
+
+
 def redacted(name: str, value: Any, schema: Declarations) -> Any:
     """Field `name`'s value as it may be shown: redacted when the field is secret."""
     return schema.field_info(name).shown(value)

@@ -51,7 +51,7 @@ from engine.http.backend import ServingBackend
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from engine.http.metrics import Metrics, OverrideTally
+from engine.http.metrics import OVERRIDE_SOURCE, Metrics, OverrideTally
 from engine.http.openai_routes import install_openai_routes
 from engine.http.problems import HTTPProblem, install_error_handlers, problem_of
 from engine.http.request_log import GENERATION_HEADER, RequestLogMiddleware
@@ -62,7 +62,8 @@ from sgconf.frozen import thaw
 
 log = structlog.get_logger(__name__)
 
-OVERRIDE_SOURCE = "http.config_overrides"
+# an override body names at least this many fields; /openapi.json declares it as minProperties
+MIN_OVERRIDE_FIELDS = 1
 
 
 def create_app(
@@ -299,12 +300,12 @@ def _add_config_routes(app: FastAPI, backend: ServingBackend, tally: OverrideTal
     @app.post(
         "/config/overrides",
         responses=openapi.RESPONSES,
-        openapi_extra=openapi.object_body("hot fields and their new values"),
+        openapi_extra=openapi.object_body("hot fields and their new values", min_fields=MIN_OVERRIDE_FIELDS),
     )
     async def overrides(request: Request) -> dict[str, Any]:
         async def change() -> Any:
             body = await json_object(request, None)
-            if not body:
+            if len(body) < MIN_OVERRIDE_FIELDS:
                 errors = ['$: give at least one hot field, e.g. {"schedule_conservativeness": 0.5}']
                 raise HTTPProblem(422, "no fields to override", errors=errors)
             return await run_in_threadpool(lambda: backend.override(OVERRIDE_SOURCE, body))

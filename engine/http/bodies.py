@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 from fastapi import Request
 
-from engine.errors import InvalidRequest
+from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest
 from engine.http.limits import BodyLimits, parse_json, read_body
 from engine.http.problems import HTTPProblem
 from engine.request_params import (
@@ -30,6 +30,7 @@ from engine.request_params import (
 )
 from engine.storage_change import checked_attach
 from runtime.serving import get_serving
+from sgconf.dump import json_type
 from sgconf.errors import Problem
 from sgconf.suggest import did_you_mean
 
@@ -75,15 +76,14 @@ async def json_object(request: Request, allowed: tuple[str, ...] | None, namespa
         return {}
     body = parse_json(raw, limits)
     if not isinstance(body, dict):
-        why = Problem("$", f"expected an object, got {type(body).__name__}")
+        why = Problem("$", f"expected an object, got {json_type(body)}")
         raise HTTPProblem(422, "the body must be a JSON object", problems=[why])
     if allowed is not None:
         unknown = [k for k in body if k not in allowed]
-        if unknown:
-            problems = [
-                Problem(f"$.{namespace}.{k}", f"unknown field '{k}'{did_you_mean(k, allowed)}") for k in unknown
-            ]
-            raise HTTPProblem(422, "unknown fields in the body", problems=problems)
+        if unknown:  # a suggestion for the keys listed only
+            shown = unknown[:MAX_PROBLEMS_SHOWN]
+            problems = [Problem(f"$.{namespace}.{k}", f"unknown field '{k}'{did_you_mean(k, allowed)}") for k in shown]
+            raise HTTPProblem(422, "unknown fields in the body", problems=problems, omitted=len(unknown) - len(shown))
     return body
 
 
@@ -119,11 +119,12 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
     """
     nested = body.get("sampling_params") or {}
     if not isinstance(nested, dict):
-        raise refuse("$.sampling_params", f"expected an object (got {type(nested).__name__})")
+        raise refuse("$.sampling_params", f"expected an object (got {json_type(nested)})")
     values = [(f"$.sampling_params.{key}", str(key), value) for key, value in nested.items()]
     values += [(f"$.{key}", key, v) for key, v in body.items() if key not in ("sampling_params", *PROMPT_FIELDS)]
     paths = {name: path for path, name, _ in values}
     problems: list[Problem] = []  # the prompt's and the parameters', reported together
+    omitted = 0
     try:
         prompts, batch, path = _prompts(body)
     except InvalidRequest as exc:
@@ -132,8 +133,9 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
         sampling, options = structure_params(values, names=GENERATE_NAMES)
     except InvalidRequest as exc:
         problems.extend(exc.problems)
+        omitted = exc.omitted
     if problems:
-        raise InvalidRequest(problems, header=problems_header(problems))
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=omitted)
     if options.n != 1:
         raise refuse(paths["n"], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
     serving = get_serving()

@@ -9,7 +9,9 @@ gauges have one series per engine: unlabelled for one engine, labelled `replica`
 group (each replica's last report), and `node` too when the group spans nodes, so every
 mode exports the same names.
 `config_overrides_total{source,result}` counts every config change since start
-(`applied`, `reverted`, `refused`); it only ever rises. Each app owns its registry, so two
+(`applied`, `reverted`, `refused`); it only ever rises, and the series of the admin
+routes' sources (`KNOWN_CHANGES`) are there at 0 from the start, so `rate()` and
+`absent()` see them before the first change. Each app owns its registry, so two
 apps in one process never share counts; the apps of one server share its override tally.
 """
 
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from engine.http.backend import ServingBackend
+from engine.storage_change import ATTACH_SOURCE, DETACH_SOURCE
 from runtime.context import get_context
 from runtime.errors import NotPublishedError
 from runtime.overrides import REVERT_PREFIX, inner_source
@@ -30,6 +33,12 @@ from runtime.overrides import REVERT_PREFIX, inner_source
 PREFIX = "sgconf:"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OVERRIDE_SOURCE = "http.config_overrides"  # the source of `POST /config/overrides`
+RESULTS = ("applied", "reverted", "refused")
+# every (source, result) of a change an admin route makes: counted from 0 at start
+KNOWN_CHANGES = tuple(
+    (source, result) for source in (OVERRIDE_SOURCE, ATTACH_SOURCE, DETACH_SOURCE) for result in RESULTS
+)
 
 
 class OverrideTally:
@@ -43,7 +52,7 @@ class OverrideTally:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str], int] = {}
+        self._counts: dict[tuple[str, str], int] = dict.fromkeys(KNOWN_CHANGES, 0)
         self._subscription: Any = None
         try:
             self._subscription = get_context().subscribe(self._committed)

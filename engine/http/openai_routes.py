@@ -74,19 +74,29 @@ CHAT_FIELDS = (*COMMON_FIELDS, "messages", "top_logprobs")
 
 
 class OpenAIError(EngineError):
-    """A request OpenAI's API would refuse: answered in its error body."""
+    """A request OpenAI's API would refuse: answered in its error body, with the headers of the problem it came
+    from (`Connection: close` after a body timeout, `Retry-After` of a busy engine)."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers
 
     def response(self) -> JSONResponse:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         body = {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 def _bad(param: str, message: str) -> OpenAIError:
@@ -260,7 +270,7 @@ def _as_openai(exc: Exception) -> OpenAIError:
         log.error("http.error", error=repr(exc))
         message = "internal error -- see the server log"
     status = 400 if problem.status == 422 else problem.status
-    return OpenAIError(status, message, param=param)
+    return OpenAIError(status, message, param=param, headers=problem.headers)
 
 
 def _param_of(path: str) -> str | None:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.request_params import GENERATE_NAMES, OPENAI_NAMES, json_schema
+from engine.request_params import GENERATE_NAMES, MIN_PROMPT_ITEMS, OPENAI_NAMES, json_schema
 
-_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+# a prompt's own bound is the one `check_prompts` applies
+_TEXT = {"type": "string", "minLength": MIN_PROMPT_ITEMS}
+_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": MIN_PROMPT_ITEMS}
 _PROMPT: dict[str, Any] = {
     "anyOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        _TEXT,
+        {"type": "array", "items": _TEXT, "minItems": 1},
         _INT_LIST,
-        {"type": "array", "items": {**_INT_LIST, "minItems": 1}, "minItems": 1},
+        {"type": "array", "items": _INT_LIST, "minItems": 1},
     ]
 }
 PROBLEM = {
@@ -153,14 +155,13 @@ def _streamed() -> dict[str, Any]:
     }
 
 
-def object_body(description: str) -> dict[str, Any]:
-    """An admin body: a JSON object whose keys are checked by the route (422 names each bad one)."""
-    return {
-        "requestBody": {
-            "required": False,
-            "content": {"application/json": {"schema": {"type": "object", "description": description}}},
-        }
-    }
+def object_body(description: str, *, min_fields: int = 0) -> dict[str, Any]:
+    """An admin body: a JSON object whose keys are checked by the route (422 names each bad one),
+    holding at least `min_fields` of them (the route refuses fewer with the same number)."""
+    schema: dict[str, Any] = {"type": "object", "description": description}
+    if min_fields:
+        schema["minProperties"] = min_fields
+    return {"requestBody": {"required": bool(min_fields), "content": {"application/json": {"schema": schema}}}}
 
 
 def keep_exact_bodies(app: Any) -> None:

@@ -4,7 +4,8 @@ A status is chosen by the exception's type (`STATUS_BY_TYPE`, most specific clas
 first), or for a change a replica group refused by the typed reason each rank gave
 (`STATUS_BY_REFUSAL`), never by comparing messages, so a new failure gets a status by declaring a
 class. The body is always `{"detail": ..., "errors": [...]}`: one line of what
-happened and, for config problems, one `$.namespace.field: reason` line each.
+happened and, for config problems, one `$.namespace.field: reason` line each, the
+first `MAX_PROBLEMS_SHOWN` of them and then one line counting the rest, on every route.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.errors import (
+    MAX_PROBLEMS_SHOWN,
     DeadlineExceeded,
     EngineBusy,
     EngineError,
@@ -31,6 +33,7 @@ from engine.errors import (
     ReplicaRunning,
     RequestRejected,
     StorageRefused,
+    more_problems,
 )
 from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError, Problem
@@ -38,8 +41,19 @@ from sgconf.errors import ConfigError, Problem
 log = structlog.get_logger(__name__)
 
 
+def shown_problems(lines: list[str], omitted: int = 0) -> list[str]:
+    """The `$.path: reason` lines a refusal lists: the first `MAX_PROBLEMS_SHOWN`, then one counting the rest.
+
+    `omitted` counts problems found but never made into lines (`InvalidRequest.omitted`).
+    """
+    if len(lines) <= MAX_PROBLEMS_SHOWN and not omitted:
+        return lines
+    shown = lines[:MAX_PROBLEMS_SHOWN]
+    return [*shown, more_problems(len(lines) - len(shown) + omitted)]
+
+
 class HTTPProblem(EngineError):
-    """An error answer: status, a one-line detail and optional `$.path: reason` lines.
+    """An error answer: status, a one-line detail and optional `$.path: reason` lines (capped by `shown_problems`).
 
     Given `problems`, the lines are theirs, and the problems stay available as data
     (path, message, source), so a route that answers in another shape (OpenAI's
@@ -55,12 +69,14 @@ class HTTPProblem(EngineError):
         problems: Sequence[Problem] | None = None,
         extra: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        omitted: int = 0,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.problems: tuple[Problem, ...] = tuple(problems or ())
-        self.errors = [str(p) for p in self.problems] if errors is None and problems is not None else errors
+        lines = [str(p) for p in self.problems] if errors is None and problems is not None else errors
+        self.errors = None if lines is None else shown_problems(lines, omitted)
         self.extra = extra or {}
         self.headers = headers
 
@@ -120,7 +136,7 @@ def problem_of(exc: BaseException) -> HTTPProblem:
     """The answer for a declared exception, with its `$.path` lines when it carries config problems."""
     status = status_of(exc)
     if isinstance(exc, ConfigError):
-        return HTTPProblem(status, exc.header, problems=exc.problems)
+        return HTTPProblem(status, exc.header, problems=exc.problems, omitted=getattr(exc, "omitted", 0))
     extra: dict[str, Any] = {}
     headers = None
     if isinstance(exc, EngineBusy):
@@ -151,7 +167,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # a path or query parameter FastAPI itself checked (a replica index that is not a number)
         errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
         lines = [f"$.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in errors]
-        return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
+        return await _problem(request, HTTPProblem(422, "invalid request", errors=lines))
 
     from fastapi.exceptions import RequestValidationError
 

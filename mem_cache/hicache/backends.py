@@ -19,6 +19,7 @@ from mem_cache.hicache.file_storage import open_file_storage
 from mem_cache.hicache.mac_key import key_from_secret
 from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
+from sgconf.dump import json_type
 from sgconf.errors import PluginUnavailable
 from sgconf.serving.plugins import STORAGE_BACKENDS
 from sgconf.suggest import did_you_mean
@@ -56,7 +57,7 @@ def create_storage_backend(
         extra_config = {}
     if not isinstance(extra_config, Mapping):
         msg = (
-            f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {type(extra_config).__name__}"
+            f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {json_type(extra_config)}"
             f' {extra_config!r}) -- pass e.g. {{"dir": "/var/cache/sgconf"}}'
         )
         raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)

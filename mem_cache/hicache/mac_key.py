@@ -11,10 +11,13 @@ would prove nothing.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from mem_cache.hicache.errors import StorageAttachError
@@ -45,12 +48,14 @@ def random_key() -> bytes:
 def key_from_directory(root: Path) -> bytes:
     """Read `root/.sgconf-mac-key`, creating it (0600) when absent; raises StorageAttachError.
 
-    The key is written whole to a private temp file first, then linked to its name: the
-    link fails if another process got there first (we read theirs), and no reader ever
-    sees a half-written key.
+    The key is written whole to a private temp file first (`mkstemp` opens it with
+    O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600), then linked to its name: the link never
+    follows or replaces what is there, so it fails if another process got there first
+    (we read theirs) or anything else holds the name (a symlink, a FIFO: refused by the
+    read), and no reader ever sees a half-written key.
     """
     path = root / KEY_FILE
-    if path.exists():
+    if os.path.lexists(path):  # a dangling symlink too: refused by the read, not written through
         return _read_key_file(path)
     key = random_key()
     try:
@@ -73,26 +78,72 @@ def key_from_directory(root: Path) -> bytes:
     return key
 
 
+# how the key file is opened: never through a symlink (ELOOP), never waiting for a writer
+# (a FIFO opens at once, then fstat refuses it), never inherited by a child process
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+# a hex key, a newline and some slack: a larger file is not ours, and is not read whole
+_MAX_KEY_FILE_BYTES = 4 * KEY_BYTES
+
+
 def _read_key_file(path: Path) -> bytes:
+    """The key in `path`, which must be a regular file of this user's, closed to others.
+
+    Anything else there (a FIFO, a device, a directory, a symlink) is refused without
+    blocking on it, as is a file past `_MAX_KEY_FILE_BYTES`: a hostile or mistaken
+    entry at the key's name must fail the attach, never stall the engine.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _key_error(path, "it is a symbolic link, not a regular file") from None
         raise _key_error(path, f"cannot open it: {(exc.strerror or str(exc)).lower()}") from None
-    with os.fdopen(fd) as f:
-        st = os.fstat(f.fileno())
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise _key_error(path, f"it belongs to uid {st.st_uid}, not to this user")
-        if st.st_mode & 0o077:
-            raise _key_error(path, f"its mode is {st.st_mode & 0o777:o}, open to other users")
-        text = f.read(4 * KEY_BYTES).strip()
     try:
-        key = bytes.fromhex(text)
-    except ValueError:
+        raw = _read_regular(fd, path)
+    finally:
+        os.close(fd)
+    try:
+        key = bytes.fromhex(raw.decode("ascii").strip()) if len(raw) <= _MAX_KEY_FILE_BYTES else b""
+    except ValueError:  # UnicodeDecodeError is one too
         key = b""
     if len(key) != KEY_BYTES:
         # a writer killed between create and write leaves it empty; nothing was signed with it yet
         raise _key_error(path, f"it does not hold {KEY_BYTES} hex-encoded bytes")
     return key
+
+
+def _read_regular(fd: int, path: Path) -> bytes:
+    """At most `_MAX_KEY_FILE_BYTES` + 1 bytes of `fd`, once fstat shows a regular file of this user's, 0600."""
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        raise _key_error(path, f"cannot stat it: {(exc.strerror or str(exc)).lower()}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _key_error(path, f"it is {_kind(st.st_mode)}, not a regular file")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise _key_error(path, f"it belongs to uid {st.st_uid}, not to this user")
+    if st.st_mode & 0o077:
+        raise _key_error(path, f"its mode is {st.st_mode & 0o777:o}, open to other users")
+    if st.st_size > _MAX_KEY_FILE_BYTES:
+        raise _key_error(path, f"it holds {st.st_size} bytes, more than a key's {_MAX_KEY_FILE_BYTES}")
+    try:
+        return os.read(fd, _MAX_KEY_FILE_BYTES + 1)
+    except OSError as exc:
+        raise _key_error(path, f"cannot read it: {(exc.strerror or str(exc)).lower()}") from None
+
+
+_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular directory entry is, in words."""
+    return next((word for test, word in _KINDS if test(mode)), "not a file")
 
 
 def _key_error(path: Path, why: str) -> StorageAttachError:

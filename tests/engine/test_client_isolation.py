@@ -228,20 +228,24 @@ def test_a_half_sent_request_is_closed_after_the_header_timeout(engine: Engine) 
         assert httpx.get(f"http://{host}:{port}/health", timeout=DEADLINE_S).status_code == 200
 
 
-def test_a_body_that_never_comes_is_408(engine: Engine) -> None:
-    """Headers promising a body that does not arrive within body_timeout_s get 408 naming the setting."""
+@pytest.mark.parametrize("path", [b"/generate", b"/v1/completions"])
+def test_a_body_that_never_comes_is_408_and_closes_the_connection(engine: Engine, path: bytes) -> None:
+    """Headers promising a body that does not arrive within body_timeout_s get 408 naming the setting, with
+    `Connection: close`, and the server closes the socket: on the /v1 routes (OpenAI's error body) too."""
     engine.override_config("test", body_timeout_s=0.2)
     with live_server(create_app(EngineBackend(engine))) as (host, port):
         sock = socket.create_connection((host, port), timeout=DEADLINE_S)
         sock.sendall(
-            b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+            b"POST " + path + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"
         )
         answer = b""
-        while b"}" not in answer.partition(b"\r\n\r\n")[2]:
-            answer += sock.recv(65536)
+        while chunk := sock.recv(65536):  # returns b"" once the server closed the connection
+            answer += chunk
         sock.close()
-        assert answer.startswith(b"HTTP/1.1 408 ")
-        assert b"'body_timeout_s' (0.2 s; 1 bytes came)" in answer
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 ")
+        assert b"connection: close" in head.lower()
+        assert b"'body_timeout_s' (0.2 s; 1 bytes came)" in body
 
 
 def test_connections_past_the_cap_get_503() -> None:

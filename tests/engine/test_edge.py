@@ -198,3 +198,75 @@ def test_generated_bodies_never_get_a_server_error(served, route: tuple[str, str
     if path == "/hicache/storage-backend" and r.status_code == 200:
         client.delete(path, headers=AUTH)
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "running": 0}
+
+
+def _unknown_keys(count: int) -> dict[str, int]:
+    return {f"k{i}": 0 for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "first"),
+    [
+        ("/generate", {"text": "hi", **_unknown_keys(300)}, "$.k0: unknown parameter 'k0'"),
+        ("/generate", {"text": "hi", "sampling_params": _unknown_keys(300)}, "$.sampling_params.k0: unknown parameter"),
+        ("/hicache/storage-backend", _unknown_keys(300), "$.memory.k0: unknown field 'k0'"),
+    ],
+    ids=["top_level", "sampling_params", "attach"],
+)
+def test_a_refusal_lists_at_most_twenty_problems_and_counts_the_rest(served, path: str, body: dict, first: str) -> None:
+    """300 unknown keys are answered with the first 20 problems and one line counting the other 280."""
+    _, client = served
+    r = client.request("PUT" if "hicache" in path else "POST", path, json=body, headers=AUTH)
+    assert r.status_code == 422
+    errors = r.json()["errors"]
+    assert len(errors) == 21 and errors[0].startswith(first) and errors[-1] == "... and 280 more problems"
+
+
+def test_unknown_names_past_the_cap_are_counted_without_a_suggestion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request model works out a suggestion for the 20 unknown names it lists, and only counts the rest."""
+    import engine.request_params as request_params
+    from engine.errors import InvalidRequest
+
+    asked: list[str] = []
+    real = request_params.did_you_mean
+    monkeypatch.setattr(request_params, "did_you_mean", lambda name, names: asked.append(name) or real(name, names))
+    with pytest.raises(InvalidRequest) as caught:
+        request_params.structure_params((f"$.k{i}", f"k{i}", 0) for i in range(1000))
+    assert len(caught.value.problems) == 20 and caught.value.omitted == 980 and len(asked) == 20
+    assert str(caught.value).endswith("\n  ... and 980 more problems")
+
+
+def test_the_cap_applies_to_every_problem_answer() -> None:
+    """An HTTPProblem built with any number of lines keeps 20 and counts the rest, including ones never made."""
+    from engine.http.problems import HTTPProblem
+
+    lines = [f"$.f{i}: bad" for i in range(25)]
+    assert HTTPProblem(422, "x", errors=lines).errors == [*lines[:20], "... and 5 more problems"]
+    assert HTTPProblem(422, "x", errors=lines[:20]).errors == lines[:20]
+    assert HTTPProblem(422, "x", errors=lines[:3], omitted=1).errors == [*lines[:3], "... and 1 more problem"]
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "line"),
+    [
+        ("/generate", b"null", "$: expected an object, got null"),
+        ("/generate", b"[1]", "$: expected an object, got array"),
+        ("/generate", b'"text"', "$: expected an object, got string"),
+        ("/generate", b"1.5", "$: expected an object, got number"),
+        ("/generate", b"true", "$: expected an object, got boolean"),
+        ("/generate", b'{"text": "x", "sampling_params": [1]}', "$.sampling_params: expected an object (got array)"),
+        (
+            "/hicache/storage-backend",
+            b'{"hicache_storage_backend": "file", "hicache_storage_backend_extra_config_json": "7"}',
+            # the options' one check (`checked_attach`) quotes the text the client sent
+            "$.memory.hicache_storage_backend_extra_config: expected an object, got '7' "
+            '-- pass an object like {"dir": "/path"}',
+        ),
+    ],
+    ids=["null", "array", "string", "number", "boolean", "sampling_params", "attach_extra"],
+)
+def test_a_value_of_the_wrong_json_type_is_named_by_its_json_type(served, path: str, raw: bytes, line: str) -> None:
+    """A refusal names the JSON type the client sent (null, array...), never a Python class (NoneType, list)."""
+    _, client = served
+    r = client.request("PUT" if "hicache" in path else "POST", path, content=raw, headers={**AUTH})
+    assert r.status_code == 422 and r.json()["errors"] == [line]

@@ -77,3 +77,50 @@ def _fuzz(operation: Any, auth: dict[str, str], classes: set[int]) -> None:
         classes.add(response.status_code // 100)
 
     call()
+
+
+def _body_schema(spec: dict[str, Any], path: str) -> dict[str, Any]:
+    return spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/generate", {"text": ""}),
+        ("/generate", {"text": ["a", ""]}),
+        ("/generate", {"input_ids": []}),
+        ("/generate", {"input_ids": [[1], []]}),
+        ("/v1/completions", {"prompt": ""}),
+        ("/v1/completions", {"prompt": []}),
+        ("/v1/completions", {"prompt": [""]}),
+        ("/v1/completions", {"prompt": [[]]}),
+        ("/config/overrides", {}),
+    ],
+)
+def test_the_schema_refuses_what_the_server_refuses(app, path: str, body: dict[str, Any]) -> None:
+    """An empty prompt, empty token ids and an override of nothing are refused by the server and by the schema."""
+    import jsonschema
+
+    client = TestClient(app)
+    schema = _body_schema(client.get("/openapi.json").json(), path)
+    assert not jsonschema.Draft202012Validator(schema).is_valid(body)
+    r = client.post(path, json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code in (400, 422), r.text
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/generate", {"text": "a", "max_new_tokens": 1}),
+        ("/generate", {"input_ids": [[1], [2]], "max_new_tokens": 1}),
+        ("/v1/completions", {"prompt": ["a"], "max_tokens": 1}),
+        ("/v1/completions", {"prompt": [1], "max_tokens": 1}),
+    ],
+)
+def test_the_shortest_prompts_the_schema_allows_are_served(app, path: str, body: dict[str, Any]) -> None:
+    """One character or one token id is a prompt for the schema and for the server."""
+    import jsonschema
+
+    client = TestClient(app)
+    assert jsonschema.Draft202012Validator(_body_schema(client.get("/openapi.json").json(), path)).is_valid(body)
+    assert client.post(path, json=body).status_code == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 import attrs
@@ -10,7 +11,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from engine.request_params import MAX_SEED, PARAM_KEY, structure_params
 from engine.sampling import SamplingParams, penalised, sample
+from engine.tokenizer import ByteTokenizer
 
 pytestmark = pytest.mark.server_args_shared
 
@@ -124,6 +127,26 @@ def test_generate_stop_strings_stop_at_the_first_occurrence(http: TestClient) ->
     )
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     assert "".join(e.get("delta", "") for e in events) == out["text"]
+    # the token ids end with the text, streamed or not: the stop string's tokens ran but are not the answer
+    assert events[-1]["output_ids"] == out["output_ids"] == whole["output_ids"][: len(out["output_ids"])]
+    assert ByteTokenizer().decode(out["output_ids"]) == out["text"]  # the tiny model's tokenizer
+    assert out["meta_info"]["completion_tokens"] > len(out["output_ids"])
+
+
+@pytest.mark.parametrize(
+    ("text", "ids", "count"),
+    [
+        ("ab", [97, 98, 83, 84], 2),  # "abST" cut before "ST"
+        ("", [83, 84], 0),
+        ("a\u00e9", [97, 0xC3, 0xA9, 83], 3),  # a two-byte character takes both its tokens
+        ("a", [97, 0xC3, 0xA9], 1),
+    ],
+)
+def test_tokens_spelling_a_cut_text(text: str, ids: list[int], count: int) -> None:
+    """The fewest tokens whose decoding starts with the cut text."""
+    from engine.results import tokens_spelling
+
+    assert tokens_spelling(text, ids, ByteTokenizer()) == count
 
 
 def test_generate_unknown_key_and_bad_values_are_422(http: TestClient) -> None:
@@ -133,3 +156,65 @@ def test_generate_unknown_key_and_bad_values_are_422(http: TestClient) -> None:
     assert r.json()["errors"] == ["$.sampling_params.top_kk: unknown parameter 'top_kk' -- did you mean 'top_k'?"]
     r = http.post("/generate", json={"text": "x", "sampling_params": {"top_p": 2}})
     assert r.status_code == 422 and r.json()["errors"] == ["$.sampling_params.top_p: must be in (0, 1] (got 2)"]
+
+
+def _extremes(field: attrs.Attribute) -> list[float]:
+    """The edge values the request model accepts for one numeric field, from its declared bound.
+
+    A closed end is itself a value; next to the low end, the smallest floats above it
+    (5e-324 and 1e-300 above 0, both 0 in float32); next to the top end, the float below
+    it. A bound with no top (top_k) gives the largest seed-sized integer.
+    """
+    check = field.metadata[PARAM_KEY].check
+    if hasattr(check, "off"):
+        return [check.off, check.low, check.low + 1, MAX_SEED]
+    low, high = check.low, check.high
+    near = [math.nextafter(low, math.inf), low + 1e-300, math.nextafter(high, -math.inf)]
+    return sorted({*near, *([] if check.low_open else [low]), *([] if check.high_open else [high])})
+
+
+# every sampling parameter the sampler's arithmetic reads; the rest end generation or seed it
+NUMERIC = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty")
+EXTREMES = [(f.name, v) for f in attrs.fields(SamplingParams) if f.name in NUMERIC for v in _extremes(f)]
+
+
+def test_extremes_cover_every_numeric_sampling_parameter() -> None:
+    """The table below runs every numeric sampling parameter, and each value is one the request model takes."""
+    fields = {f.name for f in attrs.fields(SamplingParams) if str(f.type) in ("float", "int")}
+    assert fields - {"max_new_tokens"} == set(NUMERIC) == {name for name, _ in EXTREMES}
+    for name, value in EXTREMES:
+        structure_params([(f"$.{name}", name, value)])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9, 100.0])
+@pytest.mark.parametrize(("name", "value"), EXTREMES)
+def test_every_accepted_extreme_value_samples(name: str, value: float, temperature: float) -> None:
+    """A value at the edge of what the request model accepts draws a token, with penalties on seen tokens.
+
+    top_p of 1e-300 keeps the most likely token; a repetition_penalty of 1e-300 (0 in
+    float32) keeps the logits finite rather than dividing them to inf.
+    """
+    params = SamplingParams(**{"temperature": temperature, name: value})
+    for logits in (LOGITS, torch.tensor([1e30, -1e30, 0.0, 3e38, -3e38])):
+        req = FakeReq(params, prompt=[0, 1, 3], output=[0, 1, 1, 3, 4])
+        token = sample(logits, req)
+        assert 0 <= token < logits.shape[-1]
+        assert torch.isfinite(penalised(logits, params, req.prompt, req.output)).all()
+
+
+def test_a_nucleus_smaller_than_float32_keeps_the_top_token() -> None:
+    """top_p that is 0 in float32 decodes greedily, as the smallest top_p float32 holds does."""
+    assert draws(SamplingParams(temperature=1.0, top_p=1e-300)) == {0}
+    assert draws(SamplingParams(temperature=1.0, top_p=5e-324)) == {0}
+
+
+@pytest.mark.parametrize(("name", "value"), EXTREMES)
+def test_every_accepted_extreme_value_is_served(http: TestClient, name: str, value: float) -> None:
+    """/generate and /v1/completions answer 200 at every edge value, sampled and repeating the prompt."""
+    r = http.post(
+        "/generate",
+        json={"text": "hello hello hello", "sampling_params": {"max_new_tokens": 3, "temperature": 0.9, name: value}},
+    )
+    assert r.status_code == 200, r.text
+    r = http.post("/v1/completions", json={"prompt": "hello hello hello", "max_tokens": 3, name: value})
+    assert r.status_code == 200, r.text

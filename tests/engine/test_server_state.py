@@ -105,6 +105,19 @@ def test_config_overrides_total_counts_refusals_and_never_falls(http: TestClient
     assert overrides(http) == after
 
 
+def test_config_overrides_total_has_its_series_at_zero_from_the_start(http: TestClient) -> None:
+    """A fresh app exports every admin route's (source, result) at 0 before any change, in both modes."""
+    from engine.http.app import create_app
+
+    fresh = TestClient(create_app(http.app.state.backend))  # type: ignore[attr-defined]
+    expected = {
+        (source, result): 0.0
+        for source in ("http.config_overrides", "hicache.attach", "hicache.detach")
+        for result in ("applied", "reverted", "refused")
+    }
+    assert overrides(fresh) == expected
+
+
 def test_a_stopping_server_says_so_and_refuses_new_requests(http: TestClient) -> None:
     """Once stopping: /health is 503 "stopping", new requests get 503 with Connection: close, /metrics answers."""
     from engine.http.app import create_app

@@ -9,6 +9,7 @@ import pytest
 
 from mem_cache.hicache import MemoryStorage, StorageAttachError, create_storage_backend
 from mem_cache.hicache.file_storage import FileStorage
+from mem_cache.hicache.mac_key import KEY_FILE
 from mem_cache.hicache.memory_storage import clear_shared_stores
 
 KEY = "ab" + "0" * 62
@@ -539,3 +540,43 @@ def test_the_controller_bounds_pages_by_its_layout(tmp_path):
         assert backend is not None and backend.page_bytes == controller.layout.page_bytes == 4 * 2 * (2 * 4 * 2) * 4
     finally:
         controller.close()
+
+
+def _key_entry(tmp_path, make) -> tuple:
+    """A storage directory whose MAC key file's name holds what `make(path)` puts there."""
+    root = tmp_path / "pages"
+    root.mkdir()
+    path = root / KEY_FILE
+    make(path)
+    return root, path
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (os.mkfifo, "it is a FIFO, not a regular file"),
+        (os.mkdir, "it is a directory, not a regular file"),
+        (lambda p: p.symlink_to(p.parent.parent / "elsewhere"), "it is a symbolic link, not a regular file"),
+        (lambda p: p.symlink_to(_good_key_file(p.parent.parent)), "it is a symbolic link, not a regular file"),
+        (lambda p: (p.write_bytes(b"0" * 4096), p.chmod(0o600)), "it holds 4096 bytes, more than a key's 128"),
+        (lambda p: (p.write_bytes(b"\xff" * 64), p.chmod(0o600)), "it does not hold 32 hex-encoded bytes"),
+    ],
+    ids=["fifo", "directory", "dangling_symlink", "symlink_to_a_key", "oversized", "not_text"],
+)
+def test_a_key_file_that_is_not_a_regular_file_of_ours_refuses_the_attach(tmp_path, make, why):
+    """A FIFO (opened non-blocking, so the attach does not wait for a writer), a symlink or a directory at the
+    key's name is the attach's usual refusal naming the path; nothing is written through a link."""
+    root, path = _key_entry(tmp_path, make)
+    with pytest.raises(StorageAttachError) as exc:
+        create_storage_backend("file", {"dir": str(root)})
+    assert str(exc.value).startswith(f"the page MAC key file {str(path)!r} cannot be used: {why} -- ")
+    assert exc.value.field == "hicache_storage_mac_key"
+    assert not (tmp_path / "elsewhere").exists()
+    assert sorted(p.name for p in root.iterdir()) == [KEY_FILE]  # no temp file left behind
+
+
+def _good_key_file(where):
+    target = where / "real-key"
+    target.write_text("ab" * 32 + "\n")
+    target.chmod(0o600)
+    return target

@@ -101,3 +101,11 @@ def test_the_framework_dump_redacts_by_default_and_names_secrets_one_field_at_a_
     assert framework_nested(values, schema=_SERVING, only=["api_key"]) == {"serving": {"api_key": "***"}}
     assert redacted("api_key", "k1", _SERVING) == "***" and redacted("api_key", None, _SERVING) is None
     assert redacted("page_size", 8, _SERVING) == 8
+
+
+def test_json_type_names_what_a_client_wrote() -> None:
+    """A parsed JSON value is named by its JSON type; a value JSON cannot hold keeps its class name."""
+    from sgconf.dump import json_type
+
+    got = [json_type(v) for v in (None, True, 0, 1.5, "s", [1], (1,), {"a": 1}, {1, 2})]
+    assert got == ["null", "boolean", "number", "number", "string", "array", "array", "object", "set"]
