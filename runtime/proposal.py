@@ -82,7 +82,7 @@ class Proposing(Dispatching):
         converted: dict[str, Any] = {}
         changes: list[FieldChange] = []
         flat = state.flat
-        acting = inner_source(source)
+        acting = None  # the source a revert acts for, worked out once a field is not hot
         decided = self._decided
         conv = self.schema.converter
         for name, raw in values.items():
@@ -91,19 +91,24 @@ class Proposing(Dispatching):
                 unknown = True
                 problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", origin))
                 continue
-            if check_source and not info.setting.source_allowed(acting):
-                refused = True
-                problems.append(Problem(info.path, _refusal(info, raw, source), origin))
-                continue
+            setting = info.setting
+            if check_source and not setting.hot:
+                acting = inner_source(source) if acting is None else acting
+                if not setting.source_allowed(acting):
+                    refused = True
+                    problems.append(Problem(info.path, _refusal(info, raw, source), origin))
+                    continue
             value, problem = convert_value(info, raw, origin, conv)
             if problem is not None:
                 problems.append(problem)
-            elif _is_unresolved(value) and name in decided:
+            elif name in decided and _is_unresolved(value):
                 refused = True
                 problems.append(Problem(info.path, _unresolving(info, value, state.base[name]), origin))
             else:
-                converted[name] = value = detached(value)  # nothing the caller passed in is kept by reference
-                changes.append(_change(name, flat[name], value, info.setting.secret))
+                if type(value) not in _SCALARS:
+                    value = detached(value)  # nothing the caller passed in is kept by reference
+                converted[name] = value
+                changes.append(_change(name, flat[name], value, setting.secret))
         if problems:
             cls = UnknownFieldError if unknown else OverrideRefused if refused else ConfigError
             raise cls(problems, header=f"override from {source!r} rejected, nothing changed")
@@ -111,14 +116,18 @@ class Proposing(Dispatching):
         if rules:
             would = Overlay(converted, flat)
             # the problems (with their paths and sources) are built only once a rule is broken
-            if any(rule(would) is not None for rule in rules):
-                broken = check_rules(would, dict.fromkeys(converted, origin), schema=self.schema, rules=rules)
-                raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
-        snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.generation + 1)
+            for rule in rules:
+                if rule(would) is not None:
+                    broken = check_rules(would, dict.fromkeys(converted, origin), schema=self.schema, rules=rules)
+                    raise ConfigError(broken, header=f"override from {source!r} rejected, nothing changed")
+        snapshot = _evolve(state.snapshot, converted, infos, self._routes, state.snapshot.generation + 1)
         return _proposal(
             self, state, source, layer, tuple(changes), snapshot, FlatView(snapshot, getters_of(self.schema))
         )
 
+
+# values that cannot change, kept as they are (`detached` copies anything else)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 # a commit's own records, whose every field is given and checked: built without attrs' setattr per field
 _change = builder(FieldChange)
