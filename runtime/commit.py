@@ -77,7 +77,10 @@ class Committing(Proposing):
             "set",
             CONTEXT_OWNER if owner is None else owner.owner_name,
         )
-        write = Write(rec, {c.name: c.new for c in rec.changes}, None if scope is None else scope._token)
+        values = {}
+        for change in rec.changes:
+            values[change.name] = change.new
+        write = Write(rec, values, None if scope is None else scope._token)
         new = self._next_state(state, proposal.snapshot, rec, add=write, flat=proposal.flat)
         receipt = _receipt(self, rec, new.view, owner)
         news = self._news("config.override", rec, new)
@@ -105,8 +108,8 @@ class Committing(Proposing):
         dropped, dropped_last = state.dropped, state.dropped_last
         # the log holds up to twice its window and trims back to it at once, so a commit never
         # pays for trimming; readers only ever see the newest `limit` records
-        if len(entries) > 2 * self.limit:
-            cut = len(entries) - self.limit
+        if entries.size > 2 * self.limit:
+            cut = entries.size - self.limit
             last = dict(dropped_last)
             for old in entries[:cut]:
                 for change in old.changes:
@@ -119,7 +122,7 @@ class Committing(Proposing):
             writes, stacks = writes.push(add), with_write(stacks, add)
         if remove is not None:
             writes, stacks = writes.without(remove), without_write(stacks, remove)
-        folded = fold(base, writes, self.limit) if len(writes) > self.limit else None
+        folded = fold(base, writes, self.limit) if writes.size > self.limit else None
         if folded is not None:
             base, writes = folded
             stacks = stacks_of(writes)

@@ -34,22 +34,22 @@ class Prefix(Generic[T]):
     items first. Only the writer, under the context's lock, appends.
     """
 
-    __slots__ = ("_items", "_n")
+    __slots__ = ("_items", "size")
 
     def __init__(self, items: list[T] | tuple[T, ...] = (), n: int | None = None) -> None:
         self._items: list[T] = items if isinstance(items, list) else list(items)
-        self._n = len(self._items) if n is None else n
+        self.size = len(self._items) if n is None else n  # read directly on a commit: no __len__ call
 
     def plus(self, item: T) -> Prefix[T]:
         """This sequence and `item` after it, in O(1) when this is the newest prefix of its list."""
         items = self._items
-        if len(items) != self._n or not items:  # not the newest, or the shared empty one: copy
-            items = items[: self._n]
+        if len(items) != self.size or not items:  # not the newest, or the shared empty one: copy
+            items = items[: self.size]
         items.append(item)
-        return Prefix(items, self._n + 1)
+        return Prefix(items, self.size + 1)
 
     def __len__(self) -> int:
-        return self._n
+        return self.size
 
     @overload
     def __getitem__(self, index: int) -> T: ...
@@ -57,15 +57,15 @@ class Prefix(Generic[T]):
     def __getitem__(self, index: slice) -> tuple[T, ...]: ...
     def __getitem__(self, index: int | slice) -> T | tuple[T, ...]:
         if isinstance(index, slice):
-            return tuple(self._items[: self._n][index])
+            return tuple(self._items[: self.size][index])
         if index < 0:
-            index += self._n
-        if not 0 <= index < self._n:
+            index += self.size
+        if not 0 <= index < self.size:
             raise IndexError("prefix index out of range")
         return self._items[index]
 
     def __iter__(self) -> Iterator[T]:
-        return itertools.islice(self._items, self._n)  # bounded: a later append is never seen
+        return itertools.islice(self._items, self.size)  # bounded: a later append is never seen
 
     def __repr__(self) -> str:
         return f"Prefix({list(self)!r})"
