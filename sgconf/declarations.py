@@ -22,7 +22,7 @@ import re
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import cattrs
@@ -37,6 +37,9 @@ from sgconf.frozen import deep_freeze
 from sgconf.hooks import Rule, RuntimeKnobs, Step
 from sgconf.record_class import assemble_record, schema_of
 from sgconf.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from sgconf.sources import Source
 
 T = TypeVar("T")
 
@@ -96,7 +99,7 @@ class Declarations:
         self.model_reader = model_reader
         self.knobs = knobs or RuntimeKnobs()
         # the config sources in precedence order, lowest first (None: file, env, CLI; see `Schema.add_source`)
-        self.sources: list[Any] | None = None
+        self.sources: list[Source] | None = None
         self._converter = converter
         # variables that share the prefix but are not fields (loading does not call them typos)
         self.reserved_env: set[str] = {self.config_env}

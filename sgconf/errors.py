@@ -81,6 +81,13 @@ class DeclarationError(SgconfError, TypeError):
     """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""
 
 
+class UnknownPluginError(SgconfError, KeyError):
+    """Raised when a registry (`sgconf.plugins.Registry`) holds no entry under the name asked for."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 class FieldValueError(SgconfError, ValueError):
     """Raised by a field check; the message is lowercase and says what was expected.
 
@@ -103,5 +110,6 @@ __all__ = [
     "ResolutionError",
     "SgconfError",
     "UnknownFieldError",
+    "UnknownPluginError",
     "UsageError",
 ]
