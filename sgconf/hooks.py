@@ -1,8 +1,9 @@
-"""The typed hooks a schema declares besides its fields: cross-field `Rule`s, resolution `Step`s, runtime knobs.
+"""The typed hooks a schema declares besides its fields: cross-field `Rule`s, resolution `Step`s, `Derived` values, runtime knobs.
 
-Each names the fields it reads, and a schema checks those names when it freezes, so a
-typo is a `DeclarationError` at import rather than a `KeyError` at the first load. A
-copy of a schema that leaves a namespace out leaves out the hooks that read it.
+Each names what it reads (fields, or for a derived value the namespaces), and a schema
+checks those names when it freezes, so a typo is a `DeclarationError` at import rather
+than a `KeyError` at the first load. A copy of a schema that leaves a namespace out
+leaves out the hooks that read it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,28 @@ class Step:
 
 
 @attrs.frozen(slots=True)
+class Derived:
+    """A value computed from the bags, offered as `snapshot.<name>()`; it follows overrides.
+
+    `compute(view)` reads the bags as attributes of `view` (a snapshot, or a role-guarded
+    view of one), and only the ones in `namespaces` (`"spec"`, `"exec.mamba"`): a schema
+    checks they exist when it freezes, and a copy that leaves one out drops the value.
+    """
+
+    name: str
+    namespaces: tuple[str, ...]
+    compute: Callable[[Any], Any]
+
+    def __call__(self, view: Any) -> Any:
+        return self.compute(view)
+
+    @property
+    def doc(self) -> str | None:
+        """What the value is: the compute function's docstring."""
+        return self.compute.__doc__
+
+
+@attrs.frozen(slots=True)
 class RuntimeKnobs:
     """Which fields of a schema the runtime itself reads; a knob left None keeps the runtime's default.
 
@@ -70,4 +93,4 @@ class RuntimeKnobs:
         return {k: v for k, v in attrs.asdict(self).items() if v is not None}
 
 
-__all__ = ["Decisions", "Rule", "RuntimeKnobs", "Step", "Values"]
+__all__ = ["Decisions", "Derived", "Rule", "RuntimeKnobs", "Step", "Values"]
