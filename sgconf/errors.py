@@ -88,6 +88,10 @@ class UnknownPluginError(SgconfError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UndeclaredReadError(DeclarationError):
+    """Raised when a rule or resolution step reads a field it does not declare (`Rule.fields`, `Step.reads`)."""
+
+
 class FieldValueError(SgconfError, ValueError):
     """Raised by a field check; the message is lowercase and says what was expected.
 
@@ -110,6 +114,7 @@ __all__ = [
     "ResolutionError",
     "SgconfError",
     "UnknownFieldError",
+    "UndeclaredReadError",
     "UnknownPluginError",
     "UsageError",
 ]
