@@ -28,6 +28,7 @@ from fastapi import Request
 
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
+from sgconf.errors import SgconfError
 
 # a JSON string literal, escapes included; removed before brackets are counted
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -102,7 +103,7 @@ def nesting_depth(raw: bytes) -> int:
     return deepest
 
 
-class _Refused(ValueError):
+class _Refused(SgconfError, ValueError):
     """Raised from inside the parser's hooks; becomes a 422 line."""
 
 

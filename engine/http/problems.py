@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 from engine.errors import (
     DeadlineExceeded,
     EngineBusy,
-    EngineError,
     EngineStopped,
     GenerationError,
     NoSuchReplica,
@@ -31,37 +30,11 @@ from engine.errors import (
     RequestRejected,
     StorageRefused,
 )
+from engine.http.errors import HTTPProblem  # declared there; re-exported for existing imports
 from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError
 
 log = structlog.get_logger(__name__)
-
-
-class HTTPProblem(EngineError):
-    """An error answer: status, a one-line detail and optional `$.path: reason` lines."""
-
-    def __init__(
-        self,
-        status: int,
-        detail: str,
-        *,
-        errors: list[str] | None = None,
-        extra: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.errors = errors
-        self.extra = extra or {}
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"detail": self.detail}
-        if self.errors is not None:
-            out["errors"] = self.errors
-        out.update(self.extra)
-        return out
 
 
 # most specific first: the first class an exception is an instance of decides
