@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runtime.errors import RankDiverged
+from runtime.errors import CatchUpFailed, RankDiverged
 from runtime.group_results import (
     ABORT,
     COMMIT,
@@ -117,7 +117,7 @@ class Following:
         error = None
         try:
             if at > target:
-                raise ValueError(f"this rank is at generation {at}, ahead of the coordinator at {target}")
+                raise CatchUpFailed(f"this rank is at generation {at}, ahead of the coordinator at {target}")
             if at < target:
                 changed = self._apply_catch_up(target, message["values"], message["set_by"], message["sources"])
         except Exception as exc:  # reported to the coordinator, which raises ResyncFailed with it
@@ -147,7 +147,7 @@ class Following:
         needed = {name: new for name, new in proposal.values.items() if set_by.get(name) in lacking}
         state = self._commit(Prepared(proposal, self._prepare_effects(label, needed) if needed else []))
         if state["error"]:
-            raise RuntimeError(state["error"])
+            raise CatchUpFailed(state["error"])
         return len(needed)
 
     # -- every rank ------------------------------------------------------------------

@@ -22,7 +22,7 @@ import re
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -37,9 +37,6 @@ from sgconf.frozen import deep_freeze
 from sgconf.hooks import Derived, Rule, RuntimeKnobs, Step
 from sgconf.record_class import assemble_record, schema_of
 from sgconf.suggest import did_you_mean
-
-if TYPE_CHECKING:
-    from sgconf.sources import Source
 
 T = TypeVar("T")
 
@@ -100,7 +97,8 @@ class Declarations:
         self.model_reader = model_reader
         self.knobs = knobs or RuntimeKnobs()
         # the config sources in precedence order, lowest first (None: file, env, CLI; see `Schema.add_source`)
-        self.sources: list[Source] | None = None
+        # (typed as `list[Source]` on `Schema`: sgconf.sources reads declarations, so it cannot be imported here)
+        self.sources: list[Any] | None = None
         self._converter = converter
         # variables that share the prefix but are not fields (loading does not call them typos)
         self.reserved_env: set[str] = {self.config_env}

@@ -21,7 +21,7 @@ import threading
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
-from sgconf.errors import ConfigError, DeclarationError, Problem, UnknownPluginError
+from sgconf.errors import ConfigError, DeclarationError, FieldValueError, Problem, UnknownPluginError
 from sgconf.suggest import did_you_mean
 
 T = TypeVar("T")
@@ -129,11 +129,11 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}{hint} -- use one of: {', '.join(known) or 'none registered'}"
 
     def check(self, name: Any) -> None:
-        """Raise ValueError (a field check's error) unless `name` is registered; None passes."""
+        """Raise FieldValueError (a ValueError, a field check's error) unless `name` is registered; None passes."""
         if name is not None and name not in self:
             known = self.names()
             hint = did_you_mean(str(name), known, normalize=False).replace(" -- ", "; ")
-            raise ValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
+            raise FieldValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
 
     def _entry_points(self) -> dict[str, metadata.EntryPoint]:
         if self._lazy is None:

@@ -13,7 +13,7 @@ from typing import Any
 from sgconf.bag_class import PATH_ATTR
 from sgconf.cli import main
 from sgconf.declarations import TEST_ROLE, Declarations
-from sgconf.errors import DeclarationError
+from sgconf.errors import BadArgument, DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import attach_provenance, load
@@ -30,6 +30,9 @@ class Schema(Declarations):
     defaults to `NAME_` and `config_env` to `<prefix>CONFIG`. `record_name` names the flat
     record class (`ServerArgs` by default, so the read ratchet finds it).
     """
+
+    # the config sources in precedence order, lowest first; None: file, env, CLI (`add_source`)
+    sources: list[Source] | None
 
     # -- sources -----------------------------------------------------------------------
 
@@ -105,7 +108,7 @@ class Schema(Declarations):
             origins = [(n, Origin("record", detail, getattr(built, n), secret=infos[n].setting.secret)) for n in given]
             attach_provenance(built, self, origins)
             return built
-        raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
+        raise BadArgument(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
 
 
 __all__ = ["PATH_ATTR", "SCHEMA_ATTR", "TEST_ROLE", "Schema", "schema_of"]
