@@ -45,7 +45,8 @@ def check_rules(
     lookup = schema.field_info
     # one view for the whole run, pointed at each rule's declared fields in turn: building
     # one per rule would cost more than most rules do (the override path runs this per override)
-    view = DeclaredReads(values, frozenset(), None)
+    view = _new_view(DeclaredReads)  # without __init__: each rule sets what it may read below
+    view._values = values
     for rule in rules:
         view._allowed = rule._allowed
         view._hook = rule
@@ -56,6 +57,8 @@ def check_rules(
         problems.append(Problem(lookup(rule.fields[0]).path, message, origin))
     return problems
 
+
+_new_view = object.__new__
 
 _SIZED = frozenset({dict, set, frozenset, tuple, list})
 
