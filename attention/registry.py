@@ -8,7 +8,7 @@ on this machine, is a ConfigError that lists the names that would work.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from attention.base import Attend, AttentionBackend, ModeRouter
 from attention.errors import AttentionBackendUnavailable
@@ -29,7 +29,8 @@ def register_backend(cls: B) -> B:
     the name can be chosen with `--attention-backend`. Raises DeclarationError naming
     both classes when another class already holds the name.
     """
-    return ATTENTION_BACKENDS.register(cls.name, cls)  # type: ignore[no-any-return]
+    ATTENTION_BACKENDS.register(cls.name, cls)
+    return cls
 
 
 def registered_backends() -> tuple[str, ...]:
@@ -63,7 +64,7 @@ def backend_class(name: str, *, role: str = "attention", field: str | None = Non
     if reason is not None:
         msg = f"attention backend '{name}' for {role} cannot run here: {reason} -- choose one of: {usable}"
         raise AttentionBackendUnavailable([Problem(path, msg)], header="attention backend not available")
-    return cls
+    return cast("type[AttentionBackend]", cls)  # what `register_backend` admits
 
 
 class HybridAttnBackend(ModeRouter):

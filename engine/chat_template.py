@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 
-from sgconf.errors import ConfigError, Problem, SgconfError
+from engine.errors import TemplateError  # declared there; re-exported for existing imports
+from sgconf.errors import ConfigError, Problem
 from sgconf.suggest import did_you_mean
 
 NAMED_TEMPLATES = {
@@ -35,10 +36,6 @@ NAMED_TEMPLATES = {
     ),
 }
 FIELD = "$.model.chat_template"
-
-
-class TemplateError(SgconfError, ValueError):
-    """A template that failed while rendering (its own `raise_exception`, or a jinja2 error)."""
 
 
 def _token(value: Any) -> str:

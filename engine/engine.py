@@ -40,9 +40,11 @@ from engine.errors import (
     DeadlineExceeded,
     DrainTimeout,
     EngineBusy,
+    EngineStateError,
     EngineStopped,
     GenerationError,
     RequestCancelled,
+    WaitTimedOut,
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
@@ -57,6 +59,7 @@ from runtime.serving import configure_logs as configure_serving_logs
 from runtime.serving import (
     get_serving,
 )
+from sgconf.errors import BadArgument
 from sgconf.serving import load
 
 log = structlog.get_logger(__name__)
@@ -87,7 +90,7 @@ class Engine(EngineBuilding, EngineStorage):
         tests count compiles); `clock` is what request deadlines are measured on.
         """
         if (record is None) == (context is None):
-            raise TypeError("Engine() takes a record to publish or a context from create_context(), exactly one")
+            raise BadArgument("Engine() takes a record to publish or a context from create_context(), exactly one")
         self._compile_backend = compile_backend
         self.clock = clock
         self._owns_context = context is not None
@@ -192,7 +195,7 @@ class Engine(EngineBuilding, EngineStorage):
         """
         with self._wake:
             if not self._paused:
-                raise RuntimeError("step() drives a paused engine -- call pause() first")
+                raise EngineStateError("step() drives a paused engine -- call pause() first")
             self.boundary.serve()
             ran = False
             if not self.boundary.holding() and self.scheduler.has_runnable_work():
@@ -373,7 +376,7 @@ class Engine(EngineBuilding, EngineStorage):
         while not req.done.is_set():
             left = None if limit is None else limit - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError(f"request {req.rid} did not finish in {timeout} s")
+                raise WaitTimedOut(f"request {req.rid} did not finish in {timeout} s")
             until_deadline = None if req.deadline is None else max(req.deadline - self.clock(), 0.0)
             waits = [w for w in (left, until_deadline) if w is not None]
             if req.done.wait(min(waits) if waits else None):

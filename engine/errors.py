@@ -133,7 +133,37 @@ class PortUnavailable(EngineError, OSError):
     """Raised at start-up when a listener's address cannot be bound (in use, not local, no permission)."""
 
 
+class TemplateError(SgconfError, ValueError):
+    """A template that failed while rendering (its own `raise_exception`, or a jinja2 error)."""
+
+
+class MemoryGuardError(ConfigError, MemoryError):
+    """The model does not fit: `needed_bytes` against `usable_bytes`."""
+
+    def __init__(self, message: str, *, needed_bytes: int, usable_bytes: int) -> None:
+        self.needed_bytes = needed_bytes
+        self.usable_bytes = usable_bytes
+        super().__init__([Problem("$.model.model_path", message)], header="the model does not fit in memory")
+
+
+class WeightsError(ConfigError):
+    """A checkpoint that cannot be loaded into the model; each problem names the tensor or file."""
+
+
+class WaitTimedOut(EngineError, TimeoutError):
+    """Raised when a wait the caller bounded ran out.
+
+    A request that did not finish, a stream that sent nothing, a port nothing listens on.
+    """
+
+
+class EngineStateError(EngineError, RuntimeError):
+    """Raised when an engine call needs a state the engine is not in (`step()` on a running engine)."""
+
+
 __all__ = [
+    "EngineStateError",
+    "WaitTimedOut",
     "CapacityExceeded",
     "DeadlineExceeded",
     "DrainTimeout",
@@ -143,6 +173,7 @@ __all__ = [
     "GenerationError",
     "InvalidRequest",
     "MAX_PROBLEMS_SHOWN",
+    "MemoryGuardError",
     "NoSuchReplica",
     "PortUnavailable",
     "Refusal",
@@ -156,4 +187,6 @@ __all__ = [
     "RequestRejected",
     "StorageRefused",
     "more_problems",
+    "TemplateError",
+    "WeightsError",
 ]

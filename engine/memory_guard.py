@@ -15,19 +15,10 @@ from pathlib import Path
 import attrs
 import torch
 
-from sgconf.errors import ConfigError, Problem
+from engine.errors import MemoryGuardError  # declared there; re-exported for existing imports
 
 GIB = 1 << 30
 SMALLER_DTYPES = {"float32": ("bfloat16", "float16"), "float16": (), "bfloat16": ()}
-
-
-class MemoryGuardError(ConfigError, MemoryError):
-    """The model does not fit: `needed_bytes` against `usable_bytes`."""
-
-    def __init__(self, message: str, *, needed_bytes: int, usable_bytes: int) -> None:
-        self.needed_bytes = needed_bytes
-        self.usable_bytes = usable_bytes
-        super().__init__([Problem("$.model.model_path", message)], header="the model does not fit in memory")
 
 
 def _gib(n: float) -> str:

@@ -24,7 +24,7 @@ from torch import nn
 
 from mem_cache.errors import ModelShapeError
 from mem_cache.model_shape import ModelShape, model_shape_from_config
-from sgconf.errors import Problem
+from sgconf.errors import FieldValueError, Problem
 
 
 def runnable_shape(config: Mapping[str, Any], *, name: str | None = None) -> ModelShape:
@@ -119,7 +119,9 @@ def rope_inv_freq(shape: ModelShape) -> torch.Tensor:
     if scaling.rope_type == "linear":
         return inv / scaling.factor
     if scaling.rope_type != "llama3":
-        raise ValueError(f"rope_type {scaling.rope_type!r} is not implemented -- use one of {', '.join(ROPE_TYPES)}")
+        raise FieldValueError(
+            f"rope_type {scaling.rope_type!r} is not implemented -- use one of {', '.join(ROPE_TYPES)}"
+        )
     original = scaling.original_max_position_embeddings or shape.max_position_embeddings or 8192
     low_wavelen = original / scaling.low_freq_factor
     high_wavelen = original / scaling.high_freq_factor

@@ -32,6 +32,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sgconf.errors import UnknownNameError
+
 if TYPE_CHECKING:
     from engine.request_state import Req
 
@@ -97,13 +99,13 @@ POLICIES: dict[str, Policy] = {"fcfs": _fcfs, "lpm": _lpm, "random": _random, "d
 def order_waiting(reqs: Sequence[Req], policy: str, cache: PrefixProbe | None, rng: random.Random) -> list[Req]:
     """`reqs` in admission order under `policy`; retracted requests first, in arrival order.
 
-    Raises KeyError naming the known policies for an unknown name (declarations keep
+    Raises UnknownNameError (a KeyError) naming the known policies for an unknown name (declarations keep
     that from happening through config).
     """
     try:
         rank = POLICIES[policy]
     except KeyError:
-        raise KeyError(f"unknown schedule_policy {policy!r} -- use one of {', '.join(POLICIES)}") from None
+        raise UnknownNameError(f"unknown schedule_policy {policy!r} -- use one of {', '.join(POLICIES)}") from None
     retracted = sorted((r for r in reqs if r.retractions), key=lambda r: r.rid)
     fresh = [r for r in reqs if not r.retractions]
     return [*retracted, *rank(fresh, cache, rng)]

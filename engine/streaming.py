@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from engine.errors import WaitTimedOut
+
 
 class Decoder(Protocol):
     def decode(self, ids: list[int]) -> str: ...
@@ -104,7 +106,7 @@ class TokenStream:
         try:
             chunk = self._req.stream.get(timeout=self._timeout)
         except queue.Empty:
-            raise TimeoutError(f"request {self.rid} sent no tokens in {self._timeout} s") from None
+            raise WaitTimedOut(f"request {self.rid} sent no tokens in {self._timeout} s") from None
         if chunk is None:
             self._ended = True
             self._result = self._finish()  # raises the request's error, if it failed

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import torch
 
+from engine.errors import WeightsError  # declared there; re-exported for existing imports
 from engine.model import TinyTransformer, run_sizes
 from mem_cache.model_shape import DTYPE_BYTES, ModelShape
 from sgconf.errors import ConfigError, Problem
@@ -46,10 +47,6 @@ _LAYER_PARTS = {
     "input_layernorm": "input_norm",
     "post_attention_layernorm": "post_norm",
 }
-
-
-class WeightsError(ConfigError):
-    """A checkpoint that cannot be loaded into the model; each problem names the tensor or file."""
 
 
 @attrs.frozen(slots=True)

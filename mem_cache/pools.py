@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from mem_cache.errors import DoubleFreeError, ForeignIndexError
+from sgconf.errors import FieldValueError
 
 FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 
@@ -27,7 +28,9 @@ def torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
         return FP8_DTYPES[dtype]
     found = getattr(torch, str(dtype), None)
     if not isinstance(found, torch.dtype):
-        raise ValueError(f"unknown KV cache dtype '{dtype}' -- use float16, bfloat16, float32, fp8_e4m3 or fp8_e5m2")
+        raise FieldValueError(
+            f"unknown KV cache dtype '{dtype}' -- use float16, bfloat16, float32, fp8_e4m3 or fp8_e5m2"
+        )
     return found
 
 

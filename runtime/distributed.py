@@ -70,7 +70,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from runtime.errors import PropagationFailed, RanksSilent, Refusal, ResyncFailed
+from runtime.errors import CoordinatorOnly, GroupSetupError, PropagationFailed, RanksSilent, Refusal, ResyncFailed
 from runtime.group_follower import Following
 from runtime.group_messages import (
     Aborted,
@@ -137,7 +137,7 @@ class ConfigGroup(Following):
     ) -> None:
         if not 0 <= rank < world_size or not 0 <= coordinator < world_size:
             msg = f"rank {rank} and coordinator {coordinator} must be in [0, {world_size}) -- pass the group's own rank"
-            raise ValueError(msg)
+            raise GroupSetupError(msg)
         self.rank = rank
         self.world_size = world_size
         self.coordinator = coordinator
@@ -155,7 +155,7 @@ class ConfigGroup(Following):
         self.address: tuple[str, int]
         if address is not None:
             if rank == coordinator:
-                raise ValueError(
+                raise GroupSetupError(
                     f"the coordinator (rank {rank}) owns the board -- pass address= only to a joining follower"
                 )
             self.address = address
@@ -493,12 +493,12 @@ class ConfigGroup(Following):
     def _require_follower(self, rank: int) -> None:
         if rank == self.coordinator or not 0 <= rank < self.world_size:
             msg = f"rank {rank} is not a follower of this group -- pick one of {self._followers()}"
-            raise ValueError(msg)
+            raise GroupSetupError(msg)
 
     def _require_coordinator(self, what: str) -> None:
         if not self.is_coordinator:
             msg = f"{what} is only available on the coordinator (rank {self.coordinator}), not rank {self.rank}"
-            raise RuntimeError(msg)
+            raise CoordinatorOnly(msg)
 
 
 def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator: int) -> tuple[str, int]:
@@ -506,7 +506,7 @@ def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator
     board_host, board_port = address
     data = board_host.encode()
     if len(data) > _HOST_BYTES:
-        raise ValueError(
+        raise GroupSetupError(
             f"board host name {board_host!r} is longer than {_HOST_BYTES} bytes -- pass bind_host= an address"
         )
     import torch

@@ -122,10 +122,33 @@ class ResyncFailed(ConfigError, RuntimeError):
         super().__init__([Problem(f"rank {rank}", reason) for reason in self.reasons], header=header)
 
 
+class LifecycleError(SgconfError, RuntimeError):
+    """Raised when a call comes at the wrong point of an object's life.
+
+    A scope entered twice, an install made twice or restored before it was made.
+    """
+
+
+class GroupSetupError(SgconfError, ValueError):
+    """Raised when a config group is built or addressed with a rank, address or host it cannot use."""
+
+
+class CoordinatorOnly(SgconfError, RuntimeError):
+    """Raised when a follower rank calls what only a config group's coordinator can do."""
+
+
+class CatchUpFailed(SgconfError, RuntimeError):
+    """Raised on a follower rank when catching up to the coordinator's generation fails; reported to the coordinator."""
+
+
 __all__ = [
     "CommitFailed",
     "GroupMessageError",
     "Refusal",
+    "LifecycleError",
+    "GroupSetupError",
+    "CoordinatorOnly",
+    "CatchUpFailed",
     "ForeignNamespaceError",
     "MissingNamespaceError",
     "PropagationFailed",

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import structlog
 
 from runtime import process
+from sgconf.errors import FieldValueError
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -114,9 +115,9 @@ def configure_logging(
     event and `level` is only the fallback. Raises ValueError for anything else.
     """
     if level not in LEVELS:
-        raise ValueError(f"unknown log level {level!r} -- use one of {', '.join(LEVELS)}")
+        raise FieldValueError(f"unknown log level {level!r} -- use one of {', '.join(LEVELS)}")
     if fmt not in ("console", "json"):
-        raise ValueError(f"unknown log format {fmt!r} -- use console or json")
+        raise FieldValueError(f"unknown log format {fmt!r} -- use console or json")
     out = stream if stream is not None else sys.stderr
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)

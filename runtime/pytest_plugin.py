@@ -34,6 +34,7 @@ import pytest
 if TYPE_CHECKING:
     from runtime.context import RuntimeContext
     from runtime.record_view import RecordView
+    from sgconf.declarations import Declarations
 
 MARKER = "server_args"
 _PROCESS = "runtime.process"
@@ -56,10 +57,16 @@ def _default_schema(config: pytest.Config) -> Any:
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             raise pytest.UsageError(f"ini option {SCHEMA_INI} = {named!r} does not name a schema: {exc}") from None
-    from importlib import metadata
+    from sgconf.errors import DeclarationError
+    from sgconf.plugins import Registry
 
-    found = list(metadata.entry_points(group=SCHEMA_GROUP))
-    return found[0].load() if len(found) == 1 else None
+    # through the one registry idiom: a name two distributions declare is refused naming both
+    schemas: Registry[Declarations] = Registry("schema", entry_points=SCHEMA_GROUP)
+    try:
+        names = schemas.names()
+        return schemas.get(names[0]) if len(names) == 1 else None
+    except DeclarationError as exc:
+        raise pytest.UsageError(f"{exc} (entry-point group {SCHEMA_GROUP})") from None
 
 
 class _Baseline:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runtime.errors import LifecycleError
+
 if TYPE_CHECKING:
     from runtime.state import Write
 
@@ -34,7 +36,7 @@ class Scope:
 
     def __enter__(self) -> Any:
         if self._write is not None or self._closed:
-            raise RuntimeError("this scope was already entered -- call ctx.scoped(...) again for a new one")
+            raise LifecycleError("this scope was already entered -- call ctx.scoped(...) again for a new one")
         try:
             # the write is stored by _enter itself, before anything after the swap can raise,
             # so the finally below always has what it must take away

@@ -22,6 +22,7 @@ from runtime.errors import MissingNamespaceError
 from sgconf.record import bags_to_flat
 
 if TYPE_CHECKING:
+    from sgconf.hooks import Derived
     from sgconf.schema import Schema
 
 
@@ -74,14 +75,15 @@ def missing_namespace(schema: Schema, name: str) -> AttributeError:
     return MissingNamespaceError(msg)
 
 
-def derived_method(name: str, fn: Any) -> Any:
-    """`fn` as a method named `name` of a snapshot class, or of a view that stands in for one."""
+def derived_method(name: str, value: Derived) -> Any:
+    """`value` as a method named `name` of a snapshot class, or of a view that stands in for one."""
+    compute = value.compute
 
     def method(self: Any) -> Any:
-        return fn(self)
+        return compute(self)
 
     method.__name__ = name
-    method.__doc__ = fn.__doc__
+    method.__doc__ = value.doc
     return method
 
 

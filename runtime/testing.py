@@ -19,6 +19,7 @@ import structlog
 
 from runtime import process
 from runtime.context import RuntimeContext
+from runtime.errors import LifecycleError
 from runtime.roles import check_role, mode_from_env
 from sgconf.errors import ConfigError
 from sgconf.resolution import resolve_once
@@ -84,7 +85,7 @@ class ServerArgsOverride:
     def install(self) -> RuntimeContext:
         """Build, resolve and publish the test record; raises ConfigError (nothing changed) on bad fields."""
         if self._saved is not _NOT_INSTALLED:
-            raise RuntimeError("override_server_args is already installed -- restore() it before installing again")
+            raise LifecycleError("override_server_args is already installed -- restore() it before installing again")
         check_role(self.role, self._schema(process.current))
         with process.lock:
             ctx = self._build(process.current)
@@ -101,7 +102,7 @@ class ServerArgsOverride:
         """
         with process.lock:
             if self._saved is _NOT_INSTALLED:
-                raise RuntimeError("override_server_args was not installed -- call install() first")
+                raise LifecycleError("override_server_args was not installed -- call install() first")
             stack = process.installs
             if self not in stack:  # runtime.reset() forgot every install
                 self._saved = _NOT_INSTALLED

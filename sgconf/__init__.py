@@ -21,7 +21,7 @@ from sgconf.errors import (
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import REQUIRED, FieldSpec, setting
 from sgconf.frozen import FrozenDict, deep_freeze
-from sgconf.hooks import Rule, RuntimeKnobs, Step
+from sgconf.hooks import Derived, Rule, RuntimeKnobs, Step
 from sgconf.loading import Loaded, explain, provenance_of
 from sgconf.provenance import Origin
 from sgconf.record import record_to_dict, to_bags

@@ -20,11 +20,12 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from sgconf.dump import nested, plain, redacted, to_toml
-from sgconf.errors import ConfigError
+from sgconf.errors import ConfigError, DeclarationError
 from sgconf.flags import ConfigArgumentParser, given_fields, typed_flags
 from sgconf.flags import config_parser as config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import Loaded, explain, load_layers
+from sgconf.plugins import Registry
 from sgconf.record import record_to_dict
 from sgconf.resolution import resolve_once
 
@@ -35,9 +36,19 @@ PROG = "sgconf"
 COMMAND_GROUP = "sgconf.commands"
 
 
-def commands(group: str = COMMAND_GROUP) -> dict[str, metadata.EntryPoint]:
-    """The commands installed packages register in entry-point group `group`, by name."""
-    return {ep.name: ep for ep in metadata.entry_points(group=group)}
+Command = Callable[[list[str]], "int | None"]
+"""A command: `main(argv)` of the arguments after its name, returning the exit status (None: 0)."""
+
+BUILTIN = "sgconf (built-in)"
+
+
+def commands(group: str | None = COMMAND_GROUP) -> Registry[Command]:
+    """The commands installed packages register in entry-point group `group` (None: none), by name.
+
+    A `Registry`, so a name two packages declare is refused naming both, and `main` adds
+    the built-in `show` and `schema` to it, so a package's `show` is refused the same way.
+    """
+    return Registry("command", entry_points=group)
 
 
 def load_from_args(
@@ -83,27 +94,38 @@ def main(argv: Sequence[str] | None = None, *, schema: Declarations, command_gro
     console script) whose commands are built on this schema; None offers none.
     """
     prog = schema.name
-    plugins = commands(command_group) if command_group else {}
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["--version"], ["-V"]):
         print(f"{prog} {version(schema)}")
         return 0
+    registry = commands(command_group)
+    try:
+        registry.register("show", lambda rest: _show(rest, schema), registrant=BUILTIN)
+        registry.register("schema", lambda rest: _schema(rest, schema), registrant=BUILTIN)
+        return _dispatch(prog, args, registry)
+    except DeclarationError as exc:  # two packages, or a package and sgconf, declare one command name
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(prog: str, args: list[str], registry: Registry[Command]) -> int:
     if not args or args[0] in ("-h", "--help"):
         stream = sys.stdout if args else sys.stderr
-        print(_usage(prog, plugins), file=stream)
+        print(_usage(prog, registry), file=stream)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    if command == "show":
-        return run_cli(lambda: _show(rest, schema), prog=prog)
-    if command == "schema":
-        return run_cli(lambda: _schema(rest, schema), prog=prog)
-    if command in plugins:
-        return _delegate(command, plugins[command], rest)
-    from sgconf.suggest import did_you_mean
+    if command not in registry:
+        from sgconf.suggest import did_you_mean
 
-    hint = did_you_mean(command, ["show", "schema", *plugins], normalize=False)
-    print(f"{prog}: unknown command '{command}'{hint} -- see '{prog} --help'", file=sys.stderr)
-    return 2
+        hint = did_you_mean(command, registry.names(), normalize=False)
+        print(f"{prog}: unknown command '{command}'{hint} -- see '{prog} --help'", file=sys.stderr)
+        return 2
+    try:
+        entry = registry.get(command)
+    except ConfigError as exc:  # the package behind it cannot be imported: one line, no traceback
+        print(f"{prog}: {exc.problems[0].message}", file=sys.stderr)
+        return 2
+    return run_cli(lambda: int(entry(rest) or 0), prog=prog)
 
 
 def version(schema: Declarations) -> str:
@@ -124,7 +146,7 @@ def _distribution_of(schema: Declarations) -> str | None:
     return names[0] if names else None
 
 
-def _usage(prog: str, plugins: Mapping[str, metadata.EntryPoint]) -> str:
+def _usage(prog: str, registry: Registry[Command]) -> str:
     lines = [
         f"usage: {prog} COMMAND [options]",
         f"       {prog} --version",
@@ -133,29 +155,23 @@ def _usage(prog: str, plugins: Mapping[str, metadata.EntryPoint]) -> str:
         "  show     print the resolved configuration (--format table|json|toml, --explain FIELD, --diff)",
         "  schema   print the JSON Schema (draft 2020-12) of every setting",
     ]
-    lines.extend(f"  {name:<8} {_summary(ep)}" for name, ep in sorted(plugins.items()))
+    lines.extend(f"  {name:<8} {_summary(registry, name)}" for name in registry.names() if name not in _OWN)
     lines += ["", f"'{prog} COMMAND --help' lists the options of a command, grouped by namespace."]
     return "\n".join(lines)
 
 
-def _summary(ep: metadata.EntryPoint) -> str:
+_OWN = ("show", "schema")
+
+
+def _summary(registry: Registry[Command], name: str) -> str:
     """The help line of a registered command: its docstring's first clause (loading it, so only for --help)."""
     try:
-        entry = ep.load()
-    except Exception as exc:  # a command whose package is broken or missing must not break --help
-        return f"unavailable ({ep.value}: {type(exc).__name__}: {exc})"
+        entry = registry.get(name)
+    except ConfigError as exc:  # a command whose package is broken or missing must not break --help
+        return f"unavailable ({exc.problems[0].message})"
     doc = (getattr(entry, "__doc__", None) or "").strip().splitlines()
-    first = doc[0].split(";")[0].rstrip(".") if doc else f"from {ep.value}"
+    first = doc[0].split(";")[0].rstrip(".") if doc else f"from {registry.registrant(name)}"
     return first[:1].lower() + first[1:]
-
-
-def _delegate(command: str, ep: metadata.EntryPoint, rest: list[str]) -> int:
-    try:
-        entry = ep.load()
-    except (ImportError, AttributeError) as exc:
-        print(f"{PROG}: the '{command}' command is unavailable ({ep.value}: {exc})", file=sys.stderr)
-        return 2
-    return run_cli(lambda: int(entry(rest) or 0))
 
 
 # -- show ---------------------------------------------------------------------------------------

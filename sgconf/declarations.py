@@ -34,7 +34,7 @@ from sgconf.errors import DeclarationError, Problem, UnknownFieldError
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import setting_of
 from sgconf.frozen import deep_freeze
-from sgconf.hooks import Rule, RuntimeKnobs, Step
+from sgconf.hooks import Derived, Rule, RuntimeKnobs, Step
 from sgconf.record_class import assemble_record, schema_of
 from sgconf.suggest import did_you_mean
 
@@ -77,6 +77,7 @@ class Declarations:
         accessor_module: str = "runtime",
         rules: Iterable[Rule] = (),
         steps: Iterable[Step] = (),
+        derived: Iterable[Derived] = (),
         converter: cattrs.Converter | None = None,
         inputs: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = None,
         model_reader: Callable[..., Mapping[str, Any] | None] | None = None,
@@ -110,11 +111,13 @@ class Declarations:
         self._fields: dict[str, FieldInfo] = {}
         self._roles: dict[str, frozenset[str] | None] = {TEST_ROLE: None}
         self._role_sets: dict[str, frozenset[str]] = {}  # filled at freeze, the roles with "all" spelled out
-        self._derived: dict[str, Callable[[Any], Any]] = {}
+        self._derived: dict[str, Derived] = {}
         self._adopted: type | None = None
         self._record: type | None = None
         self._lock = threading.RLock()
         self._cache: dict[str, Any] = {}
+        for value in derived:
+            self.add_derived(value)
 
     # -- declaring ---------------------------------------------------------------------
 
@@ -285,18 +288,28 @@ class Declarations:
         self.freeze()
         return types.MappingProxyType(self._role_sets)
 
-    def derived(self, name: str) -> Callable[[Callable[[Any], T]], Callable[[Any], T]]:
-        """Decorator: a value computed from the bags (`fn(snapshot)`), offered as `snapshot.<name>()`."""
+    def derived(self, name: str, *, namespaces: Iterable[str]) -> Callable[[Callable[[Any], T]], Callable[[Any], T]]:
+        """Decorator: a value computed from the bags in `namespaces` (`fn(snapshot)`), offered as `snapshot.<name>()`."""
 
         def wrap(fn: Callable[[Any], T]) -> Callable[[Any], T]:
-            with self._lock:
-                self._declaring(f"derived value {name!r}")
-                self._derived[name] = fn
+            self.add_derived(Derived(name, tuple(namespaces), fn))
             return fn
 
         return wrap
 
-    def derived_values(self) -> dict[str, Callable[[Any], Any]]:
+    def add_derived(self, value: Derived) -> Derived:
+        """Declare a derived value; DeclarationError when frozen or when another one holds its name."""
+        with self._lock:
+            self._declaring(f"derived value {value.name!r}")
+            held = self._derived.get(value.name)
+            if held is not None and held != value:
+                msg = f"derived value {value.name!r} is declared twice in schema {self.name!r} -- pick another name"
+                raise DeclarationError(msg)
+            self._derived[value.name] = value
+        return value
+
+    def derived_values(self) -> dict[str, Derived]:
+        """Every derived value by name, in declaration order (a fresh dict)."""
         return dict(self._derived)
 
     # -- freezing ----------------------------------------------------------------------
@@ -327,6 +340,14 @@ class Declarations:
         named: list[tuple[str, Iterable[str]]] = [(f"rule {r.name!r}", r.fields) for r in self.rules]
         named += [(f"resolution step {s.name!r}", s.reads) for s in self.steps]
         named += [(f"runtime knob {k!r}", (f,)) for k, f in self.knobs.names().items()]
+        for d in self._derived.values():
+            for path in d.namespaces:
+                if path not in self._namespaces:
+                    hint = did_you_mean(path, self._namespaces)
+                    raise DeclarationError(
+                        f"derived value {d.name!r} of schema {self.name!r} reads namespace {path!r}, which it does"
+                        f" not declare{hint} -- declare it or fix the name"
+                    )
         for what, names in named:
             for n in names:
                 if n not in self._fields:
@@ -446,9 +467,7 @@ class Declarations:
         tops = {p for p in out._namespaces if "." not in p}
         for role, allowed in self._roles.items():
             out._roles[role] = None if allowed is None else allowed & tops
-        out._derived = {
-            k: f for k, f in self._derived.items() if set(getattr(f, "namespaces", ())) <= set(out._namespaces)
-        }
+        out._derived = {k: d for k, d in self._derived.items() if set(d.namespaces) <= set(out._namespaces)}
         extra = {v for v in self.reserved_env if v != self.config_env and v.startswith(out.env_prefix)}
         out.reserved_env |= extra
         out.refused_flags.update(self.refused_flags)

@@ -11,6 +11,8 @@ import datetime
 import math
 import re
 
+from sgconf.errors import ConversionError
+
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|d|h|m|s)")
 _ISO = re.compile(r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?")
@@ -25,18 +27,18 @@ def parse_duration(text: str) -> datetime.timedelta:
     body = body.lstrip("+-").strip()
     seconds = _seconds(body)
     if seconds is None:
-        raise ValueError(f"expected {FORMAT}")
+        raise ConversionError(f"expected {FORMAT}")
     return from_seconds(sign * seconds)
 
 
 def from_seconds(seconds: float) -> datetime.timedelta:
     """A number of seconds as a duration; ValueError when it is not finite or out of range."""
     if not math.isfinite(seconds):
-        raise ValueError("expected a finite number of seconds")
+        raise ConversionError("expected a finite number of seconds")
     try:
         return datetime.timedelta(seconds=seconds)
     except OverflowError:
-        raise ValueError("a duration out of range") from None
+        raise ConversionError("a duration out of range") from None
 
 
 def _seconds(body: str) -> float | None:

@@ -96,6 +96,29 @@ class DeclarationError(SgconfError, TypeError):
     """Raised at import when namespace declarations are inconsistent (e.g. a duplicate field)."""
 
 
+class UnknownNameError(SgconfError, KeyError):
+    """Raised when a name is looked up among a fixed set of choices (a shipped model, a policy) that lacks it."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownPluginError(UnknownNameError):
+    """Raised when a registry (`sgconf.plugins.Registry`) holds no entry under the name asked for."""
+
+
+class BadArgument(SgconfError, TypeError):
+    """Raised when a function is called with arguments it cannot take: not a record of a schema, neither of two alternatives."""
+
+
+class ReadOnlyError(SgconfError, TypeError):
+    """Raised when a published config value (a frozen mapping or list) is written to in place."""
+
+
+class UndeclaredReadError(DeclarationError):
+    """Raised when a rule or resolution step reads a field it does not declare (`Rule.fields`, `Step.reads`)."""
+
+
 class FieldValueError(SgconfError, ValueError):
     """Raised by a field check; the message is lowercase and says what was expected.
 
@@ -118,6 +141,7 @@ class ConversionError(SgconfError, ValueError):
 
 
 __all__ = [
+    "BadArgument",
     "ConfigError",
     "ConversionError",
     "DeclarationError",
@@ -125,8 +149,12 @@ __all__ = [
     "OverrideRefused",
     "PluginUnavailable",
     "Problem",
+    "ReadOnlyError",
     "ResolutionError",
     "SgconfError",
     "UnknownFieldError",
+    "UndeclaredReadError",
+    "UnknownNameError",
+    "UnknownPluginError",
     "UsageError",
 ]

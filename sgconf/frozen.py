@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
 from sgconf.durations import format_duration
+from sgconf.errors import ReadOnlyError
 from sgconf.subrecords import is_record_type, rebuilt, values_of
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
@@ -32,7 +33,7 @@ _PLAIN = frozenset((str, int, bool, bytes, type(None)))
 
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
     msg = "config values are read-only: this mapping belongs to a published config bag -- use get_context().override(...) to change it"
-    raise TypeError(msg)
+    raise ReadOnlyError(msg)
 
 
 class FrozenDict(dict):  # type: ignore[type-arg]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from sgconf.declarations import schema_of
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import BadArgument, ConfigError, Problem
 from sgconf.flags import config_parser, given_fields, typed_flags
 from sgconf.provenance import Origin
 from sgconf.record import record_of
@@ -179,7 +179,7 @@ def explain(
     """
     schema = schema_of(record)
     if schema is None:
-        raise TypeError(f"explain() takes a record of an sgconf schema, got {type(record).__name__}")
+        raise BadArgument(f"explain() takes a record of an sgconf schema, got {type(record).__name__}")
     info = schema.field_info(name)
     known = provenance if provenance is not None else provenance_of(record)
     if known is not None:

@@ -5,7 +5,10 @@ a second registration under it is a `DeclarationError` naming both registrants, 
 it is the very same object. Entries come from code (`registry.register(name, obj)`) or
 from installed packages, through the entry-point group the registry names, loaded the
 first time an entry is looked up; an entry point is only imported when its name is
-asked for, so listing names stays cheap.
+asked for, so listing names stays cheap. Two installed distributions that declare the
+same name in the group are refused the same way, naming both, when that name is looked
+up or the names are listed: which one wins must not depend on the order packages were
+installed in.
 
 A setting whose value names an entry declares it with `setting(..., plugin=registry)`:
 its value is checked against `registry.names()` when it is converted (with a did-you-mean
@@ -18,7 +21,7 @@ import threading
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
-from sgconf.errors import DeclarationError, PluginUnavailable, Problem
+from sgconf.errors import DeclarationError, FieldValueError, PluginUnavailable, Problem, UnknownPluginError
 from sgconf.suggest import did_you_mean
 
 T = TypeVar("T")
@@ -30,6 +33,12 @@ def _registrant(obj: Any) -> str:
     return f"{module}.{name}"
 
 
+def _entry_point_registrant(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) if dist is not None else None
+    return f"entry point {ep.value} (distribution {name})" if name else f"entry point {ep.value}"
+
+
 class Registry(Generic[T]):
     """Named plug-ins of one kind; see the module docstring."""
 
@@ -38,6 +47,8 @@ class Registry(Generic[T]):
         self.entry_points = entry_points
         self._entries: dict[str, tuple[T, str]] = {}
         self._lazy: dict[str, metadata.EntryPoint] | None = None
+        # names two installed distributions declare differently: refused when looked up or listed
+        self._clashes: dict[str, tuple[metadata.EntryPoint, ...]] = {}
         self._lock = threading.RLock()
 
     def register(self, name: str, obj: T, *, registrant: str | None = None) -> T:
@@ -54,8 +65,10 @@ class Registry(Generic[T]):
                 msg = f"{self.kind} {name!r} is registered twice: by {held[1]} and by {who} -- pick another name"
                 raise DeclarationError(msg)
             lazy = self._entry_points().get(name) if held is None else None
+            self._refuse_clash(name)
             if lazy is not None and self._load(name, lazy) is not obj:
-                msg = f"{self.kind} {name!r} is registered twice: by {lazy.value} and by {who} -- pick another name"
+                by = _entry_point_registrant(lazy)
+                msg = f"{self.kind} {name!r} is registered twice: by {by} and by {who} -- pick another name"
                 raise DeclarationError(msg)
             self._entries[name] = (obj, who)
         return obj
@@ -66,18 +79,33 @@ class Registry(Generic[T]):
             self._entries.pop(name, None)
             if self._lazy is not None:
                 self._lazy.pop(name, None)
+            self._clashes.pop(name, None)
 
     def names(self) -> tuple[str, ...]:
-        """Every registered name, sorted, whether loaded yet or not."""
+        """Every registered name, sorted, whether loaded yet or not.
+
+        Raises DeclarationError when two installed distributions declare one name.
+        """
         with self._lock:
-            return tuple(sorted({*self._entries, *self._entry_points()}))
+            found = self._entry_points()
+            for name in self._clashes:
+                self._refuse_clash(name)
+            return tuple(sorted({*self._entries, *found}))
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.names()
+        """Whether `name` is registered; DeclarationError when two installed distributions declare it."""
+        if not isinstance(name, str):
+            return False
+        with self._lock:
+            found = self._entry_points()
+            self._refuse_clash(name)
+            return name in self._entries or name in found
 
     def get(self, name: str, *, path: str | None = None) -> T:
-        """The entry registered as `name`; KeyError with the known names and a did-you-mean otherwise.
+        """The entry registered as `name`.
 
+        Raises UnknownPluginError (a KeyError) with the known names and a did-you-mean for
+        an unknown name, DeclarationError when two installed distributions declare it.
         An entry point that cannot be imported raises PluginUnavailable, its problem at
         `path` (the setting that named it, e.g. `$.memory.hicache_storage_backend`).
         """
@@ -86,9 +114,16 @@ class Registry(Generic[T]):
             if held is not None:
                 return held[0]
             lazy = self._entry_points().get(name)
+            self._refuse_clash(name)
             if lazy is not None:
                 return self._load(name, lazy, path)
-        raise KeyError(self.unknown_message(name))
+        raise UnknownPluginError(self.unknown_message(name))
+
+    def registrant(self, name: str) -> str:
+        """Who registered `name` (a module-qualified name, or the entry point and its distribution)."""
+        self.get(name)
+        with self._lock:
+            return self._entries[name][1]
 
     def refresh(self) -> None:
         """Read the entry points of the installed packages again: a package installed since the first lookup."""
@@ -101,17 +136,30 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}{hint} -- use one of: {', '.join(known) or 'none registered'}"
 
     def check(self, name: Any) -> None:
-        """Raise ValueError (a field check's error) unless `name` is registered; None passes."""
+        """Raise FieldValueError (a ValueError, a field check's error) unless `name` is registered; None passes."""
         if name is not None and name not in self:
             known = self.names()
             hint = did_you_mean(str(name), known, normalize=False).replace(" -- ", "; ")
-            raise ValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
+            raise FieldValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")
 
     def _entry_points(self) -> dict[str, metadata.EntryPoint]:
         if self._lazy is None:
             found = metadata.entry_points(group=self.entry_points) if self.entry_points else ()
-            self._lazy = {ep.name: ep for ep in found}
+            by_name: dict[str, dict[str, metadata.EntryPoint]] = {}
+            for ep in found:  # one target declared twice (the same object) is not a clash
+                by_name.setdefault(ep.name, {}).setdefault(ep.value, ep)
+            self._clashes = {n: tuple(eps.values()) for n, eps in by_name.items() if len(eps) > 1}
+            self._lazy = {n: next(iter(eps.values())) for n, eps in by_name.items() if len(eps) == 1}
         return self._lazy
+
+    def _refuse_clash(self, name: str) -> None:
+        clash = self._clashes.get(name)
+        if clash:
+            who = " and by ".join(_entry_point_registrant(ep) for ep in clash)
+            msg = (
+                f"{self.kind} {name!r} is registered twice: by {who} -- uninstall one of them or rename its entry point"
+            )
+            raise DeclarationError(msg)
 
     def _load(self, name: str, ep: metadata.EntryPoint, path: str | None = None) -> T:
         try:
@@ -123,7 +171,7 @@ class Registry(Generic[T]):
             )
             problem = Problem(path or f"${self.kind}", msg)
             raise PluginUnavailable([problem], header=f"{self.kind} not available", name=name, reason=msg) from None
-        self._entries[name] = (obj, ep.value)
+        self._entries[name] = (obj, _entry_point_registrant(ep))
         return obj  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:

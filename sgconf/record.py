@@ -15,6 +15,7 @@ import attrs
 
 from sgconf.declarations import assemble_record as assemble_record
 from sgconf.declarations import schema_of
+from sgconf.errors import BadArgument
 from sgconf.twin import builder
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def _schema(record: Any) -> Declarations:
         msg = (
             f"{type(record).__name__} is not a record of any sgconf schema -- pass schema= to say which fields to read"
         )
-        raise TypeError(msg)
+        raise BadArgument(msg)
     return found  # type: ignore[no-any-return]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from sgconf.errors import DeclarationError
 from sgconf.fields import META_KEY, _AttrsAdapter
 from sgconf.frozen import deep_freeze, may_hold_container
 
@@ -68,7 +69,7 @@ def _locate(schema: Any) -> tuple[str, str]:
         f"cannot pickle a record of schema {schema.name!r}: no module that declares its namespaces binds the schema "
         "to a name -- assign the schema to a module-level variable where its namespaces are declared"
     )
-    raise TypeError(msg)
+    raise DeclarationError(msg)
 
 
 def _reduce_record(self: Any) -> tuple[Any, ...]:

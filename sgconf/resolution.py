@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from sgconf.declarations import schema_of
-from sgconf.errors import ConfigError, Problem, ResolutionError
+from sgconf.errors import BadArgument, ConfigError, Problem, ResolutionError
 from sgconf.loading import provenance_of
 from sgconf.record import record_of, record_to_dict, to_bags
 from sgconf.rules import check_rules
@@ -72,7 +72,7 @@ def resolve_once(record: Any, model: Mapping[str, Any] | Any | None = None, *, r
     record was already resolved and `model` differs from the model used then.
     """
     if schema_of(record) is None:
-        raise TypeError(
+        raise BadArgument(
             f"resolve_once() takes a record of a frozen sgconf schema (a ServerArgs), got {type(record).__name__}"
         )
     with _lock:
@@ -110,7 +110,7 @@ def _model_config(record: Any, model: Any, required: bool = False) -> Mapping[st
             found = found()
         if isinstance(found, Mapping):
             return copy.deepcopy(found)
-    raise TypeError(f"model must be a config mapping, got {type(model).__name__}")
+    raise BadArgument(f"model must be a config mapping, got {type(model).__name__}")
 
 
 def _sources(record: Any, decisions: list[Decision]) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Checking cross-field rules: typed constraints between fields that no single field validator can see.
 
 A `Rule` names the fields it reads; that declaration is checked when a schema freezes
-(every name must be a field), and it is what lets an override re-check only the rules it
+(every name must be a field) and when the rule runs (it sees only those fields), and it is what lets an override re-check only the rules it
 could have broken. A rule returns a message, or None when the values are fine. `None`
 in a value means "not resolved yet" and never violates a rule on its own: resolution
 fills it in and the rules run again on the result.
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sgconf.errors import Problem
-from sgconf.hooks import Rule, Values
+from sgconf.hooks import DeclaredReads, Rule, Values
 
 if TYPE_CHECKING:
     from sgconf.declarations import Declarations
@@ -43,14 +43,22 @@ def check_rules(
     elif rules is None:
         rules = schema.rules
     lookup = schema.field_info
+    # one view for the whole run, pointed at each rule's declared fields in turn: building
+    # one per rule would cost more than most rules do (the override path runs this per override)
+    view = _new_view(DeclaredReads)  # without __init__: each rule sets what it may read below
+    view._values = values
     for rule in rules:
-        message = rule(values)
+        view._allowed = rule._allowed
+        view._hook = rule
+        message = rule.check(view)
         if message is None:
             continue
         origin = "; ".join(dict.fromkeys(sources[n] for n in rule.fields if n in sources)) or None
         problems.append(Problem(lookup(rule.fields[0]).path, message, origin))
     return problems
 
+
+_new_view = object.__new__
 
 _SIZED = frozenset({dict, set, frozenset, tuple, list})
 

@@ -13,7 +13,7 @@ from typing import Any
 from sgconf.bag_class import PATH_ATTR
 from sgconf.cli import main
 from sgconf.declarations import TEST_ROLE, Declarations
-from sgconf.errors import DeclarationError
+from sgconf.errors import BadArgument, DeclarationError
 from sgconf.flags import config_parser
 from sgconf.json_schema import config_schema
 from sgconf.loading import attach_provenance, load
@@ -118,7 +118,7 @@ class Schema(Declarations):
             origins = [(n, Origin("record", detail, getattr(built, n), secret=infos[n].setting.secret)) for n in given]
             attach_provenance(built, self, origins)
             return built
-        raise TypeError(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
+        raise BadArgument(f"expected a {self.record_name} record of schema {self.name!r}, got {type(obj).__name__}")
 
 
 __all__ = ["PATH_ATTR", "SCHEMA_ATTR", "TEST_ROLE", "Schema", "schema_of"]

@@ -23,7 +23,7 @@ try:
 except ImportError:  # python 3.10: the same parser, packaged separately
     import tomli as tomllib  # type: ignore[no-redef]
 
-from sgconf.errors import Problem
+from sgconf.errors import Problem, SgconfError
 from sgconf.provenance import Origin
 from sgconf.suggest import did_you_mean
 
@@ -177,7 +177,7 @@ def _parse(file: Path, schema: Declarations) -> tuple[Any, str | None]:
         return None, f"invalid YAML: {reason}{at}{fix}"
 
 
-class _DuplicateKey(ValueError):
+class _DuplicateKey(SgconfError, ValueError):
     """Raised while parsing a JSON object (or, as the YAML loader's `DuplicateKey`, a mapping) that repeats a key."""
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sgconf.convert import ConversionError, describe_type, structure
 from sgconf.declarations import schema_of
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import BadArgument, ConfigError, Problem
 from sgconf.fieldinfo import FieldInfo
 from sgconf.fields import REQUIRED
 from sgconf.record import record_of, record_to_dict
@@ -108,14 +108,14 @@ def build_record(
     """
     base_schema = schema_of(base) if base is not None else None
     if base is not None and base_schema is None:
-        raise TypeError(f"base must be a record of an sgconf schema, got {type(base).__name__}")
+        raise BadArgument(f"base must be a record of an sgconf schema, got {type(base).__name__}")
     if schema is None:
         if base_schema is None:
-            raise TypeError("build_record() needs schema= or a base record to say which schema to build")
+            raise BadArgument("build_record() needs schema= or a base record to say which schema to build")
         schema = base_schema
     elif base_schema is not None and base_schema is not schema:
         msg = f"base is a record of schema {base_schema.name!r}, not {schema.name!r} -- pass a base of the schema you build"
-        raise TypeError(msg)
+        raise BadArgument(msg)
     values, problems = convert_fields(raw, sources, schema=schema)
     merged = record_to_dict(base, schema) if base is not None else {n: i.default for n, i in schema.fields().items()}
     merged.update(values)

@@ -16,12 +16,13 @@ from typing import Any
 import structlog
 
 from engine.dp.nodes import DEFAULT_START_TIMEOUT_S, LINK_KEY, NodeLayout, join_rendezvous, split_addr
+from engine.errors import WaitTimedOut
 
 log = structlog.get_logger("engine.dp.controller")
 
 
 def _wait_listening(host: str, port: int, timeout_s: float) -> None:
-    """Return once something accepts connections at host:port; TimeoutError past `timeout_s`."""
+    """Return once something accepts connections at host:port; WaitTimedOut (a TimeoutError) past `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -29,7 +30,7 @@ def _wait_listening(host: str, port: int, timeout_s: float) -> None:
             return
         except OSError:
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"nothing listens at {host}:{port}") from None
+                raise WaitTimedOut(f"nothing listens at {host}:{port}") from None
             time.sleep(0.2)
 
 

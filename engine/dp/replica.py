@@ -49,6 +49,7 @@ from engine.dp.messages import (
     Result,
     Stop,
 )
+from sgconf.errors import SgconfError
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +59,7 @@ MAX_CONCURRENT = 64
 CLEANUP_TIMEOUT_S = 30.0
 
 
-class _Stopping(Exception):
+class _Stopping(SgconfError):
     """SIGTERM reached a replica of another node: leave the serve loop as on `Stop`."""
 
 

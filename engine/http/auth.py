@@ -20,13 +20,9 @@ import threading
 import attrs
 from fastapi import Request
 
-from engine.errors import EngineError
+from engine.http.errors import KeyFileError  # declared there; re-exported for existing imports
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
-
-
-class KeyFileError(EngineError, ValueError):
-    """Raised when the admin key file cannot be read or holds no key."""
 
 
 @attrs.frozen(slots=True)

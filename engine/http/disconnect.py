@@ -21,14 +21,10 @@ import structlog
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from sgconf.errors import SgconfError
+from engine.http.errors import ClientGone  # declared there; re-exported for existing imports
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-
-
-class ClientGone(SgconfError):
-    """Raised when the client closed its connection before its answer was ready."""
 
 
 async def _disconnected(request: Request) -> None:

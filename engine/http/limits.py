@@ -29,7 +29,7 @@ from fastapi import Request
 
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
-from sgconf.errors import Problem
+from sgconf.errors import Problem, SgconfError
 
 # a JSON string literal, escapes included; removed before brackets are counted
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -104,7 +104,7 @@ def nesting_depth(raw: bytes) -> int:
     return deepest
 
 
-class _Refused(ValueError):
+class _Refused(SgconfError, ValueError):
     """Raised from inside the parser's hooks; becomes a 422 problem at `path`."""
 
     def __init__(self, path: str, message: str) -> None:

@@ -36,7 +36,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
-from engine.errors import EngineError
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import json_object
@@ -48,6 +47,7 @@ from engine.http.disconnect import (
     started,
     unless_disconnected,
 )
+from engine.http.errors import OpenAIError  # declared there; re-exported for existing imports
 from engine.http.openapi import OPENAI_RESPONSES, chat_body, completions_body
 from engine.http.problems import HTTPProblem, problem_of
 from engine.request_params import (
@@ -73,30 +73,11 @@ COMPLETION_FIELDS = (*COMMON_FIELDS, "prompt")
 CHAT_FIELDS = (*COMMON_FIELDS, "messages", "top_logprobs")
 
 
-class OpenAIError(EngineError):
-    """A request OpenAI's API would refuse: answered in its error body, with the headers of the problem it came
-    from (`Connection: close` after a body timeout, `Retry-After` of a busy engine)."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.headers = headers
-
-    def response(self) -> JSONResponse:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        body = {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+def _openai_response(exc: OpenAIError) -> JSONResponse:
+    """`exc` as OpenAI's API answers it: its error body, under its status."""
+    kind = "invalid_request_error" if exc.status < 500 else "server_error"
+    body = {"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}}
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 def _bad(param: str, message: str) -> OpenAIError:
@@ -226,7 +207,7 @@ def install_openai_routes(
         try:
             require_api_key(request)
         except Exception as exc:
-            return _as_openai(exc).response()
+            return _openai_response(_as_openai(exc))
         name = model_name()
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sgconf"}]}
 
@@ -245,7 +226,7 @@ def install_openai_routes(
             prompts = prompts_of(body)
             return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
         except Exception as exc:
-            return _as_openai(exc).response()
+            return _openai_response(_as_openai(exc))
 
     def chat_prompt(body: dict[str, Any]) -> list[str | list[int]]:
         return [render_chat(body.get("messages"), chat_template)]

@@ -11,7 +11,6 @@ first `MAX_PROBLEMS_SHOWN` of them and then one line counting the rest, on every
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -19,10 +18,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from engine.errors import (
-    MAX_PROBLEMS_SHOWN,
     DeadlineExceeded,
     EngineBusy,
-    EngineError,
     EngineStopped,
     GenerationError,
     NoSuchReplica,
@@ -33,59 +30,12 @@ from engine.errors import (
     ReplicaRunning,
     RequestRejected,
     StorageRefused,
-    more_problems,
 )
+from engine.http.errors import HTTPProblem  # declared there; re-exported for existing imports
 from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import ConfigError
 
 log = structlog.get_logger(__name__)
-
-
-def shown_problems(lines: list[str], omitted: int = 0) -> list[str]:
-    """The `$.path: reason` lines a refusal lists: the first `MAX_PROBLEMS_SHOWN`, then one counting the rest.
-
-    `omitted` counts problems found but never made into lines (`InvalidRequest.omitted`).
-    """
-    if len(lines) <= MAX_PROBLEMS_SHOWN and not omitted:
-        return lines
-    shown = lines[:MAX_PROBLEMS_SHOWN]
-    return [*shown, more_problems(len(lines) - len(shown) + omitted)]
-
-
-class HTTPProblem(EngineError):
-    """An error answer: status, a one-line detail and optional `$.path: reason` lines (capped by `shown_problems`).
-
-    Given `problems`, the lines are theirs, and the problems stay available as data
-    (path, message, source), so a route that answers in another shape (OpenAI's
-    `param`) reads the path, never the rendered line.
-    """
-
-    def __init__(
-        self,
-        status: int,
-        detail: str,
-        *,
-        errors: list[str] | None = None,
-        problems: Sequence[Problem] | None = None,
-        extra: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        omitted: int = 0,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.problems: tuple[Problem, ...] = tuple(problems or ())
-        lines = [str(p) for p in self.problems] if errors is None and problems is not None else errors
-        self.errors = None if lines is None else shown_problems(lines, omitted)
-        self.extra = extra or {}
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"detail": self.detail}
-        if self.errors is not None:
-            out["errors"] = self.errors
-        out.update(self.extra)
-        return out
 
 
 # most specific first: the first class an exception is an instance of decides

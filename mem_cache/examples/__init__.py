@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sgconf.errors import UnknownNameError
 from sgconf.serving.models import builtin_model_config, builtin_model_names, builtin_model_path
 
 EMBEDDED = "tiny"
@@ -26,9 +27,9 @@ def example_path(name: str) -> Path | None:
 
 
 def load_example(name: str) -> dict[str, Any]:
-    """The config dict of a shipped example; KeyError naming the choices when unknown."""
+    """The config dict of a shipped example; UnknownNameError (a KeyError) naming the choices when unknown."""
     if example_path(name) is None:
-        raise KeyError(f"no example model {name!r} -- choose one of {', '.join(example_names())}")
+        raise UnknownNameError(f"no example model {name!r} -- choose one of {', '.join(example_names())}")
     return builtin_model_config(name)
 
 

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sgconf.errors import ConfigError, Problem
+from sgconf.errors import ConfigError, Problem, UnknownNameError
 from sgconf.suggest import did_you_mean
 
 _PACKAGE = "sgconf.serving.builtin_models"
@@ -35,10 +35,10 @@ def builtin_model_path(name: str) -> Path | None:
 
 
 def builtin_model_config(name: str) -> dict[str, Any]:
-    """The config dict of a shipped model; KeyError naming the choices when unknown."""
+    """The config dict of a shipped model; UnknownNameError (a KeyError) naming the choices when unknown."""
     path = builtin_model_path(name)
     if path is None:
-        raise KeyError(
+        raise UnknownNameError(
             f"no shipped model {name!r}{did_you_mean(name, builtin_model_names(), normalize=False)} -- "
             f"choose one of {', '.join(builtin_model_names())}"
         )

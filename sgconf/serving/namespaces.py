@@ -499,8 +499,8 @@ SERVING.role("tokenizer", namespaces=["model", "serving", "observability", "spec
 SERVING.role("detokenizer", namespaces=["model", "serving", "observability"])
 SERVING.role("dp_controller", namespaces=["model", "parallel", "serving", "observability", "disagg"])
 
-for _name, _fn in derived.SERVING_DERIVED.items():
-    SERVING.derived(_name)(_fn)
+for _value in derived.SERVING_DERIVED:
+    SERVING.add_derived(_value)
 
 SERVING.freeze()
 

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from sgconf.errors import ConfigError
-from sgconf.hooks import Step
+from sgconf.hooks import Step, Values
 from sgconf.serving.models import load_model_config
 from sgconf.serving.rules import TREE_DRAFT_ALGORITHMS
 
@@ -80,13 +80,13 @@ def read_model(record: Any, *, required: bool = False) -> Mapping[str, Any] | No
         return None  # a model_path we cannot read here (remote, not yet downloaded): no model facts
 
 
-def _step_device(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_device(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     if v["device"] == "auto":
         return {"device": (env.device, "cuda is available" if env.device == "cuda" else "no cuda device found")}
     return {}
 
 
-def _step_cpu_threads(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_cpu_threads(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     if v["cpu_threads"] is not None:
         return {}
     replicas = max(1, v["dp_size"] // max(1, v["nnodes"]))  # the replicas this node runs, each a process
@@ -100,7 +100,7 @@ def _step_cpu_threads(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[
     }
 
 
-def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_dtype(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     out = {}
     dtype = v["dtype"]
     if dtype == "auto":
@@ -118,7 +118,7 @@ def _step_dtype(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, s
     return out
 
 
-def _step_context_length(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_context_length(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     if v["context_length"] is None and env.model is not None:
         length = env.model.get("max_position_embeddings")
         if isinstance(length, int) and length > 0:
@@ -126,7 +126,7 @@ def _step_context_length(v: dict[str, Any], env: ResolveInputs) -> dict[str, tup
     return {}
 
 
-def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_schedule(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     dev = v["device"]
     if v["page_size"] is None:
@@ -154,7 +154,7 @@ def _step_schedule(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any
     return out
 
 
-def _step_attention_backend(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_attention_backend(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     out = {}
     backend = v["attention_backend"]
     if backend is None:
@@ -163,7 +163,7 @@ def _step_attention_backend(v: dict[str, Any], env: ResolveInputs) -> dict[str, 
     return out
 
 
-def _step_spec_defaults(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_spec_defaults(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     algo = v["speculative_algorithm"]
     if algo is None:
         return {}
@@ -186,7 +186,7 @@ def _step_spec_defaults(v: dict[str, Any], env: ResolveInputs) -> dict[str, tupl
     return out
 
 
-def _step_serving(v: dict[str, Any], env: ResolveInputs) -> dict[str, tuple[Any, str]]:
+def _step_serving(v: Values, env: ResolveInputs) -> dict[str, tuple[Any, str]]:
     out = {}
     if v["served_model_name"] is None:
         out["served_model_name"] = (v["model_path"], "defaults to model_path")

@@ -120,7 +120,7 @@ def test_a_node_that_finds_no_controller_says_so_and_exits_1() -> None:
     (event,) = [e for e in logs if e["event"] == "node.no_controller"]
     assert event["dist_init_addr"] == f"127.0.0.1:{port}" and event["node"] == 1
     assert event["error"] == (
-        "no controller answered within 0.3s (TimeoutError) -- start node 0 (--node-rank 0)"
+        "no controller answered within 0.3s (WaitTimedOut) -- start node 0 (--node-rank 0)"
         " with the same --dist-init-addr, then this node"
     )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sgconf import ConfigError, DeclarationError, Schema, setting
+from sgconf.errors import SgconfError, UnknownPluginError
 from sgconf.plugins import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,10 @@ def test_a_name_is_registered_once_and_the_error_names_both_registrants() -> Non
     assert reg.names() == ("a",) and reg.get("a") is first
     with pytest.raises(KeyError, match="unknown widget 'b'.* -- use one of: a"):
         reg.get("b")
+    with pytest.raises(UnknownPluginError) as info:
+        reg.get("aa")
+    assert isinstance(info.value, SgconfError)
+    assert str(info.value) == "unknown widget 'aa' -- did you mean 'a'? -- use one of: a"
     reg.unregister("a")
     assert reg.names() == ()
 
@@ -104,3 +109,78 @@ def test_an_entry_point_that_cannot_import_is_refused_at_the_callers_path(
     assert info.value.reason.startswith(
         "gadget 'broken' from entry point sgconf_test_no_such_module:make cannot be loaded: ModuleNotFoundError"
     )
+
+
+def install(root: Path, dist: str, group: str, entries: dict[str, str]) -> None:
+    """A fake installed distribution under `root`: metadata and entry points, no code."""
+    info = root / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
+    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
+
+
+def test_two_distributions_declaring_one_name_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which one wins must not depend on install order: the name is refused when asked for or listed."""
+    install(tmp_path, "pkg_one", "test.widgets", {"spin": "one.mod:Spin", "only_one": "one.mod:Other"})
+    install(tmp_path, "pkg_two", "test.widgets", {"spin": "two.mod:Spin"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg: Registry[object] = Registry("widget", entry_points="test.widgets")
+    both = (
+        r"widget 'spin' is registered twice: by entry point (one|two)\.mod:Spin \(distribution pkg_(one|two)\)"
+        r" and by entry point (one|two)\.mod:Spin \(distribution pkg_(one|two)\) -- uninstall one"
+    )
+    with pytest.raises(DeclarationError, match=both) as info:
+        reg.get("spin")
+    assert "pkg_one" in str(info.value) and "pkg_two" in str(info.value)
+    with pytest.raises(DeclarationError, match=both):
+        reg.names()
+    with pytest.raises(DeclarationError, match=both):
+        "spin" in reg  # noqa: B015 -- asking is a lookup
+    with pytest.raises(DeclarationError, match=both):
+        reg.register("spin", first)
+    assert "only_one" in reg  # a name one distribution declares is unaffected
+    reg.unregister("spin")  # the clash resolved (one uninstalled): the rest is listed again
+    assert reg.names() == ("only_one",)
+
+
+def test_a_command_two_packages_declare_is_refused_and_so_is_one_that_shadows_a_builtin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sgconf.commands` goes through the registry: neither a second `plan` nor a package's `show` wins silently."""
+    from sgconf import SERVING, cli
+
+    (tmp_path / "rogue.py").write_text("def show(argv):\n    return 9\n")
+    install(tmp_path, "rogue", "test.commands", {"plan": "rogue:plan"})
+    install(tmp_path, "planner", "test.commands", {"plan": "planner:plan"})
+    install(tmp_path, "shadow", "test.shadowing", {"show": "rogue:show"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["plan"], schema=SERVING, command_group="test.commands") == 2
+    err = capsys.readouterr().err
+    assert "command 'plan' is registered twice: by entry point " in err
+    assert "(distribution rogue)" in err and "(distribution planner)" in err
+    assert cli.main(["show"], schema=SERVING, command_group="test.shadowing") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sgconf: command 'show' is registered twice: by entry point rogue:show (distribution shadow)")
+    assert "and by sgconf (built-in)" in err
+
+
+def test_the_default_test_schema_entry_point_goes_through_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two distributions naming one `sgconf.schemas` entry is a usage error naming both, not the first found."""
+    from runtime import pytest_plugin
+
+    install(tmp_path, "rt_a", "test.schemas", {"rt": "rt_a:SCHEMA"})
+    install(tmp_path, "rt_b", "test.schemas", {"rt": "rt_b:SCHEMA"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(pytest_plugin, "SCHEMA_GROUP", "test.schemas")
+
+    class Config:
+        def getini(self, name: str) -> str:
+            return ""
+
+    with pytest.raises(pytest.UsageError, match=r"schema 'rt' is registered twice: .*rt_a.* and by .*rt_b"):
+        pytest_plugin._default_schema(Config())  # type: ignore[arg-type]

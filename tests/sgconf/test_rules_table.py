@@ -227,3 +227,36 @@ def test_only_the_rules_a_change_touches_run_and_a_rule_added_later_is_found() -
     ran.clear()
     check(values, schema=schema)
     assert ran == ["ab", "c", "launch", "late"]
+
+
+def test_a_rule_or_step_reading_an_undeclared_field_is_named() -> None:
+    """A rule sees only its declared fields: an undeclared read names the rule and the field, even on a copy."""
+    from sgconf import Schema, Step, setting
+    from sgconf.errors import DeclarationError, UndeclaredReadError
+
+    schema = Schema("readrt", env_prefix="READRT_")
+
+    @schema.namespace("a")
+    class A:
+        x: int = setting(1, help="x", hot=True)
+
+    @schema.namespace("b")
+    class B:
+        y: int = setting(2, help="y")
+
+    schema.rules.append(Rule("r", ("x",), lambda v: None if v["x"] <= v["y"] else "x above y"))
+    undeclared = "rule 'r' read 'y', which it does not declare -- add it to the rule's fields"
+    with pytest.raises(UndeclaredReadError, match=undeclared) as info:
+        schema.load([], env={})
+    assert isinstance(info.value, DeclarationError)
+    copy = schema.copy("readrt2", without=["b"])
+    with pytest.raises(UndeclaredReadError, match=undeclared):
+        copy.load([], env={})
+    rule = Rule("g", ("x",), lambda v: "y" in v or v.get("y"))
+    for values in ({"x": 1, "y": 2}, {"x": 1}):
+        with pytest.raises(UndeclaredReadError, match="rule 'g' read 'y'"):
+            rule(values)
+    assert Rule("ok", ("x",), lambda v: f"{dict(v)} {'x' in v} {v.get('x')}")({"x": 1, "y": 2}) == "{'x': 1} True 1"
+    step = Step("s", ("x",), lambda v, inputs: {"x": (v["y"], "copied")})
+    with pytest.raises(UndeclaredReadError, match="resolution step 's' read 'y', which it does not declare"):
+        step({"x": 1, "y": 2}, None)

@@ -128,3 +128,36 @@ def test_schema_converter_takes_extra_hooks() -> None:
 
     schema.converter.register_structure_hook(Size, lambda v, _: Size(int(str(v).rstrip("k")) * 1000))
     assert schema.load(["--budget", "4k"], env={}).record.budget == 4000
+
+
+def test_derived_values_declare_the_namespaces_they_read() -> None:
+    """A derived value is a typed `Derived`: its namespaces are checked at freeze and decide what a copy keeps."""
+    schema = Schema("drv")
+
+    @schema.namespace("sizes")
+    class Sizes:
+        pages: int = setting(4, help="pages")
+
+    @schema.namespace("extra")
+    class Extra:
+        bonus: int = setting(1, help="bonus")
+
+    @schema.derived("total", namespaces=["sizes", "extra"])
+    def total(view: object) -> int:
+        """Pages plus bonus."""
+        return 0
+
+    schema.derived("pages_only", namespaces=["sizes"])(lambda view: 0)
+    copy = schema.copy("drv2", without=["extra"])
+    assert list(copy.derived_values()) == ["pages_only"]
+    assert schema.derived_values()["total"] == sgconf.Derived("total", ("sizes", "extra"), total)
+    assert schema.derived_values()["total"].doc == "Pages plus bonus."
+    with pytest.raises(DeclarationError, match="derived value 'total' is declared twice in schema 'drv'"):
+        schema.derived("total", namespaces=["sizes"])(lambda view: 1)
+    schema.freeze()
+
+    typo = Schema("typo")
+    typo.namespace("sizes")(type("Sizes", (), {"__annotations__": {"pages": "int"}, "pages": setting(4, help="p")}))
+    typo.derived("total", namespaces=["size"])(lambda view: 0)
+    with pytest.raises(DeclarationError, match="derived value 'total' of schema 'typo' reads namespace 'size'"):
+        typo.freeze()

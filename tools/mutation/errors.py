@@ -1,9 +1,15 @@
-"""Exceptions of the mutation runner; this module imports nothing of ours."""
+"""Exceptions of the mutation runner, rooted in `sgconf.errors.SgconfError` like every error the project raises.
+
+tools/ may import sgconf (and nothing else of ours), so one root covers them too: a
+caller that catches `SgconfError` around a tool catches its refusals.
+"""
 
 from __future__ import annotations
 
+from sgconf.errors import SgconfError
 
-class MutationError(Exception):
+
+class MutationError(SgconfError):
     """Base of every error the mutation runner reports to its user (exit status 2)."""
 
 
@@ -13,3 +19,7 @@ class MutationConfigError(MutationError, ValueError):
 
 class BaselineFailed(MutationError, RuntimeError):
     """A module's tests fail (or hang) without any mutation, so no mutant can be judged."""
+
+
+class AlreadyImported(MutationError, RuntimeError):
+    """Raised when a module to mutate is already imported: its importers would keep the original code."""

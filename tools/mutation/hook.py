@@ -16,6 +16,8 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import CodeType, ModuleType
 
+from tools.mutation.errors import AlreadyImported
+
 
 class _MutantLoader(importlib.machinery.SourceFileLoader):
     """A source loader whose code is the mutant's (no bytecode cache is read or written)."""
@@ -59,11 +61,11 @@ def is_mutant(module: ModuleType) -> bool:
 def install(module: str, path: Path, code: CodeType) -> MutantFinder:
     """Serve `code` for `module` from now on.
 
-    Raises RuntimeError when the module is already imported: its importers would keep
+    Raises AlreadyImported (a RuntimeError) when the module is already imported: its importers would keep
     the original code and the mutant would be judged on tests that never ran it.
     """
     if module in sys.modules:
-        raise RuntimeError(f"{module} is already imported, so a mutant of it would not be seen by the tests")
+        raise AlreadyImported(f"{module} is already imported, so a mutant of it would not be seen by the tests")
     finder = MutantFinder(module, path, code)
     sys.meta_path.insert(0, finder)
     return finder

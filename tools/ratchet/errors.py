@@ -1,9 +1,15 @@
-"""Exceptions of the read ratchet; this module imports nothing of ours."""
+"""Exceptions of the read ratchet, rooted in `sgconf.errors.SgconfError` like every error the project raises.
+
+tools/ may import sgconf (and nothing else of ours), so one root covers them too: a
+caller that catches `SgconfError` around a tool catches its refusals.
+"""
 
 from __future__ import annotations
 
+from sgconf.errors import SgconfError
 
-class RatchetError(Exception):
+
+class RatchetError(SgconfError):
     """Base of every error the ratchet reports to its user (exit status 2)."""
 
 
@@ -15,5 +21,5 @@ class BaselineRefused(RatchetError, ValueError):
     """`update` would raise a count without `--allow-increase --reason`."""
 
 
-class NewSyntaxError(SyntaxError):
+class NewSyntaxError(RatchetError, SyntaxError):
     """A file uses grammar newer than the project's `target_version`."""
