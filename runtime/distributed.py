@@ -70,7 +70,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from runtime.errors import PropagationFailed, RanksSilent, Refusal, ResyncFailed
+from runtime.errors import GroupMessageError, PropagationFailed, RanksSilent, Refusal, ResyncFailed
 from runtime.group_follower import Following
 from runtime.group_messages import (
     Aborted,
@@ -227,8 +227,11 @@ class ConfigGroup(Following):
             for rank in self._followers():
                 self._send(rank, ask)
             own = self._state(fields)
-            replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s, RankReport)
-            self._release(n, f"status/{n}", self._followers(), replies)
+            replies: dict[int, RankReport] = {}
+            try:  # an unreadable reply counts as silence here; the keys read are deleted whatever happens
+                replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s, RankReport)
+            finally:
+                self._release(n, f"status/{n}", self._followers(), replies)
         states = [RankState(self.rank, True, own.generation, own.fingerprint, own.values)]
         for rank in self._followers():
             reply = replies.get(rank)
@@ -283,8 +286,11 @@ class ConfigGroup(Following):
             n = self._next_round()
             own = self._state(())
             self._send(rank, attrs.evolve(self.catch_up(), round=n).to_wire())
-            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack)
-            self._release(n, f"ack/{n}", [rank], reply)
+            reply: dict[int, Ack] = {}
+            try:
+                reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack, unreadable=_failed_ack)
+            finally:
+                self._release(n, f"ack/{n}", [rank], reply)
         ack = reply.get(rank)
         if not isinstance(ack, Ack):
             raise ResyncFailed(rank, own.generation, [f"did not answer within {timeout_s:g}s"])
@@ -346,7 +352,7 @@ class ConfigGroup(Following):
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
                 self._send(rank, payload)
-            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote)
+            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote, unreadable=_failed_vote)
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote.reasons for rank, vote in votes.items() if not vote.ok}
@@ -365,8 +371,13 @@ class ConfigGroup(Following):
             self._abort(prepared)
             # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
             ready = [rank for rank, vote in votes.items() if vote.ok]
-            acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack)
-            self._forget_decision(n, [*ready, *silent], acked)
+            acked: dict[int, Aborted | Ack] = {}
+            try:
+                acked = self._gather(
+                    f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack, unreadable=_failed_ack
+                )
+            finally:
+                self._forget_decision(n, [*ready, *silent], acked)
             late = wanted == COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
                 "config_group.aborted",
@@ -379,8 +390,14 @@ class ConfigGroup(Following):
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
         own = self._commit(prepared)
-        acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack)
-        self._forget_decision(n, self._followers(), acks)
+        # the change is live from here on: whatever the acks say, the round's keys are cleaned and it answers Propagated
+        acks: dict[int, Ack] = {}
+        try:
+            acks = self._gather(
+                f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack, unreadable=_failed_ack
+            )
+        finally:
+            self._forget_decision(n, self._followers(), acks)
         return self._compare(n, source, fields, own, acks)
 
     def _decide(self, n: int, wanted: str) -> str:
@@ -395,6 +412,10 @@ class ConfigGroup(Following):
             ack = acks.get(rank)
             if ack is None:
                 states.append(RankState(rank, False))
+                bad.append(rank)
+                continue
+            if not ack.fingerprint:  # its ack could not be read (`_failed_ack`): it answered, its state is unknown
+                states.append(RankState(rank, True))
                 bad.append(rank)
                 continue
             states.append(RankState(rank, True, ack.generation, ack.fingerprint))
@@ -471,10 +492,20 @@ class ConfigGroup(Following):
         """Queue one message (`to_wire`'s text, made once for every rank) in `rank`'s inbox."""
         self._store.queue_push(f"inbox/{rank}", payload)
 
-    def _gather(self, prefix: str, ranks: Sequence[int], deadline: float, *expected: type[R]) -> dict[int, R]:
+    def _gather(
+        self,
+        prefix: str,
+        ranks: Sequence[int],
+        deadline: float,
+        *expected: type[R],
+        unreadable: Callable[[str], R] | None = None,
+    ) -> dict[int, R]:
         """Read `prefix/<rank>` for each rank as one of `expected`, waiting until `deadline` at most.
 
-        Missing ranks are left out; a reply that cannot be read raises GroupMessageError.
+        Missing ranks are left out. A reply that cannot be read (`GroupMessageError`) is
+        logged and stands for that rank's failure: `unreadable(error)` is its answer, or
+        the rank is left out when none is given. One bad reply never ends the round
+        early, so the caller's cleanup and its answer cover every rank.
         """
         out: dict[int, R] = {}
         for rank in ranks:
@@ -487,7 +518,12 @@ class ConfigGroup(Following):
                     continue
             elif not self._store.check([key]):
                 continue
-            out[rank] = from_wire(self._store.get(key), *expected)
+            try:
+                out[rank] = from_wire(self._store.get(key), *expected)
+            except GroupMessageError as exc:
+                log.error("config_group.unreadable_reply", rank=rank, key=key, error=str(exc))
+                if unreadable is not None:
+                    out[rank] = unreadable(f"its reply could not be read: {exc}")
         return out
 
     def _require_follower(self, rank: int) -> None:
@@ -499,6 +535,16 @@ class ConfigGroup(Following):
         if not self.is_coordinator:
             msg = f"{what} is only available on the coordinator (rank {self.coordinator}), not rank {self.rank}"
             raise RuntimeError(msg)
+
+
+def _failed_vote(error: str) -> Vote:
+    """A no vote standing for a rank whose vote could not be read: the round aborts, naming it."""
+    return Vote(False, -1, (error,), Refusal.FAILED)
+
+
+def _failed_ack(error: str) -> Ack:
+    """A failed ack standing for a rank whose ack could not be read: its state unknown (no fingerprint)."""
+    return Ack(-1, "", refusal=Refusal.FAILED, errors=(error,))
 
 
 def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator: int) -> tuple[str, int]:

@@ -35,7 +35,7 @@ from engine.errors import (
     StorageRefused,
     more_problems,
 )
-from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
+from runtime.errors import GroupMessageError, NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError, Problem
 
 log = structlog.get_logger(__name__)
@@ -104,6 +104,7 @@ STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (GenerationError, 503),
     (EngineStopped, 503),
     (ReplicaFailed, 503),
+    (GroupMessageError, 502),  # another rank answered what this one cannot read: a bad answer from upstream
 )
 
 
