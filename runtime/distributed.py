@@ -82,6 +82,7 @@ from runtime.group_messages import (
     StopListening,
     Vote,
     from_wire,
+    unsendable,
 )
 from runtime.group_results import (
     ABORT,
@@ -99,6 +100,7 @@ from runtime.group_results import (
     reasons_of,
     refusal_reason,
 )
+from sgconf.dump import json_type
 
 _FOREVER = datetime.timedelta(days=365)
 _HOST_BYTES = 255
@@ -285,7 +287,7 @@ class ConfigGroup(Following):
         with self._lock:
             n = self._next_round()
             own = self._state(())
-            self._send(rank, attrs.evolve(self.catch_up(), round=n).to_wire())
+            self._send(rank, self._catch_up_payload(rank, n, own.generation))
             reply: dict[int, Ack] = {}
             try:
                 reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack, unreadable=_failed_ack)
@@ -306,6 +308,19 @@ class ConfigGroup(Following):
             raise ResyncFailed(rank, own.generation, [reason], reason=Refusal.DIVERGED)
         log.info("config_group.resynced", rank=rank, generation=ack.generation, fields=ack.changed)
         return RankState(rank, True, ack.generation, ack.fingerprint)
+
+    def _catch_up_payload(self, rank: int, n: int, generation: int) -> str:
+        """The catch-up's wire text, strictly: a value JSON cannot carry would reach the rank as its repr."""
+        message = attrs.evolve(self.catch_up(), round=n)
+        try:
+            return message.to_wire(strict=True)
+        except (TypeError, ValueError):
+            reasons = [
+                f"'{name}' holds a {json_type(message.values[name])} value, which cannot travel to the rank as JSON"
+                f" -- set '{name}' to a value of its declared type (set by {message.set_by.get(name)!r})"
+                for name in unsendable(message.values)
+            ]
+            raise ResyncFailed(rank, generation, reasons or ["the catch-up cannot travel as JSON"]) from None
 
     def status(self) -> dict[str, Any]:
         """This rank's view for `/server_info`: rank, world size, last fingerprint mismatch (or None)."""

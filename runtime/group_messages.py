@@ -67,6 +67,17 @@ class _Wire:
         return json.dumps(body) if strict else json.dumps(body, default=repr)
 
 
+def unsendable(values: Mapping[str, Any]) -> list[str]:
+    """The names in `values` whose value JSON cannot carry (what `to_wire(strict=True)` refuses), in order."""
+    out = []
+    for name, value in values.items():
+        try:
+            json.dumps(_converter.unstructure(value))
+        except (TypeError, ValueError):
+            out.append(name)
+    return out
+
+
 # -- coordinator to follower (its inbox) -------------------------------------------------
 
 
@@ -201,4 +212,5 @@ __all__ = [
     "ToFollower",
     "Vote",
     "from_wire",
+    "unsendable",
 ]

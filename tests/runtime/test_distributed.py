@@ -669,7 +669,35 @@ def test_an_unreadable_vote_aborts_the_round_naming_the_rank(monkeypatch: pytest
     with pytest.raises(PropagationFailed) as info:
         group.propagate("test.tune", schedule_policy="lpm")
     assert info.value.reasons == {1: Refusal.FAILED}
-    assert info.value.lines()[0].startswith("rank 1: its reply could not be read: a config-group 'vote' message is malformed")
+    assert info.value.lines()[0].startswith(
+        "rank 1: its reply could not be read: a config-group 'vote' message is malformed"
+    )
     assert get_context().generation == 0
     assert not group._store.check(["decision/1"])
+    group.close()
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+@pytest.mark.parametrize(
+    ("value", "kind"), [(datetime.timedelta(seconds=90), "timedelta"), (frozenset({1}), "frozenset")]
+)
+def test_a_catch_up_value_json_cannot_carry_fails_the_resync_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, value: Any, kind: str
+) -> None:
+    """A value that would reach the rank as its repr (a string) is refused before anything is sent."""
+    from runtime.errors import ResyncFailed
+    from runtime.group_messages import CatchUp
+
+    group = _scripted_pair(monkeypatch)
+    catch_up = CatchUp(
+        0, 1, {"schedule_policy": "lpm", "window": value}, {"schedule_policy": "a", "window": "b"}, ("a", "b")
+    )
+    monkeypatch.setattr(group, "catch_up", lambda: catch_up)
+    with pytest.raises(ResyncFailed) as info:
+        group.resync(1, timeout_s=0.1)
+    assert info.value.reasons == (
+        f"'window' holds a {kind} value, which cannot travel to the rank as JSON"
+        " -- set 'window' to a value of its declared type (set by 'b')",
+    )
+    assert group._store.queue_len("inbox/1") == 0  # nothing reached the rank
     group.close()
