@@ -46,7 +46,15 @@ from engine.errors import (
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
-from engine.request_params import RequestOptions, SamplingParams, check_timeout, refuse, structure_params, token_ids
+from engine.request_params import (
+    RequestOptions,
+    SamplingParams,
+    check_timeout,
+    nonempty_prompt,
+    refuse,
+    structure_params,
+    token_ids,
+)
 from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req
 from engine.streaming import TokenStream
@@ -311,6 +319,7 @@ class Engine(EngineBuilding, EngineStorage):
         add_special_tokens: bool = True,
     ) -> Req:
         if isinstance(prompt_or_ids, str):
+            nonempty_prompt(prompt_or_ids, "$.prompt_or_ids")  # refused as over HTTP, before the tokenizer sees it
             ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
         else:  # the same strict check as `/generate`'s input_ids, and the vocabulary of this model
             ids = list(token_ids(prompt_or_ids, "$.prompt_or_ids", run_sizes(self.shape)[2]))

@@ -157,21 +157,37 @@ def _check_items(items: Sequence[Any], item_type: type, spec: ParamSpec) -> tupl
 PROMPT_IDS = ParamSpec("the prompt as token ids", item_check=interval(0, MAX_TOKEN_ID))
 
 
+def nonempty_prompt(prompt: str | Sequence[Any], path: str) -> None:
+    """The one empty-prompt rule (`MIN_PROMPT_ITEMS`), for text and token ids, before anything is tokenized.
+
+    Every entry asks it (`token_ids`, `check_prompts`, `Engine.submit` for text), so an
+    empty prompt gets the same refusal whichever way it came.
+    """
+    if len(prompt) < MIN_PROMPT_ITEMS:
+        unit = "characters" if isinstance(prompt, str) else "token ids"
+        raise refuse(path, f"{len(prompt)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
+
+
 def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...]:
-    """A prompt given as token ids, strictly: a list of integers (not bools, floats or strings), within the vocabulary.
+    """A prompt given as token ids, strictly: a non-empty list of integers (not bools, floats or strings), within the vocabulary.
 
     Raises InvalidRequest at `path` for a value that is not such a list, RequestRejected
     for an id outside `vocab` (when the model's vocabulary is known: the request can
-    never run here). Every entry (Python, `/generate`'s `input_ids`) checks ids here.
+    never run here). Every entry (Python, `/generate`'s `input_ids`, `/v1`'s `prompt`, a
+    replica group) checks ids here.
     """
     if not isinstance(value, list | tuple):
         raise refuse(path, f"expected a list of integers (got {_shown(value)})")
+    nonempty_prompt(value, path)
     ids, why = _check_items(value, int, PROMPT_IDS)
     if why is not None:
         raise refuse(path, why)
-    if vocab is not None and ids and max(ids) >= vocab:
+    if vocab is not None and max(ids) >= vocab:
         bad = next(t for t in ids if t >= vocab)
-        raise RequestRejected(f"token id {bad} is outside the vocabulary 0..{vocab - 1}")
+        raise RequestRejected(
+            f"{path}: token id {bad} is outside the vocabulary 0..{vocab - 1} of this model"
+            " -- send ids from this model's tokenizer"
+        )
     return ids  # type: ignore[no-any-return]
 
 
@@ -452,8 +468,7 @@ def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: i
     for i, p in enumerate(prompts):
         at = path if len(prompts) == 1 else f"{path}[{i}]"
         unit = "characters" if isinstance(p, str) else "token ids"
-        if len(p) < MIN_PROMPT_ITEMS:
-            raise refuse(at, f"{len(p)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
+        nonempty_prompt(p, at)
         if len(p) > max_chars:
             raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
 
@@ -541,6 +556,7 @@ __all__ = [
     "check_prompts",
     "check_timeout",
     "json_schema",
+    "nonempty_prompt",
     "problems_header",
     "refuse",
     "sampling_of",

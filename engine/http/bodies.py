@@ -145,12 +145,6 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
     return GenerateRequest(prompts, batch, sampling, options, path)
 
 
-def _nonempty_ids(ids: list[Any], path: str) -> tuple[int, ...]:
-    if not ids:
-        raise refuse(path, "expected a non-empty list of integers (got [])")
-    return token_ids(ids, path)
-
-
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
     """The prompts of a body (one, or a batch: a list of texts or of id lists), whether it is a batch, and its path."""
     given = [k for k in PROMPT_FIELDS if body.get(k) is not None]
@@ -160,7 +154,7 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
     value, path = body[key], f"$.{key}"
     if key == "input_ids":  # token ids are checked by the request model, as `Engine.submit`'s are
         if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
-            return tuple(_nonempty_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
+            return tuple(token_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
         if isinstance(value, list):
             return (token_ids(value, path),), False, path
         raise refuse(path, "expected a list of integers, or a non-empty list of such lists")

@@ -208,10 +208,12 @@ def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
         ([1, True], "item 1: expected an integer (got True)"),
         ([1, math.nan], "item 1: expected an integer (got nan)"),
         ([1, -2], "item 1: it must be in [0, 2147483647] (got -2)"),
+        ([1, 2**31], "item 1: it must be in [0, 2147483647] (got 2147483648)"),
+        ([], "0 token ids: the prompt is empty -- send at least 1"),
     ],
 )
 def test_token_ids_are_checked_strictly_and_alike(served, ids: list[Any], why: str) -> None:
-    """A prompt of token ids: the same refusal from Engine.submit and from /generate's input_ids; nothing queued."""
+    """A prompt of token ids: the same refusal from Engine.submit, /generate's input_ids and /v1's prompt; nothing queued."""
     engine, client = served
     before = engine.busy_counts()
     with pytest.raises(InvalidRequest) as info:
@@ -222,6 +224,27 @@ def test_token_ids_are_checked_strictly_and_alike(served, ids: list[Any], why: s
     assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids: {why}"])
     r = _post(client, "/generate", {"input_ids": [[1], ids], "max_new_tokens": 1})
     assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids[1]: {why}"])
+    for prompt, at in ((ids, "$.prompt"), ([[1], ids], "$.prompt[1]")):
+        r = _post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+            400,
+            f"{at}: {why}",
+            "prompt",
+        )
+
+
+def test_an_empty_text_prompt_is_refused_before_tokenizing_at_every_entry(served, monkeypatch) -> None:
+    """`Engine.submit("")` is refused as `/generate` and `/v1` refuse an empty text, the tokenizer never called."""
+    engine, client = served
+    why = "0 characters: the prompt is empty -- send at least 1"
+    monkeypatch.setattr(engine.tokenizer, "encode", lambda *a, **k: pytest.fail("tokenized an empty prompt"))
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit("", max_new_tokens=1)
+    assert info.value.lines() == [f"$.prompt_or_ids: {why}"]
+    r = _post(client, "/generate", {"text": "", "max_new_tokens": 1})
+    assert (r.status_code, r.json()["errors"]) == (422, [f"$.text: {why}"])
+    r = _post(client, "/v1/completions", {"prompt": ["x", ""], "max_tokens": 1})
+    assert (r.status_code, r.json()["error"]["message"]) == (400, f"$.prompt[1]: {why}")
 
 
 def test_submit_batch_and_new_request_check_through_the_model(served) -> None:
