@@ -423,20 +423,37 @@ def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingPa
     return out
 
 
-def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none.
+def unit_options(argss: Sequence[Mapping[str, Any]]) -> RequestOptions:
+    """The options of one unit of work (`Engine.generate` arguments each), checked by `RequestOptions`.
 
     The items of one route share their deadline and how their text is tokenized (a
     rendered chat carries its own special tokens), so the first item's say for all.
     """
     first = argss[0] if argss else {}
-    return list(
-        engine.submit_batch(
-            unit_items(argss),
-            timeout_s=first.get("timeout_s"),
-            add_special_tokens=first.get("add_special_tokens", True),
-        )
-    )
+    return RequestOptions(timeout_s=first.get("timeout_s"), add_special_tokens=first.get("add_special_tokens", True))
+
+
+def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none."""
+    items = unit_items(argss)
+    options = unit_options(argss)
+    return list(engine.submit_batch(items, timeout_s=options.timeout_s, add_special_tokens=options.add_special_tokens))
+
+
+def submit_args(params: Mapping[str, Any]) -> tuple[SamplingParams, RequestOptions]:
+    """`Engine.submit`'s keyword arguments, checked by the one request model: its sampling and its options (one choice)."""
+    sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
+    if options.n != 1:
+        raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
+    return sampling, options
+
+
+def prompt_of(prompt_or_ids: Any, path: str = "$.prompt_or_ids", vocab: int | None = None) -> str | tuple[int, ...]:
+    """A prompt checked before anything tokenizes it: text that is not empty, or token ids (`token_ids`)."""
+    if isinstance(prompt_or_ids, str):
+        nonempty_prompt(prompt_or_ids, path)
+        return prompt_or_ids
+    return token_ids(prompt_or_ids, path, vocab)
 
 
 def refuse(path: str, message: str) -> InvalidRequest:
@@ -558,10 +575,13 @@ __all__ = [
     "json_schema",
     "nonempty_prompt",
     "problems_header",
+    "prompt_of",
     "refuse",
     "sampling_of",
     "structure_params",
+    "submit_args",
     "submit_unit",
     "token_ids",
     "unit_items",
+    "unit_options",
 ]

@@ -390,13 +390,12 @@ def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sende
     """Run a unit of work as one engine unit (`submit_batch`), answered once with every item's body, in order."""
     from engine.http.bodies import generate_body
 
-    first = message.items[0] if message.items else None
-
     def work() -> dict[str, Any]:
+        options = message.options
         reqs = engine.submit_batch(
             [(ask.prompt, ask.sampling) for ask in message.items],
-            timeout_s=first.timeout_s if first else None,
-            add_special_tokens=first.add_special_tokens if first else True,
+            timeout_s=options.timeout_s,
+            add_special_tokens=options.add_special_tokens,
         )
         if not running.add(message.rid, reqs):
             engine.cancel(reqs)

@@ -307,3 +307,37 @@ def test_the_schema_states_the_same_bounds() -> None:
     assert ours["seed"]["anyOf"][0]["maximum"] == 2**63 - 1
     openai = json_schema(OPENAI_NAMES)
     assert openai["max_tokens"]["minimum"] == 1 and openai["temperature"]["default"] == 1.0
+
+
+GROUP_BAD = [
+    {"prompt_or_ids": [1, "3"]},
+    {"prompt_or_ids": [1, 2.7]},
+    {"prompt_or_ids": [1, True]},
+    {"prompt_or_ids": ["abc"]},
+    {"prompt_or_ids": []},
+    {"prompt_or_ids": ""},
+    {"prompt_or_ids": "x", "add_special_tokens": "false"},
+    {"prompt_or_ids": "x", "timeout_s": -1},
+    {"prompt_or_ids": "x", "temperature": -1, "add_special_tokens": 0},
+]
+
+
+@pytest.mark.parametrize("args", GROUP_BAD, ids=[repr(a) for a in GROUP_BAD])
+def test_a_replica_group_refuses_a_request_as_one_engine_does(served, args: dict[str, Any]) -> None:
+    """The controller checks a request (`asks`) in the words one engine uses, one request or a unit of two."""
+    from engine.dp.messages import asks
+    from engine.request_params import submit_unit
+
+    engine, _ = served
+    args = {"max_new_tokens": 1, **args}
+    with pytest.raises(InvalidRequest) as one:
+        engine.submit(**args)
+    with pytest.raises(InvalidRequest) as group:
+        asks([args])
+    assert group.value.lines() == one.value.lines()
+    unit = [args, {"prompt_or_ids": "ok", "max_new_tokens": 1}]
+    with pytest.raises(InvalidRequest) as one_unit:
+        submit_unit(engine, unit)
+    with pytest.raises(InvalidRequest) as group_unit:
+        asks(unit)
+    assert group_unit.value.lines() == one_unit.value.lines()
