@@ -252,7 +252,8 @@ class Failed:
     """A request that failed: the kind of failure and what the exception carried, so the controller raises its twin.
 
     `detail` is the exception's text (a config error's header); `problems` a config
-    error's problems, as data (path, message, source); `queued`, `running` and
+    error's problems, as data (path, message, source), and `omitted` how many more a
+    bad request had (`InvalidRequest.omitted`); `queued`, `running` and
     `retry_after_s` what a busy engine said.
     """
 
@@ -263,6 +264,7 @@ class Failed:
     queued: int = 0
     running: int = 0
     retry_after_s: float | None = None
+    omitted: int = 0
 
     @classmethod
     def of(cls, rid: int, exc: BaseException) -> Failed | None:
@@ -271,7 +273,7 @@ class Failed:
         if kind is None:
             return None
         if isinstance(exc, ConfigError):
-            return cls(rid, kind, exc.header, exc.problems)
+            return cls(rid, kind, exc.header, exc.problems, omitted=getattr(exc, "omitted", 0))
         if isinstance(exc, EngineBusy):
             return cls(rid, kind, str(exc), (), exc.queued, exc.running, exc.retry_after_s)
         return cls(rid, kind, str(exc))
@@ -281,6 +283,8 @@ class Failed:
         error = dict(FAILURES)[self.kind]
         if issubclass(error, EngineBusy):
             return error(self.detail, queued=self.queued, running=self.running, retry_after_s=self.retry_after_s)
+        if issubclass(error, InvalidRequest):
+            return error(self.problems, header=self.detail, omitted=self.omitted)
         if issubclass(error, ConfigError):
             return error(self.problems, header=self.detail)  # type: ignore[call-arg]
         return error(self.detail)
