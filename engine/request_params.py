@@ -33,6 +33,7 @@ from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest, RequestRejected
 from sgconf.convert import ConversionError, converter
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
+from sgconf.sources import given_twice_at
 from sgconf.suggest import did_you_mean
 from sgconf.twin import builder
 
@@ -373,7 +374,7 @@ def structure_params(
             continue
         first = given.get(ours)
         if first is not None:
-            problems.append(Problem(path, f"'{ours}' is given twice, as {first} and as {path} -- give one of them"))
+            problems.append(given_twice_at(path, name, first))  # the spellings the client sent, at both paths
             continue
         given[ours] = path
         out, why = _check_one(ours, value, field)

@@ -76,32 +76,27 @@ TWICE = [
     (
         "/generate",
         {"text": "x", "sampling_params": {"temperature": 0.5}, "temperature": 0.5},
-        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
-        " -- give one of them",
+        "$.temperature: 'temperature' is given twice (also as $.sampling_params.temperature) -- keep one",
     ),
     (
         "/generate",
         {"text": "x", "max_tokens": 3, "max_new_tokens": 2},
-        "$.max_new_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as $.max_new_tokens"
-        " -- give one of them",
+        "$.max_new_tokens: 'max_new_tokens' is given twice (also as $.max_tokens) -- keep one",
     ),
     (
         "/generate",
         {"text": "x", "sampling_params": {"max_completion_tokens": 3}, "max_tokens": 2},
-        "$.max_tokens: 'max_new_tokens' is given twice, as $.sampling_params.max_completion_tokens and as"
-        " $.max_tokens -- give one of them",
+        "$.max_tokens: 'max_tokens' is given twice (also as $.sampling_params.max_completion_tokens) -- keep one",
     ),
     (
         "/v1/completions",
         {"prompt": "x", "max_tokens": 2, "max_completion_tokens": 5},
-        "$.max_completion_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as"
-        " $.max_completion_tokens -- give one of them",
+        "$.max_completion_tokens: 'max_completion_tokens' is given twice (also as $.max_tokens) -- keep one",
     ),
     (
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5, "max_tokens": 2},
-        "$.max_tokens: 'max_new_tokens' is given twice, as $.max_completion_tokens and as $.max_tokens"
-        " -- give one of them",
+        "$.max_tokens: 'max_tokens' is given twice (also as $.max_completion_tokens) -- keep one",
     ),
 ]
 
@@ -195,8 +190,7 @@ def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
     assert r.status_code == 422
     assert r.json()["errors"] == [
         "$.sampling_params.temperature: must be in [0, 100] (got -1)",
-        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
-        " -- give one of them",
+        "$.temperature: 'temperature' is given twice (also as $.sampling_params.temperature) -- keep one",
     ]
 
 
