@@ -31,6 +31,7 @@ import attrs
 
 from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest, RequestRejected
 from sgconf.convert import ConversionError, converter
+from sgconf.dump import clipped_repr
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
 from sgconf.sources import given_twice_at
@@ -80,11 +81,6 @@ class _OffOrAtLeast:
         return f"<{self.off} or >= {self.low} validator>"
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
     """The structured value of one field, or the reason it is refused."""
     spec: ParamSpec = field.metadata[PARAM_KEY]
@@ -103,14 +99,14 @@ def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str 
         try:
             out = converter.structure(value, base)
         except (ConversionError, ValueError, TypeError, OverflowError) as exc:
-            return None, f"{exc} (got {_shown(value)})"
+            return None, f"{exc} (got {clipped_repr(value)})"
         if isinstance(value, str) and not isinstance(out, str):  # a JSON string is not a number, even "1"
-            return None, f"expected {_type_word(field)} (got {_shown(value)})"
+            return None, f"expected {_type_word(field)} (got {clipped_repr(value)})"
     if spec.check is not None:
         try:
             spec.check(out)
         except FieldValueError as exc:
-            return None, f"{exc} (got {_shown(value)})"
+            return None, f"{exc} (got {clipped_repr(value)})"
     return out, None
 
 
@@ -120,7 +116,7 @@ def _check_list(value: Any, field: attrs.Attribute, spec: ParamSpec) -> tuple[An
     if isinstance(items, int) and not isinstance(items, bool) and item_type is int:
         items = [items]
     if not isinstance(items, list | tuple):
-        return None, f"expected {_type_word(field)} (got {_shown(value)})"
+        return None, f"expected {_type_word(field)} (got {clipped_repr(value)})"
     return _check_items(items, item_type, spec)
 
 
@@ -145,13 +141,16 @@ def _check_items(items: Sequence[Any], item_type: type, spec: ParamSpec) -> tupl
     for i, item in enumerate(items):
         ok = isinstance(item, str) if item_type is str else (isinstance(item, int) and not isinstance(item, bool))
         if not ok:
-            return None, f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {_shown(item)})"
+            return (
+                None,
+                f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {clipped_repr(item)})",
+            )
         if spec.item_check is not None:
             try:
                 spec.item_check(len(item) if item_type is str else item)
             except FieldValueError as exc:
                 what = "its length" if item_type is str else "it"
-                return None, f"item {i}: {what} {exc} (got {_shown(item)})"
+                return None, f"item {i}: {what} {exc} (got {clipped_repr(item)})"
     return tuple(items), None
 
 
@@ -178,7 +177,7 @@ def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...
     replica group) checks ids here.
     """
     if not isinstance(value, list | tuple):
-        raise refuse(path, f"expected a list of integers (got {_shown(value)})")
+        raise refuse(path, f"expected a list of integers (got {clipped_repr(value)})")
     nonempty_prompt(value, path)
     ids, why = _check_items(value, int, PROMPT_IDS)
     if why is not None:

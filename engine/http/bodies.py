@@ -28,7 +28,6 @@ from engine.request_params import (
     structure_params,
     token_ids,
 )
-from engine.storage_change import checked_attach
 from runtime.serving import get_serving
 from sgconf.dump import json_type
 from sgconf.errors import Problem
@@ -165,30 +164,20 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
     raise refuse(path, "expected a string or a non-empty list of strings")
 
 
-def attach_args(body: dict[str, Any]) -> dict[str, Any]:
-    """The override fields of an attach body, checked as every attach is (`engine.storage_change.checked_attach`).
+def attach_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The post-publish override an attach body asks for (policies only when given), as sent.
 
     The options may come as `..._extra_config_json` (JSON text) or `..._extra_config`.
+    Not checked here: the backend checks every attach once (`engine.storage_change.attach_values`),
+    whichever entry it came from.
     """
-    raw_extra = body.get("hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config"))
-    backend, extra = checked_attach(body.get("hicache_storage_backend"), raw_extra)
-    return {
-        "backend": backend,
-        "extra_config": extra,
-        "prefetch_policy": body.get("hicache_storage_prefetch_policy"),
-        "write_policy": body.get("hicache_write_policy"),
-    }
-
-
-def attach_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """The post-publish override an attach body asks for (policies only when given)."""
-    args = attach_args(body)
     fields: dict[str, Any] = {
-        "hicache_storage_backend": args["backend"],
-        "hicache_storage_backend_extra_config": args["extra_config"],
+        "hicache_storage_backend": body.get("hicache_storage_backend"),
+        "hicache_storage_backend_extra_config": body.get(
+            "hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config")
+        ),
     }
-    if args["prefetch_policy"] is not None:
-        fields["hicache_storage_prefetch_policy"] = args["prefetch_policy"]
-    if args["write_policy"] is not None:
-        fields["hicache_write_policy"] = args["write_policy"]
+    for name in ("hicache_storage_prefetch_policy", "hicache_write_policy"):
+        if body.get(name) is not None:
+            fields[name] = body[name]
     return fields
