@@ -25,6 +25,7 @@ import cattrs
 
 from runtime.errors import GroupMessageError, Refusal
 from sgconf.convert import converter
+from sgconf.dump import json_type
 from sgconf.errors import ConversionError
 
 M = TypeVar("M")
@@ -179,7 +180,10 @@ def from_wire(text: str | bytes, *expected: type[M]) -> M:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GroupMessageError(f"a config-group message is not JSON ({exc}) -- the board holds foreign data") from None
     if not isinstance(data, Mapping):
-        raise GroupMessageError(f"a config-group message is a {type(data).__name__}, not an object")
+        article = "an" if json_type(data)[0] in "aeiou" else "a"
+        raise GroupMessageError(
+            f"a config-group message is {article} {json_type(data)}, not an object -- the board holds foreign data"
+        )
     body = dict(data)
     kind = body.pop("kind", None)
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
@@ -191,7 +195,8 @@ def from_wire(text: str | bytes, *expected: type[M]) -> M:
         )
         raise GroupMessageError(msg)
     if expected and cls not in expected:
-        raise GroupMessageError(f"expected a config-group {wanted} message here, got {kind!r}")
+        msg = f"expected a config-group {wanted} message here, got {kind!r} -- run the same version of the code on every rank"
+        raise GroupMessageError(msg)
     try:
         return _converter.structure(body, cls)  # type: ignore[no-any-return]
     except (ConversionError, cattrs.BaseValidationError, ValueError, TypeError) as exc:
