@@ -514,6 +514,12 @@ def _bound_schema(check: Any, *, integer: bool) -> dict[str, Any]:
     return out
 
 
+def prompt_ids_schema() -> dict[str, Any]:
+    """The JSON Schema of a prompt of token ids: the bounds `token_ids` applies (`PROMPT_IDS`, `MIN_PROMPT_ITEMS`)."""
+    item = {"type": "integer", **_bound_schema(PROMPT_IDS.item_check, integer=True)}
+    return {"type": "array", "items": item, "minItems": MIN_PROMPT_ITEMS}
+
+
 def field_schema(field: attrs.Attribute) -> dict[str, Any]:
     """The JSON Schema of one declared parameter (type, bound, default, help)."""
     spec: ParamSpec = field.metadata[PARAM_KEY]
@@ -575,6 +581,7 @@ __all__ = [
     "json_schema",
     "nonempty_prompt",
     "problems_header",
+    "prompt_ids_schema",
     "prompt_of",
     "refuse",
     "sampling_of",
