@@ -62,7 +62,7 @@ def checked_attach(backend: Any, extra_config: Any) -> tuple[str, dict[str, Any]
 
 
 def attach_values(
-    backend: str,
+    backend: str | None,
     *,
     extra_config: Mapping[str, Any] | str | None = None,
     prefetch_policy: str | None = None,
