@@ -46,14 +46,7 @@ from engine.errors import (
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
-from engine.request_params import (
-    RequestOptions,
-    SamplingParams,
-    check_timeout,
-    prompt_of,
-    refuse,
-    submit_args,
-)
+from engine.request_params import RequestOptions, SamplingParams, check_timeout, prompt_of, refuse, submit_args
 from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req
 from engine.streaming import TokenStream

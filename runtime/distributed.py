@@ -290,7 +290,7 @@ class ConfigGroup(Following):
             self._send(rank, self._catch_up_payload(rank, n, own.generation))
             reply: dict[int, Ack] = {}
             try:
-                reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack, unreadable=_failed_ack)
+                reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack, unreadable=Ack.unreadable)
             finally:
                 self._release(n, f"ack/{n}", [rank], reply)
         ack = reply.get(rank)
@@ -367,7 +367,7 @@ class ConfigGroup(Following):
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
                 self._send(rank, payload)
-            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote, unreadable=_failed_vote)
+            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote, unreadable=Vote.unreadable)
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote.reasons for rank, vote in votes.items() if not vote.ok}
@@ -389,7 +389,7 @@ class ConfigGroup(Following):
             acked: dict[int, Aborted | Ack] = {}
             try:
                 acked = self._gather(
-                    f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack, unreadable=_failed_ack
+                    f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack, unreadable=Ack.unreadable
                 )
             finally:
                 self._forget_decision(n, [*ready, *silent], acked)
@@ -409,7 +409,7 @@ class ConfigGroup(Following):
         acks: dict[int, Ack] = {}
         try:
             acks = self._gather(
-                f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack, unreadable=_failed_ack
+                f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack, unreadable=Ack.unreadable
             )
         finally:
             self._forget_decision(n, self._followers(), acks)
@@ -429,7 +429,7 @@ class ConfigGroup(Following):
                 states.append(RankState(rank, False))
                 bad.append(rank)
                 continue
-            if not ack.fingerprint:  # its ack could not be read (`_failed_ack`): it answered, its state is unknown
+            if not ack.fingerprint:  # its ack could not be read (`Ack.unreadable`): it answered, its state is unknown
                 states.append(RankState(rank, True))
                 bad.append(rank)
                 continue
@@ -517,10 +517,9 @@ class ConfigGroup(Following):
     ) -> dict[int, R]:
         """Read `prefix/<rank>` for each rank as one of `expected`, waiting until `deadline` at most.
 
-        Missing ranks are left out. A reply that cannot be read (`GroupMessageError`) is
-        logged and stands for that rank's failure: `unreadable(error)` is its answer, or
-        the rank is left out when none is given. One bad reply never ends the round
-        early, so the caller's cleanup and its answer cover every rank.
+        Missing ranks are left out. A reply that cannot be read (`GroupMessageError`) is logged and is
+        that rank's failure: `unreadable(error)` its answer (else left out), so one bad reply never ends
+        the round early and the caller's cleanup and answer cover every rank.
         """
         out: dict[int, R] = {}
         for rank in ranks:
@@ -550,16 +549,6 @@ class ConfigGroup(Following):
         if not self.is_coordinator:
             msg = f"{what} is only available on the coordinator (rank {self.coordinator}), not rank {self.rank}"
             raise RuntimeError(msg)
-
-
-def _failed_vote(error: str) -> Vote:
-    """A no vote standing for a rank whose vote could not be read: the round aborts, naming it."""
-    return Vote(False, -1, (error,), Refusal.FAILED)
-
-
-def _failed_ack(error: str) -> Ack:
-    """A failed ack standing for a rank whose ack could not be read: its state unknown (no fingerprint)."""
-    return Ack(-1, "", refusal=Refusal.FAILED, errors=(error,))
 
 
 def _broadcast_address(address: tuple[str, int], process_group: Any, coordinator: int) -> tuple[str, int]:

@@ -144,6 +144,11 @@ class Vote(_Wire):
     reasons: tuple[str, ...] = ()
     reason: Refusal | None = None
 
+    @classmethod
+    def unreadable(cls, error: str) -> Vote:
+        """The no vote standing for a rank whose vote could not be read: the round aborts, naming it."""
+        return cls(False, -1, (error,), Refusal.FAILED)
+
 
 @_kind("ack")
 @attrs.frozen(slots=True)
@@ -161,6 +166,11 @@ class Ack(_Wire):
     changed: int = 0  # for a catch-up: how many fields the side effects saw
     refusal: Refusal | None = None
     errors: tuple[str, ...] = ()
+
+    @classmethod
+    def unreadable(cls, error: str) -> Ack:
+        """The failed ack standing for a rank whose ack could not be read: its state unknown (no fingerprint)."""
+        return cls(-1, "", refusal=Refusal.FAILED, errors=(error,))
 
 
 @_kind("aborted")
