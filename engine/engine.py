@@ -48,7 +48,7 @@ from engine.errors import (
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
-from engine.request_params import RequestOptions, SamplingParams, check_timeout, refuse, structure_params, token_ids
+from engine.request_params import RequestOptions, SamplingParams, check_timeout, prompt_of, refuse, submit_args
 from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req
 from engine.streaming import TokenStream
@@ -263,10 +263,7 @@ class Engine(EngineBuilding, EngineStorage):
         a caller fix the exact interleaving of a batch. `add_special_tokens=False`
         tokenizes text that already carries them (a rendered chat).
         """
-        asked = {**params, "stream": stream, "add_special_tokens": add_special_tokens}
-        sampling, options = structure_params((f"$.{k}", k, v) for k, v in asked.items())
-        if options.n != 1:
-            raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
+        sampling, options = submit_args({**params, "stream": stream, "add_special_tokens": add_special_tokens})
         return self._submit_checked([(prompt_or_ids, sampling)], options)[0]
 
     @under_own_context
@@ -313,10 +310,12 @@ class Engine(EngineBuilding, EngineStorage):
         stream: bool,
         add_special_tokens: bool = True,
     ) -> Req:
-        if isinstance(prompt_or_ids, str):
-            ids = self.tokenizer.encode(prompt_or_ids, add_special_tokens=add_special_tokens)
-        else:  # the same strict check as `/generate`'s input_ids, and the vocabulary of this model
-            ids = list(token_ids(prompt_or_ids, "$.prompt_or_ids", run_sizes(self.shape)[2]))
+        # refused as over HTTP, before the tokenizer sees it; ids also against the vocabulary of this model
+        prompt = prompt_of(prompt_or_ids, vocab=run_sizes(self.shape)[2])
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+        else:
+            ids = list(prompt)
         seed = self.seed if sampling.seed is None else sampling.seed
         req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s)
         if stream:

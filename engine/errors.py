@@ -117,6 +117,18 @@ class ReplicaLost(ReplicaFailed):
     """Raised for a request whose replica exited before answering and no other replica could take it."""
 
 
+class JoinRefused(ReplicaFailed):
+    """Raised on a replica of another node that the controller did not take; `reason` is its typed reason.
+
+    `reason` is the controller's `JoinRefusal` (`engine.dp.messages`), None when it gave
+    none (it never answered), so the replica words its exit from it, never from the text.
+    """
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class ReplicaRunning(EngineError):
     """Raised when asked to restart a replica whose process is still running."""
 
@@ -179,6 +191,7 @@ __all__ = [
     "Refusal",
     "ReplicaElsewhere",
     "ReplicaExited",
+    "JoinRefused",
     "ReplicaFailed",
     "ReplicaLost",
     "ReplicaRunning",

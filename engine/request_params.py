@@ -31,8 +31,10 @@ import attrs
 
 from engine.errors import MAX_PROBLEMS_SHOWN, InvalidRequest, RequestRejected
 from sgconf.convert import ConversionError, converter
+from sgconf.dump import clipped_repr
 from sgconf.errors import Problem
 from sgconf.fields import FieldValueError, interval
+from sgconf.sources import given_twice_at
 from sgconf.suggest import did_you_mean
 from sgconf.twin import builder
 
@@ -79,11 +81,6 @@ class _OffOrAtLeast:
         return f"<{self.off} or >= {self.low} validator>"
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str | None]:
     """The structured value of one field, or the reason it is refused."""
     spec: ParamSpec = field.metadata[PARAM_KEY]
@@ -102,14 +99,14 @@ def _check_one(name: str, value: Any, field: attrs.Attribute) -> tuple[Any, str 
         try:
             out = converter.structure(value, base)
         except (ConversionError, ValueError, TypeError, OverflowError) as exc:
-            return None, f"{exc} (got {_shown(value)})"
+            return None, f"{exc} (got {clipped_repr(value)})"
         if isinstance(value, str) and not isinstance(out, str):  # a JSON string is not a number, even "1"
-            return None, f"expected {_type_word(field)} (got {_shown(value)})"
+            return None, f"expected {_type_word(field)} (got {clipped_repr(value)})"
     if spec.check is not None:
         try:
             spec.check(out)
         except FieldValueError as exc:
-            return None, f"{exc} (got {_shown(value)})"
+            return None, f"{exc} (got {clipped_repr(value)})"
     return out, None
 
 
@@ -119,7 +116,7 @@ def _check_list(value: Any, field: attrs.Attribute, spec: ParamSpec) -> tuple[An
     if isinstance(items, int) and not isinstance(items, bool) and item_type is int:
         items = [items]
     if not isinstance(items, list | tuple):
-        return None, f"expected {_type_word(field)} (got {_shown(value)})"
+        return None, f"expected {_type_word(field)} (got {clipped_repr(value)})"
     return _check_items(items, item_type, spec)
 
 
@@ -144,34 +141,53 @@ def _check_items(items: Sequence[Any], item_type: type, spec: ParamSpec) -> tupl
     for i, item in enumerate(items):
         ok = isinstance(item, str) if item_type is str else (isinstance(item, int) and not isinstance(item, bool))
         if not ok:
-            return None, f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {_shown(item)})"
+            return (
+                None,
+                f"item {i}: expected {'a string' if item_type is str else 'an integer'} (got {clipped_repr(item)})",
+            )
         if spec.item_check is not None:
             try:
                 spec.item_check(len(item) if item_type is str else item)
             except FieldValueError as exc:
                 what = "its length" if item_type is str else "it"
-                return None, f"item {i}: {what} {exc} (got {_shown(item)})"
+                return None, f"item {i}: {what} {exc} (got {clipped_repr(item)})"
     return tuple(items), None
 
 
 PROMPT_IDS = ParamSpec("the prompt as token ids", item_check=interval(0, MAX_TOKEN_ID))
 
 
+def nonempty_prompt(prompt: str | Sequence[Any], path: str) -> None:
+    """The one empty-prompt rule (`MIN_PROMPT_ITEMS`), for text and token ids, before anything is tokenized.
+
+    Every entry asks it (`token_ids`, `check_prompts`, `Engine.submit` for text), so an
+    empty prompt gets the same refusal whichever way it came.
+    """
+    if len(prompt) < MIN_PROMPT_ITEMS:
+        unit = "characters" if isinstance(prompt, str) else "token ids"
+        raise refuse(path, f"{len(prompt)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
+
+
 def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...]:
-    """A prompt given as token ids, strictly: a list of integers (not bools, floats or strings), within the vocabulary.
+    """A prompt given as token ids, strictly: a non-empty list of integers (not bools, floats or strings), within the vocabulary.
 
     Raises InvalidRequest at `path` for a value that is not such a list, RequestRejected
     for an id outside `vocab` (when the model's vocabulary is known: the request can
-    never run here). Every entry (Python, `/generate`'s `input_ids`) checks ids here.
+    never run here). Every entry (Python, `/generate`'s `input_ids`, `/v1`'s `prompt`, a
+    replica group) checks ids here.
     """
     if not isinstance(value, list | tuple):
-        raise refuse(path, f"expected a list of integers (got {_shown(value)})")
+        raise refuse(path, f"expected a list of integers (got {clipped_repr(value)})")
+    nonempty_prompt(value, path)
     ids, why = _check_items(value, int, PROMPT_IDS)
     if why is not None:
         raise refuse(path, why)
-    if vocab is not None and ids and max(ids) >= vocab:
+    if vocab is not None and max(ids) >= vocab:
         bad = next(t for t in ids if t >= vocab)
-        raise RequestRejected(f"token id {bad} is outside the vocabulary 0..{vocab - 1}")
+        raise RequestRejected(
+            f"{path}: token id {bad} is outside the vocabulary 0..{vocab - 1} of this model"
+            " -- send ids from this model's tokenizer"
+        )
     return ids  # type: ignore[no-any-return]
 
 
@@ -357,7 +373,7 @@ def structure_params(
             continue
         first = given.get(ours)
         if first is not None:
-            problems.append(Problem(path, f"'{ours}' is given twice, as {first} and as {path} -- give one of them"))
+            problems.append(given_twice_at(path, name, first))  # the spellings the client sent, at both paths
             continue
         given[ours] = path
         out, why = _check_one(ours, value, field)
@@ -407,20 +423,37 @@ def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingPa
     return out
 
 
-def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none.
+def unit_options(argss: Sequence[Mapping[str, Any]]) -> RequestOptions:
+    """The options of one unit of work (`Engine.generate` arguments each), checked by `RequestOptions`.
 
     The items of one route share their deadline and how their text is tokenized (a
     rendered chat carries its own special tokens), so the first item's say for all.
     """
     first = argss[0] if argss else {}
-    return list(
-        engine.submit_batch(
-            unit_items(argss),
-            timeout_s=first.get("timeout_s"),
-            add_special_tokens=first.get("add_special_tokens", True),
-        )
-    )
+    return RequestOptions(timeout_s=first.get("timeout_s"), add_special_tokens=first.get("add_special_tokens", True))
+
+
+def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none."""
+    items = unit_items(argss)
+    options = unit_options(argss)
+    return list(engine.submit_batch(items, timeout_s=options.timeout_s, add_special_tokens=options.add_special_tokens))
+
+
+def submit_args(params: Mapping[str, Any]) -> tuple[SamplingParams, RequestOptions]:
+    """`Engine.submit`'s keyword arguments, checked by the one request model: its sampling and its options (one choice)."""
+    sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
+    if options.n != 1:
+        raise refuse("$.n", f"one call runs one choice (got {options.n}) -- submit the prompt n times")
+    return sampling, options
+
+
+def prompt_of(prompt_or_ids: Any, path: str = "$.prompt_or_ids", vocab: int | None = None) -> str | tuple[int, ...]:
+    """A prompt checked before anything tokenizes it: text that is not empty, or token ids (`token_ids`)."""
+    if isinstance(prompt_or_ids, str):
+        nonempty_prompt(prompt_or_ids, path)
+        return prompt_or_ids
+    return token_ids(prompt_or_ids, path, vocab)
 
 
 def refuse(path: str, message: str) -> InvalidRequest:
@@ -452,8 +485,7 @@ def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: i
     for i, p in enumerate(prompts):
         at = path if len(prompts) == 1 else f"{path}[{i}]"
         unit = "characters" if isinstance(p, str) else "token ids"
-        if len(p) < MIN_PROMPT_ITEMS:
-            raise refuse(at, f"{len(p)} {unit}: the prompt is empty -- send at least {MIN_PROMPT_ITEMS}")
+        nonempty_prompt(p, at)
         if len(p) > max_chars:
             raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
 
@@ -480,6 +512,12 @@ def _bound_schema(check: Any, *, integer: bool) -> dict[str, Any]:
     if high is not None and math.isfinite(high):
         out["exclusiveMaximum" if check.high_open else "maximum"] = int(high) if integer else high
     return out
+
+
+def prompt_ids_schema() -> dict[str, Any]:
+    """The JSON Schema of a prompt of token ids: the bounds `token_ids` applies (`PROMPT_IDS`, `MIN_PROMPT_ITEMS`)."""
+    item = {"type": "integer", **_bound_schema(PROMPT_IDS.item_check, integer=True)}
+    return {"type": "array", "items": item, "minItems": MIN_PROMPT_ITEMS}
 
 
 def field_schema(field: attrs.Attribute) -> dict[str, Any]:
@@ -541,11 +579,16 @@ __all__ = [
     "check_prompts",
     "check_timeout",
     "json_schema",
+    "nonempty_prompt",
     "problems_header",
+    "prompt_ids_schema",
+    "prompt_of",
     "refuse",
     "sampling_of",
     "structure_params",
+    "submit_args",
     "submit_unit",
     "token_ids",
     "unit_items",
+    "unit_options",
 ]

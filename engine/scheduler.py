@@ -153,8 +153,12 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         """
         params = attrs.evolve(params or SamplingParams(), **fields) if fields else (params or SamplingParams())
         max_new_tokens = params.max_new_tokens
-        if not prompt:
-            raise RequestRejected("'prompt' is empty -- send at least one token")
+        if (
+            not prompt
+        ):  # an empty prompt is refused at every entry (`nonempty_prompt`); this is text that tokenized to none
+            raise RequestRejected(
+                "the prompt's text tokenizes to no tokens -- send text the tokenizer turns into tokens"
+            )
         if params.stop and self.decode is None:
             raise RequestRejected("'stop' strings need a tokenizer to decode the output -- send stop_token_ids")
         headroom = self.speculative.tokens_per_step if self.speculative is not None else 1

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import InvalidAttach, StorageRefused
-from sgconf.convert import ConversionError, converter
+from sgconf.dump import clipped_repr
 from sgconf.errors import Problem
 
 ATTACH_SOURCE = "hicache.attach"
@@ -44,32 +44,25 @@ def checked_attach(backend: Any, extra_config: Any) -> tuple[str, dict[str, Any]
     elif not isinstance(backend, str):
         problems.append(
             Problem(
-                f"$.memory.{BACKEND_FIELD}", f"expected a string, got {_shown(backend)} -- name the backend to attach"
+                f"$.memory.{BACKEND_FIELD}",
+                f"expected a string, got {clipped_repr(backend, 80)} -- name the backend to attach",
             )
         )
+    from mem_cache.hicache.backends import storage_options
+    from mem_cache.hicache.errors import StorageAttachError
+
     options: dict[str, Any] | None = None
-    # blank text and the setting's own words for none (`null`, `none`) give no options
-    if extra_config is not None and not (isinstance(extra_config, str) and extra_config.strip().lower() in _NONE):
-        try:
-            options = dict(converter.structure(extra_config, dict[str, Any]))
-        except (ConversionError, ValueError, TypeError) as exc:
-            msg = f'{exc}, got {_shown(extra_config)} -- pass an object like {{"dir": "/path"}}'
-            problems.append(Problem(f"$.memory.{EXTRA_FIELD}", msg))
+    try:
+        options = storage_options(extra_config)  # the one check of a backend's options
+    except StorageAttachError as exc:
+        problems.append(Problem(f"$.memory.{EXTRA_FIELD}", str(exc)))
     if problems:
         raise InvalidAttach(problems, header="invalid attach request")
     return backend, options
 
 
-_NONE = ("", "null", "none")
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def attach_values(
-    backend: str,
+    backend: str | None,
     *,
     extra_config: Mapping[str, Any] | str | None = None,
     prefetch_policy: str | None = None,

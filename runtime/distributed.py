@@ -1,63 +1,49 @@
 """Propagate a post-publish override to every rank of a group: all ranks change, or none.
 
-`ConfigGroup.propagate(source, **fields)` runs a two-phase commit. The coordinator
-(rank 0 of the group by default) validates first, so input every rank would refuse
-never leaves it, then posts the proposal with its base generation; every rank checks
-that it is at that generation, validates the proposal against its own context
-without applying it (`validate_override`) and prepares the side effects that go with
-it (a storage attach), then votes yes or no with its reasons. Only when every rank
-voted yes do all ranks commit, ending at the same generation; otherwise every rank
-that prepared something releases it and the caller gets one `PropagationFailed`
-naming each refusing rank and its reasons, and each rank that stayed silent. Each
-refusal also carries one typed reason (`refusal_reason`: an exception's own, or
-`invalid`, `not_hot`, `diverged`, `failed`), so a caller decides from it, never from
-the text. Either way the call returns only once every rank that answered has finished the round.
+`ConfigGroup.propagate(source, **fields)` runs a two-phase commit. The coordinator (rank 0 of the group by default)
+validates first, so input every rank would refuse never leaves it, then posts the proposal with its base generation;
+every rank checks that it is at that generation, validates the proposal against its own context without applying it
+(`validate_override`) and prepares the side effects that go with it (a storage attach), then votes yes or no with its
+reasons. Only when every rank voted yes do all ranks commit, ending at the same generation; otherwise every rank that
+prepared something releases it and the caller gets one `PropagationFailed` naming each refusing rank and its reasons,
+and each rank that stayed silent. Each refusal also carries one typed reason (`refusal_reason`: an exception's own, or
+`invalid`, `not_hot`, `diverged`, `failed`), so a caller decides from it, never from the text. Either way the call
+returns only once every rank that answered has finished the round.
 
-Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every
-rank inside the same call at once: a follower would have to sit in a `broadcast`
-waiting for the next proposal, and gloo's timeout is fixed when the group is built,
-so an idle follower would time out while nothing is wrong, and after a timeout the
-gloo group is no longer usable. A dead rank would also hang every collective it
-belongs to. The board instead gives each follower an inbox queue it blocks on for as
-long as it likes (the blocking call releases the GIL), and gives the coordinator
-per-key waits with a deadline, so a silent rank costs the others exactly the
-configured timeout and is then named. The decision of a round is one key written
-with compare-and-set: the coordinator sets it to commit or abort, and a follower
-whose own deadline passes without a decision sets it to abort. Whoever writes first
-wins and everyone reads the same answer, so a late commit can never meet an early
-abort and no rank ever commits alone. The torch.distributed process group is used
-once, at construction, to broadcast the board's address from the coordinator; pass
-a gloo group (`_dist().new_group(backend="gloo")` beside NCCL on GPU machines).
+Why a vote board on a `TCPStore` and not gloo collectives. A collective needs every rank inside the same call at once:
+a follower would have to sit in a `broadcast` waiting for the next proposal, and gloo's timeout is fixed when the
+group is built, so an idle follower would time out while nothing is wrong, and after a timeout the gloo group is no
+longer usable. A dead rank would also hang every collective it belongs to. The board instead gives each follower an
+inbox queue it blocks on for as long as it likes (the blocking call releases the GIL), and gives the coordinator
+per-key waits with a deadline, so a silent rank costs the others exactly the configured timeout and is then named. The
+decision of a round is one key written with compare-and-set: the coordinator sets it to commit or abort, and a
+follower whose own deadline passes without a decision sets it to abort. Whoever writes first wins and everyone reads
+the same answer, so a late commit can never meet an early abort and no rank ever commits alone. The torch.distributed
+process group is used once, at construction, to broadcast the board's address from the coordinator; pass a gloo group
+(`_dist().new_group(backend="gloo")` beside NCCL on GPU machines).
 
-After each commit every rank posts its generation, fingerprint and per-field digests
-(an all-gather over the board, bounded by the same deadline); a fingerprint that
-differs from the coordinator's is logged as an error with the differing fields and
-kept in `status()` for `/server_info`.
+After each commit every rank posts its generation, fingerprint and per-field digests (an all-gather over the board,
+bounded by the same deadline); a fingerprint that differs from the coordinator's is logged as an error with the
+differing fields and kept in `status()` for `/server_info`.
 
-A rank that died stays silent, so every later round fails (naming it) until it is
-replaced: all or nothing holds for the whole group, not for the ranks that happen to
-be up. The replacement joins with the board's `address` instead of the broadcast, the
-coordinator discards what was queued for the dead rank (`clear_inbox`) and then
-brings it up to date (`resync`) in one catch-up round: the current value of every
-field overridden since publish, each with the source that last set it, read from the
-coordinator's live config. The replacement starts from the same launch config, so
-those values take it to the coordinator's fingerprint; it commits them as one
-override at the coordinator's generation, and its side effects prepare what the
-changed fields need (the attached storage backend). A live rank left behind (its
-commit failed) catches up the same way.
+A rank that died stays silent, so every later round fails (naming it) until it is replaced: all or nothing holds for
+the whole group, not for the ranks that happen to be up. The replacement joins with the board's `address` instead of
+the broadcast, the coordinator discards what was queued for the dead rank (`clear_inbox`) and then brings it up to
+date (`resync`) in one catch-up round: the current value of every field overridden since publish, each with the source
+that last set it, read from the coordinator's live config. The replacement starts from the same launch config, so
+those values take it to the coordinator's fingerprint; it commits them as one override at the coordinator's
+generation, and its side effects prepare what the changed fields need (the attached storage backend). A live rank left
+behind (its commit failed) catches up the same way.
 
-Limits: the board lives in the coordinator's process, so if the coordinator dies
-between writing a commit and a follower reading it, that follower cannot tell; it
-releases what it prepared, logs `config_group.board_lost` and stops taking part.
-The coordinator keeps no history for `resync`: a catch-up round is as large as the set
-of fields overridden since publish, however many rounds committed them.
+Limits: the board lives in the coordinator's process, so if the coordinator dies between writing a commit and a
+follower reading it, that follower cannot tell; it releases what it prepared, logs `config_group.board_lost` and stops
+taking part. The coordinator keeps no history for `resync`: a catch-up round is as large as the set of fields
+overridden since publish, however many rounds committed them.
 
-The board stays the same size however many rounds run: the coordinator deletes each
-round's keys once every rank that may read them has (a vote and a status reply once
-gathered; the decision once every rank that voted yes acknowledged it). A key a slow
-rank writes after its deadline is remembered and deleted at a later round; after
-`_STALE_ROUNDS` rounds without it the coordinator stops looking (a rank that slow and
-then refusing leaves one key behind).
+The board stays the same size however many rounds run: the coordinator deletes each round's keys once every rank that
+may read them has (a vote and a status reply once gathered; the decision once every rank that voted yes acknowledged
+it). A key a slow rank writes after its deadline is remembered and deleted at a later round; after `_STALE_ROUNDS`
+rounds without it the coordinator stops looking (a rank that slow and then refusing leaves one key behind).
 """
 
 from __future__ import annotations
@@ -70,7 +56,15 @@ from typing import Any, TypeVar
 
 import attrs
 
-from runtime.errors import CoordinatorOnly, GroupSetupError, PropagationFailed, RanksSilent, Refusal, ResyncFailed
+from runtime.errors import (
+    CoordinatorOnly,
+    GroupMessageError,
+    GroupSetupError,
+    PropagationFailed,
+    RanksSilent,
+    Refusal,
+    ResyncFailed,
+)
 from runtime.group_follower import Following
 from runtime.group_messages import (
     Aborted,
@@ -82,6 +76,7 @@ from runtime.group_messages import (
     StopListening,
     Vote,
     from_wire,
+    unsendable,
 )
 from runtime.group_results import (
     ABORT,
@@ -99,6 +94,7 @@ from runtime.group_results import (
     reasons_of,
     refusal_reason,
 )
+from sgconf.dump import json_type
 
 _FOREVER = datetime.timedelta(days=365)
 _HOST_BYTES = 255
@@ -227,8 +223,11 @@ class ConfigGroup(Following):
             for rank in self._followers():
                 self._send(rank, ask)
             own = self._state(fields)
-            replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s, RankReport)
-            self._release(n, f"status/{n}", self._followers(), replies)
+            replies: dict[int, RankReport] = {}
+            try:  # an unreadable reply counts as silence here; the keys read are deleted whatever happens
+                replies = self._gather(f"status/{n}", self._followers(), time.monotonic() + timeout_s, RankReport)
+            finally:
+                self._release(n, f"status/{n}", self._followers(), replies)
         states = [RankState(self.rank, True, own.generation, own.fingerprint, own.values)]
         for rank in self._followers():
             reply = replies.get(rank)
@@ -282,9 +281,12 @@ class ConfigGroup(Following):
         with self._lock:
             n = self._next_round()
             own = self._state(())
-            self._send(rank, attrs.evolve(self.catch_up(), round=n).to_wire())
-            reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack)
-            self._release(n, f"ack/{n}", [rank], reply)
+            self._send(rank, self._catch_up_payload(rank, n, own.generation))
+            reply: dict[int, Ack] = {}
+            try:
+                reply = self._gather(f"ack/{n}", [rank], time.monotonic() + timeout_s, Ack, unreadable=Ack.unreadable)
+            finally:
+                self._release(n, f"ack/{n}", [rank], reply)
         ack = reply.get(rank)
         if not isinstance(ack, Ack):
             raise ResyncFailed(rank, own.generation, [f"did not answer within {timeout_s:g}s"])
@@ -300,6 +302,19 @@ class ConfigGroup(Following):
             raise ResyncFailed(rank, own.generation, [reason], reason=Refusal.DIVERGED)
         log.info("config_group.resynced", rank=rank, generation=ack.generation, fields=ack.changed)
         return RankState(rank, True, ack.generation, ack.fingerprint)
+
+    def _catch_up_payload(self, rank: int, n: int, generation: int) -> str:
+        """The catch-up's wire text, strictly: a value JSON cannot carry would reach the rank as its repr."""
+        message = attrs.evolve(self.catch_up(), round=n)
+        try:
+            return message.to_wire(strict=True)
+        except (TypeError, ValueError):
+            reasons = [
+                f"'{name}' holds a {json_type(message.values[name])} value, which cannot travel to the rank as JSON"
+                f" -- set '{name}' to a value of its declared type (set by {message.set_by.get(name)!r})"
+                for name in unsendable(message.values)
+            ]
+            raise ResyncFailed(rank, generation, reasons or ["the catch-up cannot travel as JSON"]) from None
 
     def status(self) -> dict[str, Any]:
         """This rank's view for `/server_info`: rank, world size, last fingerprint mismatch (or None)."""
@@ -346,7 +361,7 @@ class ConfigGroup(Following):
             deadline = time.monotonic() + timeout_s
             for rank in self._followers():
                 self._send(rank, payload)
-            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote)
+            votes = self._gather(f"vote/{n}", self._followers(), deadline, Vote, unreadable=Vote.unreadable)
             self._release(n, f"vote/{n}", self._followers(), votes)
             silent = [r for r in self._followers() if r not in votes]
             refusals = {rank: vote.reasons for rank, vote in votes.items() if not vote.ok}
@@ -365,8 +380,13 @@ class ConfigGroup(Following):
             self._abort(prepared)
             # wait (bounded) until the ranks that prepared have released: when this raises, the round is over
             ready = [rank for rank, vote in votes.items() if vote.ok]
-            acked = self._gather(f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack)
-            self._forget_decision(n, [*ready, *silent], acked)
+            acked: dict[int, Aborted | Ack] = {}
+            try:
+                acked = self._gather(
+                    f"ack/{n}", ready, time.monotonic() + timeout_s, Aborted, Ack, unreadable=Ack.unreadable
+                )
+            finally:
+                self._forget_decision(n, [*ready, *silent], acked)
             late = wanted == COMMIT  # every rank voted yes, but one's deadline passed before the decision
             log.warning(
                 "config_group.aborted",
@@ -379,8 +399,14 @@ class ConfigGroup(Following):
             error = RanksSilent if silent or late else PropagationFailed
             raise error(source, refusals, silent, timeout_s=timeout_s, late=late, reasons=reasons)
         own = self._commit(prepared)
-        acks = self._gather(f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack)
-        self._forget_decision(n, self._followers(), acks)
+        # the change is live from here on: whatever the acks say, the round's keys are cleaned and it answers Propagated
+        acks: dict[int, Ack] = {}
+        try:
+            acks = self._gather(
+                f"ack/{n}", self._followers(), time.monotonic() + timeout_s, Ack, unreadable=Ack.unreadable
+            )
+        finally:
+            self._forget_decision(n, self._followers(), acks)
         return self._compare(n, source, fields, own, acks)
 
     def _decide(self, n: int, wanted: str) -> str:
@@ -395,6 +421,10 @@ class ConfigGroup(Following):
             ack = acks.get(rank)
             if ack is None:
                 states.append(RankState(rank, False))
+                bad.append(rank)
+                continue
+            if not ack.fingerprint:  # its ack could not be read (`Ack.unreadable`): it answered, its state is unknown
+                states.append(RankState(rank, True))
                 bad.append(rank)
                 continue
             states.append(RankState(rank, True, ack.generation, ack.fingerprint))
@@ -471,10 +501,19 @@ class ConfigGroup(Following):
         """Queue one message (`to_wire`'s text, made once for every rank) in `rank`'s inbox."""
         self._store.queue_push(f"inbox/{rank}", payload)
 
-    def _gather(self, prefix: str, ranks: Sequence[int], deadline: float, *expected: type[R]) -> dict[int, R]:
+    def _gather(
+        self,
+        prefix: str,
+        ranks: Sequence[int],
+        deadline: float,
+        *expected: type[R],
+        unreadable: Callable[[str], R] | None = None,
+    ) -> dict[int, R]:
         """Read `prefix/<rank>` for each rank as one of `expected`, waiting until `deadline` at most.
 
-        Missing ranks are left out; a reply that cannot be read raises GroupMessageError.
+        Missing ranks are left out. A reply that cannot be read (`GroupMessageError`) is logged and is
+        that rank's failure: `unreadable(error)` its answer (else left out), so one bad reply never ends
+        the round early and the caller's cleanup and answer cover every rank.
         """
         out: dict[int, R] = {}
         for rank in ranks:
@@ -487,7 +526,12 @@ class ConfigGroup(Following):
                     continue
             elif not self._store.check([key]):
                 continue
-            out[rank] = from_wire(self._store.get(key), *expected)
+            try:
+                out[rank] = from_wire(self._store.get(key), *expected)
+            except GroupMessageError as exc:
+                log.error("config_group.unreadable_reply", rank=rank, key=key, error=str(exc))
+                if unreadable is not None:
+                    out[rank] = unreadable(f"its reply could not be read: {exc}")
         return out
 
     def _require_follower(self, rank: int) -> None:

@@ -137,10 +137,6 @@ class CoordinatorOnly(SgconfError, RuntimeError):
     """Raised when a follower rank calls what only a config group's coordinator can do."""
 
 
-class CatchUpFailed(SgconfError, RuntimeError):
-    """Raised on a follower rank when catching up to the coordinator's generation fails; reported to the coordinator."""
-
-
 __all__ = [
     "CommitFailed",
     "GroupMessageError",
@@ -148,7 +144,6 @@ __all__ = [
     "LifecycleError",
     "GroupSetupError",
     "CoordinatorOnly",
-    "CatchUpFailed",
     "ForeignNamespaceError",
     "MissingNamespaceError",
     "PropagationFailed",

@@ -25,6 +25,7 @@ import cattrs
 
 from runtime.errors import GroupMessageError, Refusal
 from sgconf.convert import converter
+from sgconf.dump import json_type
 from sgconf.errors import ConversionError
 
 M = TypeVar("M")
@@ -65,6 +66,17 @@ class _Wire:
         """The JSON text of this message; a value JSON cannot carry is written as its repr (TypeError when `strict`)."""
         body = {"kind": self.KIND, **_converter.unstructure(self)}
         return json.dumps(body) if strict else json.dumps(body, default=repr)
+
+
+def unsendable(values: Mapping[str, Any]) -> list[str]:
+    """The names in `values` whose value JSON cannot carry (what `to_wire(strict=True)` refuses), in order."""
+    out = []
+    for name, value in values.items():
+        try:
+            json.dumps(_converter.unstructure(value))
+        except (TypeError, ValueError):
+            out.append(name)
+    return out
 
 
 # -- coordinator to follower (its inbox) -------------------------------------------------
@@ -132,6 +144,11 @@ class Vote(_Wire):
     reasons: tuple[str, ...] = ()
     reason: Refusal | None = None
 
+    @classmethod
+    def unreadable(cls, error: str) -> Vote:
+        """The no vote standing for a rank whose vote could not be read: the round aborts, naming it."""
+        return cls(False, -1, (error,), Refusal.FAILED)
+
 
 @_kind("ack")
 @attrs.frozen(slots=True)
@@ -149,6 +166,11 @@ class Ack(_Wire):
     changed: int = 0  # for a catch-up: how many fields the side effects saw
     refusal: Refusal | None = None
     errors: tuple[str, ...] = ()
+
+    @classmethod
+    def unreadable(cls, error: str) -> Ack:
+        """The failed ack standing for a rank whose ack could not be read: its state unknown (no fingerprint)."""
+        return cls(-1, "", refusal=Refusal.FAILED, errors=(error,))
 
 
 @_kind("aborted")
@@ -168,7 +190,10 @@ def from_wire(text: str | bytes, *expected: type[M]) -> M:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GroupMessageError(f"a config-group message is not JSON ({exc}) -- the board holds foreign data") from None
     if not isinstance(data, Mapping):
-        raise GroupMessageError(f"a config-group message is a {type(data).__name__}, not an object")
+        article = "an" if json_type(data)[0] in "aeiou" else "a"
+        raise GroupMessageError(
+            f"a config-group message is {article} {json_type(data)}, not an object -- the board holds foreign data"
+        )
     body = dict(data)
     kind = body.pop("kind", None)
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
@@ -180,7 +205,8 @@ def from_wire(text: str | bytes, *expected: type[M]) -> M:
         )
         raise GroupMessageError(msg)
     if expected and cls not in expected:
-        raise GroupMessageError(f"expected a config-group {wanted} message here, got {kind!r}")
+        msg = f"expected a config-group {wanted} message here, got {kind!r} -- run the same version of the code on every rank"
+        raise GroupMessageError(msg)
     try:
         return _converter.structure(body, cls)  # type: ignore[no-any-return]
     except (ConversionError, cattrs.BaseValidationError, ValueError, TypeError) as exc:
@@ -201,4 +227,5 @@ __all__ = [
     "ToFollower",
     "Vote",
     "from_wire",
+    "unsendable",
 ]

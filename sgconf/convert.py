@@ -30,6 +30,11 @@ _FALSE = {"false", "0", "no", "off"}
 _NONE = {"none", "null"}
 
 
+def means_none(value: Any) -> bool:
+    """Whether `value` is text an optional setting reads as None (`none`, `null`, in any case, spaces around)."""
+    return isinstance(value, str) and value.strip().lower() in _NONE
+
+
 def _to_int(value: Any, _: type) -> int:
     if isinstance(value, str):
         try:
@@ -345,7 +350,7 @@ class _Plan:
             if self.optional:
                 return None
             raise ConversionError(f"expected {describe_type(self.tp)}")
-        if self.optional and isinstance(value, str) and value.strip().lower() in _NONE:
+        if self.optional and means_none(value):
             return None
         if self.any_float:
             return _any_float(value)

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 plain = thaw
 
 
+def clipped_repr(value: Any, limit: int = 60) -> str:
+    """`value`'s repr as a refusal quotes it: cut to `limit` characters, so a huge value never floods a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type (null, boolean, number, string, array, object), for messages.
 

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from sgconf.fields import REQUIRED
+
 REDACTED = "***"
 
 
 def hidden(value: Any, secret: bool) -> bool:
     """Whether `value` is redacted when shown: it is a set value of a secret field.
 
+    `REQUIRED` is no value (the field has none until the operator gives one), so a
+    required secret says `<required>`, never `***`.
+
     Outputs that cannot print `***` in its place (a JSON Schema default, a conversion
     message that would quote a key of the value) ask this and leave the value out.
     """
-    return secret and value is not None
+    return secret and value is not None and value is not REQUIRED
 
 
 def redact(value: Any, secret: bool) -> Any:

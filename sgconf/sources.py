@@ -288,7 +288,16 @@ def given_twice(info: FieldInfo, first: str, where: str) -> Problem:
     A config file that spells a field both nested and flat and a secrets directory with
     both `token` and `MYRT_TOKEN` are refused alike: which one wins would be a guess.
     """
-    return Problem(info.path, f"'{info.name}' is given twice (also as {first}) -- keep one", where)
+    return given_twice_at(info.path, info.name, first, where)
+
+
+def given_twice_at(path: str, name: str, first: str, where: str | None = None) -> Problem:
+    """The problem of one value given twice: at `path` under the spelling `name`, and before at `first`.
+
+    The one wording of the rule, for a config field (`given_twice`) and for a request
+    parameter sent under two spellings or at two places (`engine.request_params`).
+    """
+    return Problem(path, f"'{name}' is given twice (also as {first}) -- keep one", where)
 
 
 def layer_sources(layers: Iterable[LayerInput]) -> dict[str, str]:

@@ -271,3 +271,21 @@ def test_every_path_of_a_hot_secret_renders_redacted() -> None:
         assert secret not in text
     assert text.count("***") >= 8
     assert proposal.values == {"token": SECRET_NEW}  # what code that applies it needs
+
+
+def test_a_required_secret_says_required_not_a_redacted_default() -> None:
+    """REQUIRED is no value: a required secret's help says `<required>` and its repr shows no `***` default."""
+    from sgconf.fieldinfo import FieldInfo
+    from sgconf.fields import REQUIRED
+    from sgconf.flags import help_text
+
+    schema = Schema("requiredrt", env_prefix="REQUIREDRT_")
+
+    @schema.namespace("auth")
+    class AuthConfig:
+        key: str = setting(REQUIRED, help="the api key", secret=True)
+
+    info: FieldInfo = schema.field_info("key")
+    assert not info.hides(REQUIRED)
+    assert help_text(info) == "the api key (default: <required>) [secret]"
+    assert "default=<required>" in repr(info) and "***" not in repr(info)

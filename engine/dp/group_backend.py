@@ -132,7 +132,7 @@ class ReplicaGroupBackend:
 
     def attach(self, fields: dict[str, Any]) -> Applied:
         values = attach_values(
-            fields["hicache_storage_backend"],
+            fields.get("hicache_storage_backend"),
             extra_config=fields.get("hicache_storage_backend_extra_config"),
             prefetch_policy=fields.get("hicache_storage_prefetch_policy"),
             write_policy=fields.get("hicache_write_policy"),

@@ -39,7 +39,7 @@ from engine.errors import (
     RequestCancelled,
     RequestRejected,
 )
-from engine.request_params import SamplingParams, unit_items
+from engine.request_params import RequestOptions, SamplingParams, prompt_of, submit_args, unit_items, unit_options
 from sgconf.errors import ConfigError, Problem
 
 # -- controller to replica ---------------------------------------------------------------
@@ -61,12 +61,20 @@ class Ask:
 
 
 def asks(argss: Sequence[Mapping[str, Any]]) -> tuple[Ask, ...]:
-    """The `Ask` of each `Engine.generate`-style argument set (what a route hands a backend); raises InvalidRequest."""
-    out = []
-    for (prompt, sampling), args in zip(unit_items(argss), argss, strict=True):
-        ids = prompt if isinstance(prompt, str) else tuple(int(t) for t in prompt)
-        out.append(Ask(ids, sampling, args.get("timeout_s"), bool(args.get("add_special_tokens", True))))
-    return tuple(out)
+    """The `Ask` of each `Engine.generate`-style argument set (what a route hands a backend); raises InvalidRequest.
+
+    Checked exactly as one engine checks them, by the same functions: one request as
+    `Engine.submit` (`submit_args`), a unit as `submit_unit` (`unit_items`, and
+    `unit_options`: the first item's say for all), each prompt by `prompt_of`, so a
+    group and one engine refuse the same request in the same words.
+    """
+    if len(argss) == 1:
+        (args,) = argss
+        sampling, options = submit_args({k: v for k, v in args.items() if k != "prompt_or_ids"})
+        return (Ask(prompt_of(args["prompt_or_ids"]), sampling, options.timeout_s, options.add_special_tokens),)
+    items = unit_items(argss)
+    options = unit_options(argss)
+    return tuple(Ask(prompt_of(p), s, options.timeout_s, options.add_special_tokens) for p, s in items)
 
 
 @attrs.frozen(slots=True)
@@ -90,6 +98,13 @@ class GenerateUnit:
 
     rid: int
     items: tuple[Ask, ...]
+
+    @property
+    def options(self) -> RequestOptions:
+        """The unit's deadline and tokenization, by the rule one engine applies (`unit_options`)."""
+        return unit_options(
+            [{"timeout_s": a.timeout_s, "add_special_tokens": a.add_special_tokens} for a in self.items]
+        )
 
 
 @attrs.frozen(slots=True)
@@ -237,7 +252,8 @@ class Failed:
     """A request that failed: the kind of failure and what the exception carried, so the controller raises its twin.
 
     `detail` is the exception's text (a config error's header); `problems` a config
-    error's problems, as data (path, message, source); `queued`, `running` and
+    error's problems, as data (path, message, source), and `omitted` how many more a
+    bad request had (`InvalidRequest.omitted`); `queued`, `running` and
     `retry_after_s` what a busy engine said.
     """
 
@@ -248,6 +264,7 @@ class Failed:
     queued: int = 0
     running: int = 0
     retry_after_s: float | None = None
+    omitted: int = 0
 
     @classmethod
     def of(cls, rid: int, exc: BaseException) -> Failed | None:
@@ -256,7 +273,7 @@ class Failed:
         if kind is None:
             return None
         if isinstance(exc, ConfigError):
-            return cls(rid, kind, exc.header, exc.problems)
+            return cls(rid, kind, exc.header, exc.problems, omitted=getattr(exc, "omitted", 0))
         if isinstance(exc, EngineBusy):
             return cls(rid, kind, str(exc), (), exc.queued, exc.running, exc.retry_after_s)
         return cls(rid, kind, str(exc))
@@ -266,6 +283,8 @@ class Failed:
         error = dict(FAILURES)[self.kind]
         if issubclass(error, EngineBusy):
             return error(self.detail, queued=self.queued, running=self.running, retry_after_s=self.retry_after_s)
+        if issubclass(error, InvalidRequest):
+            return error(self.problems, header=self.detail, omitted=self.omitted)
         if issubclass(error, ConfigError):
             return error(self.problems, header=self.detail)  # type: ignore[call-arg]
         return error(self.detail)

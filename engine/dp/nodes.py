@@ -260,10 +260,11 @@ def connect_link(
 ) -> tuple[Connection, Welcome]:
     """A replica's side of joining: connect to the controller's node link and wait for its answer.
 
-    Raises ReplicaFailed with the controller's reason when it refuses this replica, or
-    when the two sides do not hold the same `key` (`--dist-link-key`).
+    Raises JoinRefused (a ReplicaFailed) with the controller's typed reason and its words
+    when it refuses this replica, ReplicaFailed when the two sides do not hold the same
+    `key` (`--dist-link-key`).
     """
-    from engine.errors import ReplicaFailed
+    from engine.errors import JoinRefused, ReplicaFailed
 
     where = f"{address[0]}:{address[1]}"
     try:
@@ -287,8 +288,12 @@ def connect_link(
     if isinstance(answer, Welcome):
         return conn, answer
     conn.close()
-    reason = answer.message if isinstance(answer, Refused) else f"no answer within {timeout_s:g}s"
-    raise ReplicaFailed(f"the controller at {where} did not take replica {index}: {reason}")
+    refusal = answer if isinstance(answer, Refused) else None
+    said = refusal.message if refusal is not None else f"no answer within {timeout_s:g}s"
+    raise JoinRefused(
+        f"the controller at {where} did not take replica {index}: {said}",
+        reason=refusal.reason if refusal is not None else None,
+    )
 
 
 __all__ = [

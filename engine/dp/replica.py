@@ -45,6 +45,7 @@ from engine.dp.messages import (
     Generate,
     GenerateUnit,
     Heartbeat,
+    JoinRefusal,
     Ready,
     Result,
     Stop,
@@ -181,8 +182,7 @@ def replica_main(
         try:
             conn, welcome = connect_link(link, rank - 1, layout, forming_s, key=parallel.dist_link_key)
         except (ReplicaFailed, OSError) as exc:
-            log.error("replica.join_failed", error=str(exc))
-            sys.exit(1)
+            sys.exit(join_failed(exc))
         address = welcome.board
         if welcome.record is not None:  # the group runs node 0's config, whatever this node was started with
             if rank - 1 == layout.indices()[0]:  # said once per node
@@ -387,17 +387,34 @@ def _generate(engine: Any, rank: int, message: Generate, sender: _Sender, runnin
     _answer(rid, rank, sender, running, work)
 
 
+def join_failed(exc: BaseException) -> int:
+    """Log why this replica could not join, worded by the controller's typed reason; returns the exit status.
+
+    A server that is stopping refused it because nothing is left to join: said as
+    information, exit 0. Any other refusal is an error naming the reason (`reason`
+    field), exit 1, as is a link that failed before any answer (`replica.join_failed`).
+    """
+    reason = getattr(exc, "reason", None)
+    if reason is None:
+        log.error("replica.join_failed", error=str(exc))
+        return 1
+    if reason == JoinRefusal.STOPPING:
+        log.info("replica.join_refused", reason=str(reason), error=str(exc))
+        return 0
+    log.error("replica.join_refused", reason=str(reason), error=str(exc))
+    return 1
+
+
 def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sender, running: Running) -> None:
     """Run a unit of work as one engine unit (`submit_batch`), answered once with every item's body, in order."""
     from engine.http.bodies import generate_body
 
-    first = message.items[0] if message.items else None
-
     def work() -> dict[str, Any]:
+        options = message.options
         reqs = engine.submit_batch(
             [(ask.prompt, ask.sampling) for ask in message.items],
-            timeout_s=first.timeout_s if first else None,
-            add_special_tokens=first.add_special_tokens if first else True,
+            timeout_s=options.timeout_s,
+            add_special_tokens=options.add_special_tokens,
         )
         if not running.add(message.rid, reqs):
             engine.cancel(reqs)

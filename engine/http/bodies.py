@@ -28,7 +28,6 @@ from engine.request_params import (
     structure_params,
     token_ids,
 )
-from engine.storage_change import checked_attach
 from runtime.serving import get_serving
 from sgconf.dump import json_type
 from sgconf.errors import Problem
@@ -145,12 +144,6 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
     return GenerateRequest(prompts, batch, sampling, options, path)
 
 
-def _nonempty_ids(ids: list[Any], path: str) -> tuple[int, ...]:
-    if not ids:
-        raise refuse(path, "expected a non-empty list of integers (got [])")
-    return token_ids(ids, path)
-
-
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
     """The prompts of a body (one, or a batch: a list of texts or of id lists), whether it is a batch, and its path."""
     given = [k for k in PROMPT_FIELDS if body.get(k) is not None]
@@ -160,7 +153,7 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
     value, path = body[key], f"$.{key}"
     if key == "input_ids":  # token ids are checked by the request model, as `Engine.submit`'s are
         if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
-            return tuple(_nonempty_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
+            return tuple(token_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
         if isinstance(value, list):
             return (token_ids(value, path),), False, path
         raise refuse(path, "expected a list of integers, or a non-empty list of such lists")
@@ -171,30 +164,20 @@ def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], b
     raise refuse(path, "expected a string or a non-empty list of strings")
 
 
-def attach_args(body: dict[str, Any]) -> dict[str, Any]:
-    """The override fields of an attach body, checked as every attach is (`engine.storage_change.checked_attach`).
+def attach_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The post-publish override an attach body asks for (policies only when given), as sent.
 
     The options may come as `..._extra_config_json` (JSON text) or `..._extra_config`.
+    Not checked here: the backend checks every attach once (`engine.storage_change.attach_values`),
+    whichever entry it came from.
     """
-    raw_extra = body.get("hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config"))
-    backend, extra = checked_attach(body.get("hicache_storage_backend"), raw_extra)
-    return {
-        "backend": backend,
-        "extra_config": extra,
-        "prefetch_policy": body.get("hicache_storage_prefetch_policy"),
-        "write_policy": body.get("hicache_write_policy"),
-    }
-
-
-def attach_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """The post-publish override an attach body asks for (policies only when given)."""
-    args = attach_args(body)
     fields: dict[str, Any] = {
-        "hicache_storage_backend": args["backend"],
-        "hicache_storage_backend_extra_config": args["extra_config"],
+        "hicache_storage_backend": body.get("hicache_storage_backend"),
+        "hicache_storage_backend_extra_config": body.get(
+            "hicache_storage_backend_extra_config_json", body.get("hicache_storage_backend_extra_config")
+        ),
     }
-    if args["prefetch_policy"] is not None:
-        fields["hicache_storage_prefetch_policy"] = args["prefetch_policy"]
-    if args["write_policy"] is not None:
-        fields["hicache_write_policy"] = args["write_policy"]
+    for name in ("hicache_storage_prefetch_policy", "hicache_write_policy"):
+        if body.get(name) is not None:
+            fields[name] = body[name]
     return fields

@@ -134,7 +134,7 @@ class EngineBackend:
 
     def attach(self, fields: dict[str, Any]) -> Applied:
         receipt = self.engine.attach_storage_backend(
-            fields["hicache_storage_backend"],
+            fields.get("hicache_storage_backend"),
             extra_config=fields.get("hicache_storage_backend_extra_config"),
             prefetch_policy=fields.get("hicache_storage_prefetch_policy"),
             write_policy=fields.get("hicache_write_policy"),

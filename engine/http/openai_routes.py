@@ -59,6 +59,7 @@ from engine.request_params import (
     check_prompts,
     refuse,
     structure_params,
+    token_ids,
 )
 from runtime.serving import get_serving
 from sgconf.suggest import did_you_mean
@@ -92,10 +93,6 @@ class Sampling:
     n: int
     stream: bool
     include_usage: bool
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -> Sampling:
@@ -134,17 +131,20 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
-    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists."""
+    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists.
+
+    Token ids are checked by `token_ids`, as `/generate`'s and `Engine.submit`'s are.
+    """
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return [prompt]
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(p, str) for p in prompt):
             return list(prompt)
-        if all(_is_int(t) for t in prompt):
-            return [list(prompt)]
-        if all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt):
-            return [list(p) for p in prompt]
+        if prompt and all(isinstance(p, list) for p in prompt):
+            return [list(token_ids(p, f"$.prompt[{i}]")) for i, p in enumerate(prompt)]
+        if not any(isinstance(p, list) for p in prompt):  # one prompt of token ids
+            return [list(token_ids(prompt, "$.prompt"))]
     raise _bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists")
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.request_params import GENERATE_NAMES, MIN_PROMPT_ITEMS, OPENAI_NAMES, json_schema
+from engine.request_params import GENERATE_NAMES, MIN_PROMPT_ITEMS, OPENAI_NAMES, json_schema, prompt_ids_schema
 
-# a prompt's own bound is the one `check_prompts` applies
+# a prompt's own bounds are the ones `nonempty_prompt` and `token_ids` apply
 _TEXT = {"type": "string", "minLength": MIN_PROMPT_ITEMS}
-_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": MIN_PROMPT_ITEMS}
+_INT_LIST = prompt_ids_schema()
 _PROMPT: dict[str, Any] = {
     "anyOf": [
         _TEXT,

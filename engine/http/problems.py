@@ -32,7 +32,7 @@ from engine.errors import (
     StorageRefused,
 )
 from engine.http.errors import HTTPProblem  # declared there; re-exported for existing imports
-from runtime.errors import NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
+from runtime.errors import GroupMessageError, NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -54,6 +54,7 @@ STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (GenerationError, 503),
     (EngineStopped, 503),
     (ReplicaFailed, 503),
+    (GroupMessageError, 502),  # another rank answered what this one cannot read: a bad answer from upstream
 )
 
 

@@ -19,7 +19,8 @@ from mem_cache.hicache.file_storage import open_file_storage
 from mem_cache.hicache.mac_key import key_from_secret
 from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
-from sgconf.dump import json_type
+from sgconf.convert import ConversionError, converter, means_none
+from sgconf.dump import clipped_repr
 from sgconf.errors import PluginUnavailable
 from sgconf.serving.plugins import STORAGE_BACKENDS
 from sgconf.suggest import did_you_mean
@@ -53,14 +54,7 @@ def create_storage_backend(
             f" -- use one of {', '.join(known)}{hint.replace(' -- ', '; ')}"
         )
         raise StorageAttachError(msg, field=BACKEND_FIELD, value=name)
-    if extra_config is None:
-        extra_config = {}
-    if not isinstance(extra_config, Mapping):
-        msg = (
-            f"'{EXTRA_CONFIG_FIELD}' must be a JSON object (got {json_type(extra_config)}"
-            f' {extra_config!r}) -- pass e.g. {{"dir": "/var/cache/sgconf"}}'
-        )
-        raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config)
+    extra_config = storage_options(extra_config) or {}
     key = key_from_secret(mac_secret) if mac_secret is not None else None
     backend = _open(name, extra_config)
     try:
@@ -75,6 +69,26 @@ def create_storage_backend(
         raise
     log.info("hicache.storage.open", backend=name, options=sorted(extra_config), mac_key_source=backend.key_source)
     return backend
+
+
+def storage_options(extra_config: Any) -> dict[str, Any] | None:
+    """A backend's options, checked: a JSON object or its JSON text; None when there are none.
+
+    The one check of them, for opening a backend and for every attach
+    (`engine.storage_change.checked_attach`). They are converted as the setting's own
+    values are (`sgconf.convert`: JSON only, so no NaN); None, blank text and the
+    setting's words for none (`null`, `none`) are no options. Raises StorageAttachError
+    naming the field and the value.
+    """
+    if extra_config is None or (
+        isinstance(extra_config, str) and (not extra_config.strip() or means_none(extra_config))
+    ):
+        return None
+    try:
+        return dict(converter.structure(extra_config, dict[str, Any]))
+    except (ConversionError, ValueError, TypeError) as exc:
+        msg = f'{exc}, got {clipped_repr(extra_config, 80)} -- pass an object like {{"dir": "/path"}}'
+        raise StorageAttachError(msg, field=EXTRA_CONFIG_FIELD, value=extra_config) from None
 
 
 def _open(name: str, extra_config: Mapping[str, Any]) -> StorageBase:

@@ -13,6 +13,7 @@ import pytest
 
 from engine.dp.messages import Failed, FailureKind
 from engine.errors import (
+    MAX_PROBLEMS_SHOWN,
     DeadlineExceeded,
     DrainTimeout,
     EngineBusy,
@@ -37,8 +38,19 @@ def _invalid() -> InvalidRequest:
     raise AssertionError("the request model accepted a negative temperature")
 
 
+def _many_unknown() -> InvalidRequest:
+    """More unknown parameters than are listed: the rest only counted (`omitted`), one line says how many."""
+    try:
+        structure_params([(f"$.bogus{i}", f"bogus{i}", 1) for i in range(MAX_PROBLEMS_SHOWN + 3)])
+    except InvalidRequest as exc:
+        assert exc.omitted == 3
+        return exc
+    raise AssertionError("the request model accepted unknown parameters")
+
+
 ERRORS: list[EngineError] = [
     _invalid(),
+    _many_unknown(),
     InvalidRequest([Problem("$.timeout_s", "must be at most 'request_timeout_s' (30)", "http")], header="bad"),
     RequestRejected("token id 99999 is outside the vocabulary 0..999"),
     EngineStopped("the engine is shut down -- start a new one"),

@@ -159,6 +159,7 @@ def test_after_forming_a_join_goes_to_the_rejoin_hook(link: NodeLink) -> None:
 def test_connect_link_raises_the_controllers_reason(link: NodeLink) -> None:
     with pytest.raises(ReplicaFailed) as info:
         connect_link(link.address, 1, NodeLayout(4, 2, 0), 30)
+    assert getattr(info.value, "reason", None) is JoinRefusal.NOT_REMOTE  # typed: the replica decides from it
     assert str(info.value) == (
         f"the controller at 127.0.0.1:{link.address[1]} did not take replica 1:"
         " replica 1 does not run on another node of this group"
@@ -244,3 +245,24 @@ def test_with_a_key_nothing_a_stranger_sends_is_unpickled(keyed_link: NodeLink, 
     assert UNPICKLED == []
     _send_stranger(link)  # without a key the same bytes are loaded: the probe itself works
     assert UNPICKLED == ["a stranger's message"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "level"),
+    [(JoinRefusal.STOPPING, 0, "info"), (JoinRefusal.LAYOUT, 1, "error"), (None, 1, "error")],
+)
+def test_a_refused_replica_words_its_exit_by_the_reason(reason: JoinRefusal | None, status: int, level: str) -> None:
+    """A stopping server is no failure (exit 0, information); any other refusal is an error naming its reason."""
+    from structlog.testing import capture_logs
+
+    from engine.dp.replica import join_failed
+    from engine.errors import JoinRefused
+
+    with capture_logs() as logs:
+        assert join_failed(JoinRefused("the controller did not take replica 3: ...", reason=reason)) == status
+    (event,) = logs
+    assert event["log_level"] == level
+    if reason is None:
+        assert event["event"] == "replica.join_failed" and "reason" not in event
+    else:
+        assert (event["event"], event["reason"]) == ("replica.join_refused", str(reason))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.errors import RequestRejected
+from engine.errors import InvalidRequest, RequestRejected
 from engine.model import reference_generate
 from sgconf.serving.models import builtin_model_config
 
@@ -92,9 +92,9 @@ def test_memory_pressure_retracts_and_keeps_output(make_engine) -> None:
 def test_bad_requests_are_rejected(make_engine) -> None:
     """Empty prompts, out-of-vocab ids and over-long requests fail before queueing."""
     engine = make_engine()
-    with pytest.raises(RequestRejected, match="'prompt' is empty"):
+    with pytest.raises(InvalidRequest, match="0 token ids: the prompt is empty"):
         engine.generate([], max_new_tokens=1)
-    with pytest.raises(RequestRejected, match="token id 300 is outside the vocabulary 0..255"):
+    with pytest.raises(RequestRejected, match=r"\$.prompt_or_ids: token id 300 is outside the vocabulary 0..255"):
         engine.generate([1, 300], max_new_tokens=1)
     with pytest.raises(RequestRejected, match="exceeds the context length 2048"):
         engine.generate([1] * 2000, max_new_tokens=100)

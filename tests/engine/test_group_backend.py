@@ -106,3 +106,12 @@ def test_every_refusal_reason_has_a_status() -> None:
     from engine.http.problems import STATUS_BY_REFUSAL
 
     assert sorted(reason.value for reason, _ in STATUS_BY_REFUSAL) == sorted(r.value for r in Refusal)
+
+
+def test_an_unreadable_group_message_is_a_server_fault_not_an_internal_error() -> None:
+    """A rank answering what the coordinator cannot read is a bad answer from upstream (502), never a bare 500."""
+    from engine.http.problems import problem_of
+    from runtime.errors import GroupMessageError
+
+    problem = problem_of(GroupMessageError("a config-group 'ack' message is malformed"))
+    assert (problem.status, problem.detail) == (502, "a config-group 'ack' message is malformed")

@@ -43,6 +43,10 @@ def test_request_bodies_are_described_from_the_request_model(app) -> None:
     body = spec["paths"]["/generate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["properties"]["temperature"]["maximum"] == 100
     assert body["properties"]["sampling_params"]["properties"]["seed"]["anyOf"][0]["maximum"] == 2**63 - 1
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, "minItems": 1}
+    assert body["properties"]["input_ids"]["anyOf"][0] == ids
+    completions = spec["paths"]["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert ids in completions["properties"]["prompt"]["anyOf"]
     chat = spec["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "messages" in chat["required"] and "max_tokens" in chat["properties"] and "n" in chat["properties"]
     metrics = spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]

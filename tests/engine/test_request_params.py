@@ -76,32 +76,27 @@ TWICE = [
     (
         "/generate",
         {"text": "x", "sampling_params": {"temperature": 0.5}, "temperature": 0.5},
-        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
-        " -- give one of them",
+        "$.temperature: 'temperature' is given twice (also as $.sampling_params.temperature) -- keep one",
     ),
     (
         "/generate",
         {"text": "x", "max_tokens": 3, "max_new_tokens": 2},
-        "$.max_new_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as $.max_new_tokens"
-        " -- give one of them",
+        "$.max_new_tokens: 'max_new_tokens' is given twice (also as $.max_tokens) -- keep one",
     ),
     (
         "/generate",
         {"text": "x", "sampling_params": {"max_completion_tokens": 3}, "max_tokens": 2},
-        "$.max_tokens: 'max_new_tokens' is given twice, as $.sampling_params.max_completion_tokens and as"
-        " $.max_tokens -- give one of them",
+        "$.max_tokens: 'max_tokens' is given twice (also as $.sampling_params.max_completion_tokens) -- keep one",
     ),
     (
         "/v1/completions",
         {"prompt": "x", "max_tokens": 2, "max_completion_tokens": 5},
-        "$.max_completion_tokens: 'max_new_tokens' is given twice, as $.max_tokens and as"
-        " $.max_completion_tokens -- give one of them",
+        "$.max_completion_tokens: 'max_completion_tokens' is given twice (also as $.max_tokens) -- keep one",
     ),
     (
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5, "max_tokens": 2},
-        "$.max_tokens: 'max_new_tokens' is given twice, as $.max_completion_tokens and as $.max_tokens"
-        " -- give one of them",
+        "$.max_tokens: 'max_tokens' is given twice (also as $.max_completion_tokens) -- keep one",
     ),
 ]
 
@@ -195,8 +190,7 @@ def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
     assert r.status_code == 422
     assert r.json()["errors"] == [
         "$.sampling_params.temperature: must be in [0, 100] (got -1)",
-        "$.temperature: 'temperature' is given twice, as $.sampling_params.temperature and as $.temperature"
-        " -- give one of them",
+        "$.temperature: 'temperature' is given twice (also as $.sampling_params.temperature) -- keep one",
     ]
 
 
@@ -208,10 +202,12 @@ def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
         ([1, True], "item 1: expected an integer (got True)"),
         ([1, math.nan], "item 1: expected an integer (got nan)"),
         ([1, -2], "item 1: it must be in [0, 2147483647] (got -2)"),
+        ([1, 2**31], "item 1: it must be in [0, 2147483647] (got 2147483648)"),
+        ([], "0 token ids: the prompt is empty -- send at least 1"),
     ],
 )
 def test_token_ids_are_checked_strictly_and_alike(served, ids: list[Any], why: str) -> None:
-    """A prompt of token ids: the same refusal from Engine.submit and from /generate's input_ids; nothing queued."""
+    """A prompt of token ids: the same refusal from Engine.submit, /generate's input_ids and /v1's prompt; nothing queued."""
     engine, client = served
     before = engine.busy_counts()
     with pytest.raises(InvalidRequest) as info:
@@ -222,6 +218,27 @@ def test_token_ids_are_checked_strictly_and_alike(served, ids: list[Any], why: s
     assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids: {why}"])
     r = _post(client, "/generate", {"input_ids": [[1], ids], "max_new_tokens": 1})
     assert (r.status_code, r.json()["errors"]) == (422, [f"$.input_ids[1]: {why}"])
+    for prompt, at in ((ids, "$.prompt"), ([[1], ids], "$.prompt[1]")):
+        r = _post(client, "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (
+            400,
+            f"{at}: {why}",
+            "prompt",
+        )
+
+
+def test_an_empty_text_prompt_is_refused_before_tokenizing_at_every_entry(served, monkeypatch) -> None:
+    """`Engine.submit("")` is refused as `/generate` and `/v1` refuse an empty text, the tokenizer never called."""
+    engine, client = served
+    why = "0 characters: the prompt is empty -- send at least 1"
+    monkeypatch.setattr(engine.tokenizer, "encode", lambda *a, **k: pytest.fail("tokenized an empty prompt"))
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit("", max_new_tokens=1)
+    assert info.value.lines() == [f"$.prompt_or_ids: {why}"]
+    r = _post(client, "/generate", {"text": "", "max_new_tokens": 1})
+    assert (r.status_code, r.json()["errors"]) == (422, [f"$.text: {why}"])
+    r = _post(client, "/v1/completions", {"prompt": ["x", ""], "max_tokens": 1})
+    assert (r.status_code, r.json()["error"]["message"]) == (400, f"$.prompt[1]: {why}")
 
 
 def test_submit_batch_and_new_request_check_through_the_model(served) -> None:
@@ -284,3 +301,37 @@ def test_the_schema_states_the_same_bounds() -> None:
     assert ours["seed"]["anyOf"][0]["maximum"] == 2**63 - 1
     openai = json_schema(OPENAI_NAMES)
     assert openai["max_tokens"]["minimum"] == 1 and openai["temperature"]["default"] == 1.0
+
+
+GROUP_BAD = [
+    {"prompt_or_ids": [1, "3"]},
+    {"prompt_or_ids": [1, 2.7]},
+    {"prompt_or_ids": [1, True]},
+    {"prompt_or_ids": ["abc"]},
+    {"prompt_or_ids": []},
+    {"prompt_or_ids": ""},
+    {"prompt_or_ids": "x", "add_special_tokens": "false"},
+    {"prompt_or_ids": "x", "timeout_s": -1},
+    {"prompt_or_ids": "x", "temperature": -1, "add_special_tokens": 0},
+]
+
+
+@pytest.mark.parametrize("args", GROUP_BAD, ids=[repr(a) for a in GROUP_BAD])
+def test_a_replica_group_refuses_a_request_as_one_engine_does(served, args: dict[str, Any]) -> None:
+    """The controller checks a request (`asks`) in the words one engine uses, one request or a unit of two."""
+    from engine.dp.messages import asks
+    from engine.request_params import submit_unit
+
+    engine, _ = served
+    args = {"max_new_tokens": 1, **args}
+    with pytest.raises(InvalidRequest) as one:
+        engine.submit(**args)
+    with pytest.raises(InvalidRequest) as group:
+        asks([args])
+    assert group.value.lines() == one.value.lines()
+    unit = [args, {"prompt_or_ids": "ok", "max_new_tokens": 1}]
+    with pytest.raises(InvalidRequest) as one_unit:
+        submit_unit(engine, unit)
+    with pytest.raises(InvalidRequest) as group_unit:
+        asks(unit)
+    assert group_unit.value.lines() == one_unit.value.lines()

@@ -118,15 +118,37 @@ def test_abort_releases_what_prepare_created_and_commit_then_abort_is_safe(make_
     ],
     ids=["list", "bad_json", "nan"],
 )
-def test_malformed_attach_options_are_one_refusal_from_python_and_http(serve, extra: Any, line: str) -> None:
-    """Options that are not a JSON object: the same InvalidAttach (422) naming the field and value, nothing changed."""
+def test_malformed_attach_options_are_one_refusal_from_python_and_http(
+    serve, monkeypatch: pytest.MonkeyPatch, extra: Any, line: str
+) -> None:
+    """Options that are not a JSON object: the same InvalidAttach (422) naming the field and value, nothing changed.
+
+    Opening the backend directly refuses them for the same reason (one check of a
+    backend's options), and an attach over HTTP is checked once, not once per layer.
+    """
+    import engine.http.bodies
+    import engine.storage_change
+    from mem_cache.hicache.backends import create_storage_backend
+    from mem_cache.hicache.errors import StorageAttachError
     from runtime.serving import get_memory
     from tests.engine.serving import ADMIN_AUTH
 
-    engine, client = serve()
+    engine_, client = serve()
     with pytest.raises(InvalidAttach) as info:
-        engine.attach_storage_backend("file", extra_config=extra)
+        engine_.attach_storage_backend("file", extra_config=extra)
     assert isinstance(info.value, ConfigError) and info.value.lines() == [line]
+    with pytest.raises(StorageAttachError) as opened:
+        create_storage_backend("file", extra)
+    assert f"$.memory.{opened.value.field}: {opened.value}" == line
+    checks: list[Any] = []
+    real = engine.storage_change.checked_attach
+
+    def counted(*args: Any) -> Any:
+        checks.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(engine.storage_change, "checked_attach", counted)
+    monkeypatch.setattr(engine.http.bodies, "checked_attach", counted, raising=False)
     key = (
         "hicache_storage_backend_extra_config_json"
         if isinstance(extra, str)
@@ -134,6 +156,7 @@ def test_malformed_attach_options_are_one_refusal_from_python_and_http(serve, ex
     )
     r = client.put("/hicache/storage-backend", json={"hicache_storage_backend": "file", key: extra}, headers=ADMIN_AUTH)
     assert (r.status_code, r.json()["errors"]) == (422, [line])
+    assert len(checks) == 1
     assert get_memory().hicache_storage_backend is None
 
 

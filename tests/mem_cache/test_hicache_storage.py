@@ -140,8 +140,9 @@ def test_unknown_option_suggests_the_right_one():
 
 def test_extra_config_must_be_a_mapping():
     """A list is not an options object."""
-    with pytest.raises(StorageAttachError, match="must be a JSON object"):
+    with pytest.raises(StorageAttachError, match=r"expected an object, got \['dir'\] -- pass an object like") as info:
         create_storage_backend("memory", ["dir"])  # type: ignore[arg-type]
+    assert info.value.field == "hicache_storage_backend_extra_config"
 
 
 def test_file_put_get_round_trip_and_layout(store):

@@ -625,3 +625,79 @@ def test_refusal_reasons_are_typed_by_the_exception_not_its_text() -> None:
     assert refusal_reason(ConfigError("$.x: did not come within 5 s")) == "invalid"
     assert refusal_reason(RankDiverged("$generation: behind")) == "diverged"
     assert refusal_reason(RuntimeError("boom")) == "failed"
+
+
+def _scripted_pair(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A two-rank group whose follower is this test: it writes rank 1's replies on the board itself."""
+    import runtime.distributed as distributed
+
+    monkeypatch.setattr(distributed, "_broadcast_address", lambda address, group, coordinator: address)
+    return distributed.ConfigGroup(None, 0, 2, timeout_s=5.0)
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_an_unreadable_ack_after_commit_reports_the_rank_and_cleans_the_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 votes yes, then acks with text no rank can read: the committed change answers Propagated naming it."""
+    from runtime import get_schedule
+    from runtime.group_messages import Vote
+
+    group = _scripted_pair(monkeypatch)
+    before = group._store.num_keys()
+    group._store.set("vote/1/1", Vote(True, 0).to_wire())
+    group._store.set("ack/1/1", "not json")
+    with capture_logs() as logs:
+        result = group.propagate("test.tune", schedule_policy="lpm")
+    assert get_schedule().schedule_policy == "lpm"
+    assert result.mismatch is not None and result.mismatch.ranks == (1,)
+    assert [(s.rank, s.alive, s.fingerprint) for s in result.ranks][1] == (1, True, None)
+    assert [e["rank"] for e in logs if e["event"] == "config_group.unreadable_reply"] == [1]
+    (mismatch,) = [e for e in logs if e["event"] == "config_group.fingerprint_mismatch"]
+    assert "its reply could not be read" in mismatch["errors"][1][0]
+    assert not any(group._store.check([key]) for key in ("decision/1", "ack/1/1", "vote/1/1"))
+    assert group._store.num_keys() == before
+    group.close()
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_an_unreadable_vote_aborts_the_round_naming_the_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vote that cannot be read is rank 1's failure: PropagationFailed with reason failed, nothing changed."""
+    from runtime import get_context
+    from runtime.errors import PropagationFailed, Refusal
+
+    group = _scripted_pair(monkeypatch)
+    group._store.set("vote/1/1", '{"kind": "vote", "ok": "yes"}')
+    with pytest.raises(PropagationFailed) as info:
+        group.propagate("test.tune", schedule_policy="lpm")
+    assert info.value.reasons == {1: Refusal.FAILED}
+    assert info.value.lines()[0].startswith(
+        "rank 1: its reply could not be read: a config-group 'vote' message is malformed"
+    )
+    assert get_context().generation == 0
+    assert not group._store.check(["decision/1"])
+    group.close()
+
+
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+@pytest.mark.parametrize(
+    ("value", "kind"), [(datetime.timedelta(seconds=90), "timedelta"), (frozenset({1}), "frozenset")]
+)
+def test_a_catch_up_value_json_cannot_carry_fails_the_resync_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, value: Any, kind: str
+) -> None:
+    """A value that would reach the rank as its repr (a string) is refused before anything is sent."""
+    from runtime.errors import ResyncFailed
+    from runtime.group_messages import CatchUp
+
+    group = _scripted_pair(monkeypatch)
+    catch_up = CatchUp(
+        0, 1, {"schedule_policy": "lpm", "window": value}, {"schedule_policy": "a", "window": "b"}, ("a", "b")
+    )
+    monkeypatch.setattr(group, "catch_up", lambda: catch_up)
+    with pytest.raises(ResyncFailed) as info:
+        group.resync(1, timeout_s=0.1)
+    assert info.value.reasons == (
+        f"'window' holds a {kind} value, which cannot travel to the rank as JSON"
+        " -- set 'window' to a value of its declared type (set by 'b')",
+    )
+    assert group._store.queue_len("inbox/1") == 0  # nothing reached the rank
+    group.close()
