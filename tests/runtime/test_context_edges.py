@@ -413,3 +413,43 @@ def test_the_undo_window_folds_only_the_overrides_still_live() -> None:
         assert (ctx.value("stream_interval"), ctx.value("schedule_conservativeness")) == (1, 0.5)
     finally:
         reset()
+
+
+class _Box:
+    """A mutable value a schema carries through a structure hook of its own (the hook hands back what it got)."""
+
+    def __init__(self, items: list[int]) -> None:
+        self.items = items
+
+
+def test_an_override_keeps_no_reference_to_a_mutable_value_it_was_given() -> None:
+    """A type carried through the schema's own hook may be mutable: the override keeps a copy, not the caller's object."""
+    from sgconf import Schema, setting
+
+    schema = Schema("boxrt", env_prefix="BOXRT_")
+    schema.converter.register_structure_hook(_Box, lambda value, _: value if isinstance(value, _Box) else _Box(value))
+    schema.namespace("n")(
+        type("N", (), {"__annotations__": {"box": _Box}, "box": setting(factory=lambda: _Box([1]), help="x", hot=True)})
+    )
+    ctx = publish(schema.freeze().load([], env={}).record, role="test")
+    try:
+        mine = _Box([2])
+        ctx.override("ops", box=mine)
+        mine.items.append(3)
+        assert ctx.value("box") is not mine and ctx.value("box").items == [2]
+    finally:
+        reset()
+
+
+def test_one_override_of_a_child_namespace_field_and_another_bag_changes_both() -> None:
+    """Several fields at once, one in a child namespace (`exec.graph`): each bag is copied, nothing else is."""
+    ctx = publish(ServerArgs(), role="scheduler")
+    try:
+        before = ctx.snapshot()
+        ctx.override("ops", enable_torch_compile=True, stream_interval=7)
+        after = ctx.snapshot()
+        assert after.exec.graph.enable_torch_compile is True and ctx.value("stream_interval") == 7
+        assert before.exec.graph.enable_torch_compile is False
+        assert after.memory is before.memory  # an untouched bag is shared
+    finally:
+        reset()
