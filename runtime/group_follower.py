@@ -10,18 +10,8 @@ import datetime
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runtime import group_messages as wire
 from runtime.errors import CommitFailed, RankDiverged, Refusal
-from runtime.group_messages import (
-    Aborted,
-    Ack,
-    CatchUp,
-    Override,
-    RankReport,
-    StatusAsk,
-    StopListening,
-    Vote,
-    from_wire,
-)
 from runtime.group_results import (
     ABORT,
     COMMIT,
@@ -67,16 +57,16 @@ class Following:
                 return
             n = None
             try:
-                message = from_wire(raw, StatusAsk, Override, CatchUp, StopListening)
-                if isinstance(message, StopListening):
+                message = wire.from_wire(raw, wire.StatusAsk, wire.Override, wire.CatchUp, wire.StopListening)
+                if isinstance(message, wire.StopListening):
                     return
-                if isinstance(message, StatusAsk):
+                if isinstance(message, wire.StatusAsk):
                     n = message.round
                     store.set(f"status/{n}/{self.rank}", self._state(message.fields).to_wire())
-                elif isinstance(message, Override):
+                elif isinstance(message, wire.Override):
                     n = message.round
                     self._follow(store, message)
-                elif isinstance(message, CatchUp):
+                elif isinstance(message, wire.CatchUp):
                     n = message.round
                     store.set(f"ack/{n}/{self.rank}", self._catch_up(message).to_wire())
             except dist.DistError:
@@ -85,7 +75,7 @@ class Following:
             except Exception as exc:  # keep listening: one bad round must not take the rank out of the group
                 log.error("config_group.round_failed", rank=self.rank, round=n, error=str(exc))
 
-    def _follow(self, store: Any, message: Override) -> None:
+    def _follow(self, store: Any, message: wire.Override) -> None:
         import torch.distributed as dist
 
         n, source, fields = message.round, message.source, message.fields
@@ -100,9 +90,9 @@ class Following:
                 )
                 raise RankDiverged([Problem("$generation", msg)])
             prepared = self._prepare(source, fields)
-            vote = Vote(True, generation)
+            vote = wire.Vote(True, generation)
         except Exception as exc:  # a refusal, whatever its kind, is reported as this rank's reasons
-            vote = Vote(False, generation, tuple(reasons_of(exc)), refusal_reason(exc))
+            vote = wire.Vote(False, generation, tuple(reasons_of(exc)), refusal_reason(exc))
         store.set(f"vote/{n}/{self.rank}", vote.to_wire())
         if prepared is None:
             return
@@ -120,10 +110,10 @@ class Following:
             store.set(f"ack/{n}/{self.rank}", self._commit(prepared).to_wire())
         else:
             self._abort(prepared)
-            store.set(f"ack/{n}/{self.rank}", Aborted().to_wire())
+            store.set(f"ack/{n}/{self.rank}", wire.Aborted().to_wire())
             log.warning("config_group.aborted", round=n, source=source, rank=self.rank)
 
-    def _catch_up(self, message: CatchUp) -> Ack:
+    def _catch_up(self, message: wire.CatchUp) -> wire.Ack:
         at, target = self._context().generation, message.generation
         changed = 0
         refusal: Refusal | None = None
@@ -137,7 +127,7 @@ class Following:
         except Exception as exc:  # reported to the coordinator, which raises ResyncFailed with it
             refusal, errors = refusal_reason(exc), tuple(reasons_of(exc))
         state = self._state(())
-        return Ack(
+        return wire.Ack(
             state.generation,
             state.fingerprint,
             digests=digests(self._context()),
@@ -191,7 +181,7 @@ class Following:
             raise
         return effects
 
-    def _commit(self, prepared: Prepared) -> Ack:
+    def _commit(self, prepared: Prepared) -> wire.Ack:
         ctx = self._context()
         errors: tuple[str, ...] = ()
         released = False
@@ -218,7 +208,7 @@ class Following:
                     quietly(done.abort, "abort")
         state = self._state(())
         # the coordinator computes its own digests only when a rank differs
-        return Ack(
+        return wire.Ack(
             state.generation,
             state.fingerprint,
             digests={} if self.is_coordinator else digests(ctx),
@@ -230,10 +220,10 @@ class Following:
         for done in reversed(prepared.effects):
             quietly(done.abort, "abort")
 
-    def _state(self, names: Sequence[str]) -> RankReport:
+    def _state(self, names: Sequence[str]) -> wire.RankReport:
         ctx = self._context()
         values = {name: shown(name, value, ctx.schema) for name, value in ctx.group_values(names).items()}
-        return RankReport(ctx.generation, ctx.fingerprint(), values)
+        return wire.RankReport(ctx.generation, ctx.fingerprint(), values)
 
 
 __all__ = ["Following"]

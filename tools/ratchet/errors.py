@@ -1,15 +1,11 @@
-"""Exceptions of the read ratchet, rooted in `sgconf.errors.SgconfError` like every error the project raises.
-
-tools/ may import sgconf (and nothing else of ours), so one root covers them too: a
-caller that catches `SgconfError` around a tool catches its refusals.
-"""
+"""Exceptions of the read ratchet, under `tools.errors.ToolError` (and so `sgconf.errors.SgconfError`)."""
 
 from __future__ import annotations
 
-from sgconf.errors import SgconfError
+from tools.errors import ToolError
 
 
-class RatchetError(SgconfError):
+class RatchetError(ToolError):
     """Base of every error the ratchet reports to its user (exit status 2)."""
 
 
