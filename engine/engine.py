@@ -43,6 +43,7 @@ from engine.errors import (
     EngineStateError,
     EngineStopped,
     GenerationError,
+    OwnDeadlineExceeded,
     RequestCancelled,
     WaitTimedOut,
 )
@@ -293,7 +294,9 @@ class Engine(EngineBuilding, EngineStorage):
     ) -> list[Req]:
         deadline = check_timeout(options.timeout_s, get_serving().request_timeout_s)
         reqs = [
-            self._new_request(prompt, sampling, deadline, options.stream, options.add_special_tokens)
+            self._new_request(
+                prompt, sampling, deadline, options.stream, options.add_special_tokens, options.timeout_s is not None
+            )
             for prompt, sampling in items
         ]
         # no engine lock: a submit must not wait behind the steps of other clients' work
@@ -309,6 +312,7 @@ class Engine(EngineBuilding, EngineStorage):
         timeout_s: float,
         stream: bool,
         add_special_tokens: bool = True,
+        own_deadline: bool = False,
     ) -> Req:
         # refused as over HTTP, before the tokenizer sees it; ids also against the vocabulary of this model
         prompt = prompt_of(prompt_or_ids, vocab=run_sizes(self.shape)[2])
@@ -317,7 +321,9 @@ class Engine(EngineBuilding, EngineStorage):
         else:
             ids = list(prompt)
         seed = self.seed if sampling.seed is None else sampling.seed
-        req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s)
+        req = self.scheduler.new_request(
+            ids, params=sampling, seed=seed, timeout_s=timeout_s, own_deadline=own_deadline
+        )
         if stream:
             import queue
 
@@ -388,7 +394,7 @@ class Engine(EngineBuilding, EngineStorage):
             if req.finish_reason == "abort":
                 raise EngineStopped(req.error)
             if req.finish_reason == "timeout":
-                raise DeadlineExceeded(req.error)
+                raise (OwnDeadlineExceeded if req.own_deadline else DeadlineExceeded)(req.error)
             raise GenerationError(req.error)
         return self._result(req)
 

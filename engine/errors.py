@@ -88,6 +88,14 @@ class DeadlineExceeded(GenerationError, TimeoutError):
     """Raised when a request did not finish within its deadline ('request_timeout_s' or its timeout_s)."""
 
 
+class OwnDeadlineExceeded(DeadlineExceeded):
+    """Raised when a request did not finish within the `timeout_s` its client chose.
+
+    The budget was the client's own, so the answer is a 408 naming it, not a server
+    error; a request that runs past the server's 'request_timeout_s' stays a 504.
+    """
+
+
 class StorageRefused(ConfigError):
     """Raised when a HiCache storage backend cannot be opened with the given settings (bad directory, cache off)."""
 
@@ -178,6 +186,7 @@ __all__ = [
     "WaitTimedOut",
     "CapacityExceeded",
     "DeadlineExceeded",
+    "OwnDeadlineExceeded",
     "DrainTimeout",
     "EngineBusy",
     "EngineError",

@@ -57,6 +57,9 @@ class Req:
     ignore_eos: bool = False
     deadline: float | None = None  # on the scheduler's clock; past it the request fails alone
     timeout_s: float | None = None
+    # whether the client chose the deadline (`timeout_s`) rather than taking 'request_timeout_s':
+    # running past its own budget is the client's choice (408), past the server's a server error (504)
+    own_deadline: bool = False
     params: SamplingParams = SamplingParams()
     output: list[int] = attrs.Factory(list)
     row: int | None = None

@@ -141,6 +141,7 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         params: SamplingParams | None = None,
         seed: int = 0,
         timeout_s: float | None = None,
+        own_deadline: bool = False,
         **fields: Any,
     ) -> Req:
         """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
@@ -149,13 +150,12 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         built; `fields` replace some of them (`max_new_tokens=4, ignore_eos=True`) and are
         checked by the same model (an InvalidRequest naming the field). With `timeout_s`, the
         request fails alone (finish reason `timeout`) once that many seconds of the
-        scheduler's clock have passed, wherever it is then.
+        scheduler's clock have passed, wherever it is then; `own_deadline` says its client
+        chose that deadline (the failure is then the client's `OwnDeadlineExceeded`).
         """
         params = attrs.evolve(params or SamplingParams(), **fields) if fields else (params or SamplingParams())
         max_new_tokens = params.max_new_tokens
-        if (
-            not prompt
-        ):  # an empty prompt is refused at every entry (`nonempty_prompt`); this is text that tokenized to none
+        if not prompt:  # refused empty at every entry (`nonempty_prompt`): this is text that tokenized to none
             raise RequestRejected(
                 "the prompt's text tokenizes to no tokens -- send text the tokenizer turns into tokens"
             )
@@ -194,6 +194,7 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
             params.ignore_eos,
             deadline=deadline,
             timeout_s=timeout_s,
+            own_deadline=own_deadline,
             params=params,
             group=rid,
         )

@@ -35,6 +35,7 @@ from engine.errors import (
     EngineStopped,
     GenerationError,
     InvalidRequest,
+    OwnDeadlineExceeded,
     ReplicaFailed,
     RequestCancelled,
     RequestRejected,
@@ -227,6 +228,7 @@ class FailureKind(str, enum.Enum):
     STOPPED = "stopped"
     GENERATION = "generation"
     DEADLINE = "deadline"
+    OWN_DEADLINE = "own_deadline"  # the client's own timeout_s passed (408), not the server's deadline
     DRAIN_TIMEOUT = "drain_timeout"
     BUSY = "busy"
     CANCELLED = "cancelled"  # its client went away: not an error of the replica
@@ -235,6 +237,7 @@ class FailureKind(str, enum.Enum):
 
 # most specific class first: the first one an exception is an instance of gives its kind
 FAILURES: tuple[tuple[FailureKind, type[EngineError]], ...] = (
+    (FailureKind.OWN_DEADLINE, OwnDeadlineExceeded),
     (FailureKind.DEADLINE, DeadlineExceeded),
     (FailureKind.GENERATION, GenerationError),
     (FailureKind.INVALID, InvalidRequest),

@@ -23,6 +23,7 @@ from engine.errors import (
     EngineStopped,
     GenerationError,
     NoSuchReplica,
+    OwnDeadlineExceeded,
     Refusal,
     ReplicaElsewhere,
     ReplicaExited,
@@ -50,6 +51,7 @@ STATUS_BY_TYPE: tuple[tuple[type[Exception], int], ...] = (
     (ReplicaExited, 409),
     (ReplicaElsewhere, 409),
     (NoSuchReplica, 404),
+    (OwnDeadlineExceeded, 408),  # before its base class: the client's own budget ran out
     (DeadlineExceeded, 504),
     (GenerationError, 503),
     (EngineStopped, 503),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from engine.engine import Engine
-from engine.errors import DeadlineExceeded, GenerationError, RequestRejected
+from engine.errors import DeadlineExceeded, GenerationError, OwnDeadlineExceeded, RequestRejected
 from sgconf.twin import replaced
 
 
@@ -84,8 +84,8 @@ def test_a_request_past_its_deadline_fails_alone(engine) -> None:
         eng.step()
     clock.now += 5
     run_until_done(eng, [slow, fine])
-    with pytest.raises(DeadlineExceeded, match=r"passed its deadline of 5 s before it finished \(\d+ of 50 tokens\)"):
-        eng.wait(slow)
+    with pytest.raises(OwnDeadlineExceeded, match=r"passed its deadline of 5 s before it finished \(\d+ of 50 tokens\)"):
+        eng.wait(slow)  # the client chose 5 s: its own budget ran out (408 over HTTP)
     assert len(eng.wait(fine).token_ids) == 8
     assert eng.scheduler.counters["timed_out"] == 1
 
@@ -96,8 +96,9 @@ def test_the_default_deadline_is_request_timeout_s(engine) -> None:
     req = eng.submit("queued", max_new_tokens=4)
     assert req.deadline == clock.now + 60
     clock.now += 61
-    with pytest.raises(DeadlineExceeded):
+    with pytest.raises(DeadlineExceeded) as info:
         eng.wait(req, timeout=30)  # no step runs: wait itself notices the deadline
+    assert not isinstance(info.value, OwnDeadlineExceeded)  # the server's deadline: a 504, not the client's 408
     assert eng.busy_counts() == (0, 0)
 
 
@@ -128,3 +129,13 @@ def test_a_failed_step_fails_only_the_running_requests(monkeypatch) -> None:
         with pytest.raises(GenerationError, match="internal error in the engine step"):
             eng.wait(first, timeout=120)
         assert len(eng.wait(queued, timeout=120).token_ids) == 4
+
+
+def test_a_deadline_the_client_chose_is_not_a_server_error() -> None:
+    """Past its own timeout_s a request is answered 408 naming it; past the server's request_timeout_s, 504."""
+    from engine.http.problems import problem_of
+
+    own = problem_of(OwnDeadlineExceeded("request 5 passed its deadline of 0.1 s before it finished"))
+    server = problem_of(DeadlineExceeded("request 6 passed its deadline of 600 s before it finished"))
+    assert (own.status, server.status) == (408, 504)
+    assert own.body()["detail"].startswith("request 5 passed its deadline of 0.1 s")

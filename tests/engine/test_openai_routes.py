@@ -233,10 +233,10 @@ def test_openai_param_is_read_from_the_problem_path_not_the_rendered_line() -> N
 def test_an_openai_error_keeps_the_headers_of_its_problem() -> None:
     """A busy engine's Retry-After and a body timeout's Connection: close reach the client in OpenAI's error shape."""
     from engine.errors import EngineBusy
-    from engine.http.openai_routes import _as_openai
+    from engine.http.openai_routes import _as_openai, _openai_response
     from engine.http.problems import HTTPProblem
 
-    busy = _as_openai(EngineBusy("busy", queued=3, running=4, retry_after_s=2.5)).response()
+    busy = _openai_response(_as_openai(EngineBusy("busy", queued=3, running=4, retry_after_s=2.5)))
     assert busy.status_code == 409 and busy.headers["retry-after"] == "3"
-    timeout = _as_openai(HTTPProblem(408, "slow body", headers={"Connection": "close"})).response()
+    timeout = _openai_response(_as_openai(HTTPProblem(408, "slow body", headers={"Connection": "close"})))
     assert timeout.status_code == 408 and timeout.headers["connection"] == "close"
