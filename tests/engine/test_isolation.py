@@ -84,7 +84,9 @@ def test_a_request_past_its_deadline_fails_alone(engine) -> None:
         eng.step()
     clock.now += 5
     run_until_done(eng, [slow, fine])
-    with pytest.raises(OwnDeadlineExceeded, match=r"passed its deadline of 5 s before it finished \(\d+ of 50 tokens\)"):
+    with pytest.raises(
+        OwnDeadlineExceeded, match=r"passed its deadline of 5 s before it finished \(\d+ of 50 tokens\)"
+    ):
         eng.wait(slow)  # the client chose 5 s: its own budget ran out (408 over HTTP)
     assert len(eng.wait(fine).token_ids) == 8
     assert eng.scheduler.counters["timed_out"] == 1

@@ -610,7 +610,6 @@ def test_replacement_rank_catches_up_with_committed_rounds(world: World) -> None
         assert [s.values["schedule_policy"] for s in states] == ["lpm"] * size
 
 
-
 def test_refusal_reasons_are_typed_by_the_exception_not_its_text() -> None:
     """A refusal's reason: the exception's own `refusal_reason`, else not_hot, invalid or failed by its class."""
     from runtime.errors import RankDiverged
