@@ -293,12 +293,7 @@ class Engine(EngineBuilding, EngineStorage):
         self, items: Sequence[tuple[str | Sequence[int], SamplingParams]], options: RequestOptions
     ) -> list[Req]:
         deadline = check_timeout(options.timeout_s, get_serving().request_timeout_s)
-        reqs = [
-            self._new_request(
-                prompt, sampling, deadline, options.stream, options.add_special_tokens, options.timeout_s is not None
-            )
-            for prompt, sampling in items
-        ]
+        reqs = [self._new_request(prompt, sampling, deadline, options) for prompt, sampling in items]
         # no engine lock: a submit must not wait behind the steps of other clients' work
         if self._stopping or not self.scheduler.submit_all(reqs):
             raise EngineStopped("the engine is shut down -- start a new one")
@@ -306,25 +301,18 @@ class Engine(EngineBuilding, EngineStorage):
         return reqs
 
     def _new_request(
-        self,
-        prompt_or_ids: str | Sequence[int],
-        sampling: SamplingParams,
-        timeout_s: float,
-        stream: bool,
-        add_special_tokens: bool = True,
-        own_deadline: bool = False,
+        self, prompt_or_ids: str | Sequence[int], sampling: SamplingParams, timeout_s: float, options: RequestOptions
     ) -> Req:
         # refused as over HTTP, before the tokenizer sees it; ids also against the vocabulary of this model
         prompt = prompt_of(prompt_or_ids, vocab=run_sizes(self.shape)[2])
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+            ids = self.tokenizer.encode(prompt, add_special_tokens=options.add_special_tokens)
         else:
             ids = list(prompt)
         seed = self.seed if sampling.seed is None else sampling.seed
-        req = self.scheduler.new_request(
-            ids, params=sampling, seed=seed, timeout_s=timeout_s, own_deadline=own_deadline
-        )
-        if stream:
+        own = options.timeout_s is not None  # the client chose the deadline, not 'request_timeout_s'
+        req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s, own_deadline=own)
+        if options.stream:
             import queue
 
             req.stream = queue.SimpleQueue()
