@@ -6,8 +6,9 @@ of a package in one place, and a class that replaced a builtin derives from both
 `except ValueError` around an older call still works). Private classes (a leading
 underscore) never leave the module that raises them: they are caught there and turned
 into a public error, so they are exempt from where they live, not from the root.
-`tools/` imports sgconf and nothing else of ours, so its roots (`RatchetError`,
-`MutationError`) derive from `SgconfError` too.
+`tools/` imports sgconf and nothing else of ours, so the ratchet's root (`RatchetError`)
+derives from `SgconfError` too. The one exception is the mutation runner: it mutates
+sgconf's modules, so it imports none of them, and `MutationError` is a root of its own.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 from sgconf.errors import SgconfError
 
@@ -71,10 +76,25 @@ def declared_in_errors(cls: type) -> bool:
 
 
 def test_every_exception_derives_from_the_root() -> None:
+    """All but the mutation runner's, whose root is `MutationError` (it may import nothing of sgconf)."""
+    from tools.mutation.errors import MutationError
+
     found = exceptions_defined()
     assert len(found) > 60
     outside = sorted(where(cls) for cls in found if not issubclass(cls, SgconfError))
-    assert outside == []
+    own = sorted(where(cls) for cls in found if issubclass(cls, MutationError))
+    assert outside == own and "tools.mutation.errors.AlreadyImported" in own
+
+
+@pytest.mark.slow
+def test_the_mutation_runner_imports_nothing_it_mutates() -> None:
+    """Every part of the runner a mutant's run loads leaves the project's packages unimported, so a mutant takes."""
+    code = (
+        "import sys, tools.mutation.execute, tools.mutation.child, tools.mutation.cli;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'sgconf', 'runtime', 'mem_cache', 'attention', 'engine'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_every_public_exception_is_declared_in_an_errors_module() -> None:

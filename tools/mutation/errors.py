@@ -1,11 +1,15 @@
-"""Exceptions of the mutation runner, under `tools.errors.ToolError` (and so `sgconf.errors.SgconfError`)."""
+"""Exceptions of the mutation runner, under a root of their own.
+
+The runner mutates sgconf's own modules, so it must import nothing of sgconf: a module
+already imported when its mutant is installed keeps its original code in every importer
+(`AlreadyImported`). Its errors therefore cannot derive from `sgconf.errors.SgconfError`;
+`MutationError` is their root, and the error-root test names it as the one exception.
+"""
 
 from __future__ import annotations
 
-from tools.errors import ToolError
 
-
-class MutationError(ToolError):
+class MutationError(Exception):
     """Base of every error the mutation runner reports to its user (exit status 2)."""
 
 

@@ -1,11 +1,15 @@
-"""Exceptions of the read ratchet, under `tools.errors.ToolError` (and so `sgconf.errors.SgconfError`)."""
+"""Exceptions of the read ratchet, rooted in `sgconf.errors.SgconfError` like every error the project raises.
+
+tools/ may import sgconf (and nothing else of ours), so the ratchet's refusals share the
+project's root: a caller that catches `SgconfError` around it catches them.
+"""
 
 from __future__ import annotations
 
-from tools.errors import ToolError
+from sgconf.errors import SgconfError
 
 
-class RatchetError(ToolError):
+class RatchetError(SgconfError):
     """Base of every error the ratchet reports to its user (exit status 2)."""
 
 
