@@ -95,6 +95,7 @@ from runtime.group_results import (
     refusal_reason,
 )
 from sgconf.dump import json_type
+from sgconf.frozen import thaw
 
 _FOREVER = datetime.timedelta(days=365)
 _HOST_BYTES = 255
@@ -252,7 +253,7 @@ class ConfigGroup(Following):
     def catch_up(self) -> CatchUp:
         """What `resync` sends (its `round` left 0): our generation and the current value of each field overridden since publish.
 
-        `values` maps each such field to its value now, `set_by` to the source of the
+        `values` maps each such field to its value now (as a config file spells it), `set_by` to the source of the
         override that last set it, and `sources` lists those sources in the order they
         last acted. Its size depends on the fields, not on how many rounds set them.
         """
@@ -264,7 +265,10 @@ class ConfigGroup(Following):
                 set_by.pop(name, None)  # re-inserted: the order is that of the last change
                 set_by[name] = rec.source
         sources = tuple(dict.fromkeys(reversed(set_by.values())))[::-1]
-        return CatchUp(0, ctx.generation, dict(ctx.group_values(set_by)), set_by, sources)
+        # each value as a config file spells it (a duration `1h30m`, a path its text): what the
+        # rank converts back to the same value, and what JSON can carry
+        values = {name: thaw(value) for name, value in ctx.group_values(set_by).items()}
+        return CatchUp(0, ctx.generation, values, set_by, sources)
 
     def resync(self, rank: int, *, timeout_s: float | None = None) -> RankState:
         """Bring `rank` (a replacement, or a rank left behind) to our generation and fingerprint in one round.

@@ -82,7 +82,7 @@ class Proposing(Dispatching):
         converted: dict[str, Any] = {}
         changes: list[FieldChange] = []
         flat = state.flat
-        acting = None  # the source a revert acts for, worked out once a field is not hot
+        acting = inner_source(source)  # the source a revert acts for
         decided = self._decided
         conv = self.schema.converter
         for name, raw in values.items():
@@ -92,12 +92,10 @@ class Proposing(Dispatching):
                 problems.append(Problem(f"$.{name}", f"unknown field '{name}'{did_you_mean(name, infos)}", origin))
                 continue
             setting = info.setting
-            if check_source and not setting.hot:
-                acting = inner_source(source) if acting is None else acting
-                if not setting.source_allowed(acting):
-                    refused = True
-                    problems.append(Problem(info.path, _refusal(info, raw, source), origin))
-                    continue
+            if check_source and not setting.source_allowed(acting):
+                refused = True
+                problems.append(Problem(info.path, _refusal(info, raw, source), origin))
+                continue
             value, problem = convert_value(info, raw, origin, conv)
             if problem is not None:
                 problems.append(problem)

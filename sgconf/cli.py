@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None, *, schema: Declarations, command_gro
     except DeclarationError as exc:  # two packages, or a package and sgconf, declare one command name
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    except ConfigError as exc:  # a package declaring a built-in's name cannot be imported to compare it
+        print(f"{prog}: {exc.problems[0].message}", file=sys.stderr)
+        return 2
 
 
 def _dispatch(prog: str, args: list[str], registry: Registry[Command]) -> int:

@@ -82,15 +82,14 @@ class Registry(Generic[T]):
             self._clashes.pop(name, None)
 
     def names(self) -> tuple[str, ...]:
-        """Every registered name, sorted, whether loaded yet or not.
+        """Every registered name, sorted, whether loaded yet or not; a name two distributions declare included.
 
-        Raises DeclarationError when two installed distributions declare one name.
+        Listing never refuses (a `--help`, a schema, a did-you-mean list them all): only
+        asking for a name two installed distributions declare does (`get`, `in`).
         """
         with self._lock:
             found = self._entry_points()
-            for name in self._clashes:
-                self._refuse_clash(name)
-            return tuple(sorted({*self._entries, *found}))
+            return tuple(sorted({*self._entries, *found, *self._clashes}))
 
     def __contains__(self, name: object) -> bool:
         """Whether `name` is registered; DeclarationError when two installed distributions declare it."""
@@ -137,7 +136,11 @@ class Registry(Generic[T]):
 
     def check(self, name: Any) -> None:
         """Raise FieldValueError (a ValueError, a field check's error) unless `name` is registered; None passes."""
-        if name is not None and name not in self:
+        try:
+            registered = name is None or name in self
+        except DeclarationError as exc:  # two distributions declare it: a problem of this setting, not a crash
+            raise FieldValueError(str(exc)) from None
+        if not registered:
             known = self.names()
             hint = did_you_mean(str(name), known, normalize=False).replace(" -- ", "; ")
             raise FieldValueError(f"must name a registered {self.kind} ({', '.join(known) or 'none registered'}){hint}")

@@ -21,7 +21,7 @@ from mem_cache.hicache.memory_storage import open_memory_storage
 from mem_cache.hicache.storage import BACKEND_FIELD, EXTRA_CONFIG_FIELD, StorageBase
 from sgconf.convert import ConversionError, converter, means_none
 from sgconf.dump import clipped_repr
-from sgconf.errors import PluginUnavailable
+from sgconf.errors import DeclarationError, PluginUnavailable
 from sgconf.serving.plugins import STORAGE_BACKENDS
 from sgconf.suggest import did_you_mean
 
@@ -46,7 +46,11 @@ def create_storage_backend(
     what to do, and nothing is left behind (no directory created for an unknown
     backend or a weak secret).
     """
-    if not isinstance(name, str) or name not in STORAGE_BACKENDS:
+    try:
+        known_name = isinstance(name, str) and name in STORAGE_BACKENDS
+    except DeclarationError as exc:  # two installed distributions declare it
+        raise StorageAttachError(str(exc), field=BACKEND_FIELD, value=name) from None
+    if not known_name:
         known = STORAGE_BACKENDS.names()
         hint = did_you_mean(str(name), known) if isinstance(name, str) else ""
         msg = (
@@ -102,6 +106,8 @@ def _open(name: str, extra_config: Mapping[str, Any]) -> StorageBase:
         factory = STORAGE_BACKENDS.get(name)  # the refusal below names the field
     except PluginUnavailable as exc:
         raise StorageAttachError(exc.reason, field=BACKEND_FIELD, value=name) from None
+    except DeclarationError as exc:  # two installed distributions declare it
+        raise StorageAttachError(str(exc), field=BACKEND_FIELD, value=name) from None
     try:
         backend = factory(extra_config)
     except StorageAttachError:

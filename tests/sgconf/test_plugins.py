@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sgconf import ConfigError, DeclarationError, Schema, setting
-from sgconf.errors import SgconfError, UnknownPluginError
+from sgconf.errors import FieldValueError, SgconfError, UnknownPluginError
 from sgconf.plugins import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,8 +135,9 @@ def test_two_distributions_declaring_one_name_are_refused_naming_both(
     with pytest.raises(DeclarationError, match=both) as info:
         reg.get("spin")
     assert "pkg_one" in str(info.value) and "pkg_two" in str(info.value)
-    with pytest.raises(DeclarationError, match=both):
-        reg.names()
+    assert reg.names() == ("only_one", "spin")  # listing never refuses: a --help or a schema lists both
+    with pytest.raises(FieldValueError, match=both):
+        reg.check("spin")  # a setting naming it: a problem of that setting, not a crash
     with pytest.raises(DeclarationError, match=both):
         "spin" in reg  # noqa: B015 -- asking is a lookup
     with pytest.raises(DeclarationError, match=both):
@@ -165,6 +166,34 @@ def test_a_command_two_packages_declare_is_refused_and_so_is_one_that_shadows_a_
     err = capsys.readouterr().err
     assert err.startswith("sgconf: command 'show' is registered twice: by entry point rogue:show (distribution shadow)")
     assert "and by sgconf (built-in)" in err
+    install(tmp_path, "broken", "test.broken", {"show": "sgconf_test_no_such_module:show"})
+    assert cli.main(["--help"], schema=SERVING, command_group="test.broken") == 2  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("sgconf: command 'show' from entry point sgconf_test_no_such_module:show cannot be loaded")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_name_two_distributions_declare_refuses_only_the_setting_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clash nobody chooses leaves loading alone; a setting that names it is a problem of that setting."""
+    install(tmp_path, "pkg_one", "test.gizmos", {"spin": "one.mod:Spin"})
+    install(tmp_path, "pkg_two", "test.gizmos", {"spin": "two.mod:Spin"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg: Registry[object] = Registry("gizmo", entry_points="test.gizmos")
+    schema = Schema("gizmort", env_prefix="GIZMORT_")
+
+    @schema.namespace("parts")
+    class PartsConfig:
+        gizmo: str | None = setting(None, help="which gizmo", plugin=reg)
+
+    frozen = schema.freeze()
+    assert frozen.load([], env={}).record.gizmo is None
+    with pytest.raises(ConfigError) as info:
+        frozen.load(["--gizmo", "spin"], env={})
+    (line,) = info.value.lines()
+    assert line.startswith("$.parts.gizmo: gizmo 'spin' is registered twice: by entry point ")
+    assert "(from --gizmo)" in line
 
 
 def test_the_default_test_schema_entry_point_goes_through_the_registry(
