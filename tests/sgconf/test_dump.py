@@ -109,3 +109,13 @@ def test_json_type_names_what_a_client_wrote() -> None:
 
     got = [json_type(v) for v in (None, True, 0, 1.5, "s", [1], (1,), {"a": 1}, {1, 2})]
     assert got == ["null", "boolean", "number", "number", "string", "array", "array", "object", "set"]
+
+
+def test_a_quoted_value_is_cut_to_its_limit() -> None:
+    """A refusal quotes at most 60 characters of a value by default; a repr that fits is kept whole."""
+    from sgconf.dump import clipped_repr
+
+    assert clipped_repr("x" * 58) == repr("x" * 58)  # 60 characters with its quotes: whole
+    assert clipped_repr("x" * 59) == repr("x" * 59)[:57] + "..."
+    assert len(clipped_repr(list(range(1000)))) == 60
+    assert clipped_repr([1, 2], limit=6) == "[1, 2]" and clipped_repr([1, 2, 3], limit=6) == "[1,..."
