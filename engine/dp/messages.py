@@ -102,9 +102,9 @@ class GenerateUnit:
 
     @property
     def options(self) -> RequestOptions:
-        """The unit's deadline and tokenization, by the rule one engine applies (`unit_options`)."""
+        """The unit's deadline and tokenization, by the rule one engine applies (`unit_options`: the first item's)."""
         return unit_options(
-            [{"timeout_s": a.timeout_s, "add_special_tokens": a.add_special_tokens} for a in self.items]
+            [{"timeout_s": a.timeout_s, "add_special_tokens": a.add_special_tokens} for a in self.items[:1]]
         )
 
 

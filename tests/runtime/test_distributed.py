@@ -712,17 +712,25 @@ def test_a_catch_up_value_json_cannot_carry_fails_the_resync_naming_the_field(
     group.close()
 
 
-def test_a_catch_up_spells_each_value_as_a_config_file_does() -> None:
-    """A duration or a path travels as its config-file spelling, which the rank converts back to the same value."""
+@pytest.mark.server_args(enable_hierarchical_cache=True)
+def test_a_catch_up_spells_each_value_as_a_config_file_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`catch_up()` sends a duration or a path as its config-file spelling, which JSON carries and the rank converts back."""
     import pathlib
+    import types
 
-    from runtime.group_messages import CatchUp
-    from sgconf.frozen import thaw
+    from runtime import get_context
 
-    values = {"d": datetime.timedelta(minutes=90), "p": pathlib.Path("/var/kv"), "s": frozenset({2, 1})}
-    message = CatchUp(0, 3, {k: thaw(v) for k, v in values.items()}, dict.fromkeys(values, "ops"), ("ops",))
+    group = _scripted_pair(monkeypatch)
+    live = {"d": datetime.timedelta(minutes=90), "p": pathlib.Path("/var/kv"), "n": 3}
+    record = types.SimpleNamespace(fields=tuple(live), source="ops")
+    context_class = type(get_context())
+    monkeypatch.setattr(context_class, "overrides_log", lambda self: (record,))
+    monkeypatch.setattr(context_class, "group_values", lambda self, names: {n: live[n] for n in names})
+    message = group.catch_up()
+    assert message.values == {"d": "1h30m", "p": "/var/kv", "n": 3}
+    assert message.set_by == dict.fromkeys(live, "ops")
     assert message.to_wire(strict=True)  # travels as JSON
-    assert message.values["d"] == "1h30m" and message.values["p"] == "/var/kv"
+    group.close()
 
 
 if __name__ == "__main__":
