@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, overload
 import attrs
 
 from runtime.fingerprint import Fingerprint
+from runtime.flatview import Overlay
 from runtime.overrides import OverrideRecord
 
 EMPTY: types.MappingProxyType[str, Any] = types.MappingProxyType({})
@@ -240,22 +241,26 @@ def fold(base: Mapping[str, Any], writes: Stack[Write], limit: int) -> tuple[Map
     Returns None when nothing needs folding. Folding a write that nothing lies under
     changes no shown value; open scopes never fold. Past the limit it folds down to half
     of it at once, so a long run of overrides pays for one walk every `limit // 2`
-    commits, not one per commit.
+    commits, not one per commit. The new base is the folded values laid over the
+    published ones (`Overlay`): a fold costs what was folded, never a copy of every field.
     """
     if len(writes) <= limit:
         return None
-    new_base = dict(base)
+    if isinstance(base, Overlay):
+        folded, published = dict(base._changes), base._under
+    else:
+        folded, published = {}, base
     kept: list[Write] = []
     covered: set[str] = set()
     excess = len(writes) - max(limit // 2, 1)
     for write in writes:
         if excess and write.scope is None and covered.isdisjoint(write.values):
-            new_base.update(write.values)
+            folded.update(write.values)
             excess -= 1
             continue
         kept.append(write)
         covered.update(write.values)
-    return types.MappingProxyType(new_base), Stack.of(kept)
+    return Overlay(folded, published), Stack.of(kept)
 
 
 __all__ = [

@@ -133,6 +133,37 @@ def test_fold_keeps_the_limit_by_folding_down_to_half() -> None:
     assert one is not None and list(one[1]) == writes[4:]  # never below one kept write
 
 
+class _Published(dict):  # type: ignore[type-arg]
+    """The published values, counting every walk over them."""
+
+    walks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        _Published.walks += 1
+        return super().__iter__()
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        _Published.walks += 1
+        return super().keys()
+
+    def items(self):  # type: ignore[no-untyped-def]
+        _Published.walks += 1
+        return super().items()
+
+
+def test_a_fold_costs_what_it_folds_never_a_walk_over_every_field() -> None:
+    published = _Published({f"f{i}": -1 for i in range(1000)})
+    first = fold(published, Stack.of([_write(f1=1), _write(f2=2), _write(f3=3)]), 2)
+    assert first is not None
+    second = fold(first[0], Stack.of([*first[1], _write(f4=4), _write(f1=5)]), 2)
+    assert second is not None
+    assert _Published.walks == 0  # a schema of any size: the folded values lie over the published ones
+    base = second[0]
+    assert (base["f1"], base["f2"], base["f3"], base["f4"], base["f9"]) == (1, 2, 3, 4, -1)
+    assert [kept.values for kept in second[1]] == [{"f1": 5}]  # the newest stays live, over the folded f1
+    assert len(base) == 1000 and "f999" in base
+
+
 def test_fold_never_folds_a_scope_or_a_write_over_a_kept_one() -> None:
     scope = Write(record=None, values=types.MappingProxyType({"x": 1}), scope=object())  # type: ignore[arg-type]
     over = _write(x=2)  # lies over the scope: folding it would hide the scope's value
