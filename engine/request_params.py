@@ -410,17 +410,35 @@ def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
     return params
 
 
+_NOT_ASKED = frozenset(("prompt_or_ids", "timeout_s", "add_special_tokens"))
+
+
 def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingParams]]:
-    """(prompt, sampling) per item of one unit of work; a batch's items mostly ask the same, so equal asks are checked once."""
+    """(prompt, sampling) per item of one unit of work; a batch's items mostly ask the same, so equal asks are checked once.
+
+    An item whose values are the very objects of the item before it (a batch's items
+    share one set of them) reuses that item's sampling without building its key: the
+    same objects give the same answer.
+    """
     checked: dict[str, SamplingParams] = {}
-    out = []
+    out: list[tuple[Any, SamplingParams]] = []
+    before: Mapping[str, Any] | None = None
     for args in argss:
-        asked = {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
+        if before is not None and _same_asks(args, before):
+            out.append((args["prompt_or_ids"], out[-1][1]))
+            continue
+        asked = {k: v for k, v in args.items() if k not in _NOT_ASKED}
         key = repr(sorted(asked.items()))
         if key not in checked:
             checked[key] = sampling_of(asked)
         out.append((args["prompt_or_ids"], checked[key]))
+        before = args
     return out
+
+
+def _same_asks(args: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
+    """Whether `args` asks with the same objects, under the same names, as `before` (its prompt aside)."""
+    return len(args) == len(before) and all(k in _NOT_ASKED or args.get(k, _NOT_ASKED) is v for k, v in before.items())
 
 
 def unit_options(argss: Sequence[Mapping[str, Any]]) -> RequestOptions:

@@ -65,7 +65,7 @@ class EngineBackend:
         except BaseException:
             self.engine.cancel(reqs)
             raise
-        return [generate_body(self.engine.wait(r)) for r in reqs]
+        return [generate_body(result) for result in self.engine.wait_all(reqs)]
 
     async def _finished(self, reqs: list[Any]) -> None:
         """Wait until every request of one unit is finished: one wake-up of the loop for the unit, not one a request."""
