@@ -410,54 +410,6 @@ def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
     return params
 
 
-_NOT_ASKED = frozenset(("prompt_or_ids", "timeout_s", "add_special_tokens"))
-
-
-def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingParams]]:
-    """(prompt, sampling) per item of one unit of work; a batch's items mostly ask the same, so equal asks are checked once.
-
-    An item whose values are the very objects of the item before it (a batch's items
-    share one set of them) reuses that item's sampling without building its key: the
-    same objects give the same answer.
-    """
-    checked: dict[str, SamplingParams] = {}
-    out: list[tuple[Any, SamplingParams]] = []
-    before: Mapping[str, Any] | None = None
-    for args in argss:
-        if before is not None and _same_asks(args, before):
-            out.append((args["prompt_or_ids"], out[-1][1]))
-            continue
-        asked = {k: v for k, v in args.items() if k not in _NOT_ASKED}
-        key = repr(sorted(asked.items()))
-        if key not in checked:
-            checked[key] = sampling_of(asked)
-        out.append((args["prompt_or_ids"], checked[key]))
-        before = args
-    return out
-
-
-def _same_asks(args: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
-    """Whether `args` asks with the same objects, under the same names, as `before` (its prompt aside)."""
-    return len(args) == len(before) and all(k in _NOT_ASKED or args.get(k, _NOT_ASKED) is v for k, v in before.items())
-
-
-def unit_options(argss: Sequence[Mapping[str, Any]]) -> RequestOptions:
-    """The options of one unit of work (`Engine.generate` arguments each), checked by `RequestOptions`.
-
-    The items of one route share their deadline and how their text is tokenized (a
-    rendered chat carries its own special tokens), so the first item's say for all.
-    """
-    first = argss[0] if argss else {}
-    return RequestOptions(timeout_s=first.get("timeout_s"), add_special_tokens=first.get("add_special_tokens", True))
-
-
-def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none."""
-    items = unit_items(argss)
-    options = unit_options(argss)
-    return list(engine.submit_batch(items, timeout_s=options.timeout_s, add_special_tokens=options.add_special_tokens))
-
-
 def submit_args(params: Mapping[str, Any]) -> tuple[SamplingParams, RequestOptions]:
     """`Engine.submit`'s keyword arguments, checked by the one request model: its sampling and its options (one choice)."""
     sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
@@ -605,8 +557,5 @@ __all__ = [
     "sampling_of",
     "structure_params",
     "submit_args",
-    "submit_unit",
     "token_ids",
-    "unit_items",
-    "unit_options",
 ]

@@ -17,7 +17,7 @@ from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
 from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
-from engine.request_params import submit_unit
+from engine.request_units import submit_unit
 
 ROLE = "scheduler"
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")

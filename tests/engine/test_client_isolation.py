@@ -126,7 +126,7 @@ def test_an_http_batch_is_one_unit_of_work(engine: Engine) -> None:
 
 def test_a_batch_checks_each_distinct_ask_once_and_keeps_items_apart() -> None:
     """Items asking the same share one checked SamplingParams; an item asking otherwise gets its own."""
-    from engine.request_params import unit_items
+    from engine.request_units import unit_items
 
     same = {"prompt_or_ids": "a", "temperature": 0.5, "max_new_tokens": 3, "timeout_s": 5}
     items = unit_items([same, {**same, "prompt_or_ids": "b"}, {**same, "temperature": 0.0}])
@@ -137,7 +137,7 @@ def test_a_batch_checks_each_distinct_ask_once_and_keeps_items_apart() -> None:
 
 def test_a_batch_sharing_its_values_still_checks_each_item_asking_otherwise() -> None:
     """Items holding the very objects of the item before share its sampling; an equal but other value is checked."""
-    from engine.request_params import unit_items
+    from engine.request_units import unit_items
 
     common = {"max_new_tokens": 1, "stop": ["\n"], "timeout_s": None}
     items = unit_items([{"prompt_or_ids": p, **common} for p in ("a", "b", "c")])
