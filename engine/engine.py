@@ -49,10 +49,11 @@ from engine.errors import (
 )
 from engine.machine import checked_launch
 from engine.model import run_sizes
-from engine.request_params import RequestOptions, SamplingParams, check_timeout, prompt_of, refuse, submit_args
+from engine.request_params import RequestOptions, SamplingParams, check_timeout, refuse, submit_args
 from engine.results import GenerateResult, GenerateStats, result_of
 from engine.scheduler import Req
 from engine.streaming import TokenStream
+from engine.submission import new_requests
 from engine.tokenizer import Tokenizer, choose_tokenizer, stop_token_ids
 from mem_cache.kv_cache_configurator import device_of
 from runtime.context import RuntimeContext, publish, use_context, withdraw
@@ -293,30 +294,15 @@ class Engine(EngineBuilding, EngineStorage):
         self, items: Sequence[tuple[str | Sequence[int], SamplingParams]], options: RequestOptions
     ) -> list[Req]:
         deadline = check_timeout(options.timeout_s, get_serving().request_timeout_s)
-        reqs = [self._new_request(prompt, sampling, deadline, options) for prompt, sampling in items]
+        vocab = run_sizes(self.shape)[2]
+        reqs = new_requests(
+            self.scheduler, self.tokenizer, items, vocab=vocab, seed=self.seed, timeout_s=deadline, options=options
+        )
         # no engine lock: a submit must not wait behind the steps of other clients' work
         if self._stopping or not self.scheduler.submit_all(reqs):
             raise EngineStopped("the engine is shut down -- start a new one")
         self._nudge()
         return reqs
-
-    def _new_request(
-        self, prompt_or_ids: str | Sequence[int], sampling: SamplingParams, timeout_s: float, options: RequestOptions
-    ) -> Req:
-        # refused as over HTTP, before the tokenizer sees it; ids also against the vocabulary of this model
-        prompt = prompt_of(prompt_or_ids, vocab=run_sizes(self.shape)[2])
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt, add_special_tokens=options.add_special_tokens)
-        else:
-            ids = list(prompt)
-        seed = self.seed if sampling.seed is None else sampling.seed
-        own = options.timeout_s is not None  # the client chose the deadline, not 'request_timeout_s'
-        req = self.scheduler.new_request(ids, params=sampling, seed=seed, timeout_s=timeout_s, own_deadline=own)
-        if options.stream:
-            import queue
-
-            req.stream = queue.SimpleQueue()
-        return req
 
     def cancel(self, reqs: Sequence[Req], reason: str = "the client went away") -> None:
         """Take requests out at the next step boundary, freeing their KV (their client disconnected).
@@ -365,6 +351,14 @@ class Engine(EngineBuilding, EngineStorage):
         A request whose deadline passes while no step runs (a paused engine) is failed
         here, so its caller never waits past the deadline for a step to notice.
         """
+        return self._wait(req, timeout)
+
+    @under_own_context
+    def wait_all(self, reqs: Sequence[Req]) -> list[GenerateResult]:
+        """`wait` for each of `reqs` (one unit of work) in order; raises as the first failed one does."""
+        return [self._wait(req, None) for req in reqs]
+
+    def _wait(self, req: Req, timeout: float | None) -> GenerateResult:
         limit = None if timeout is None else time.monotonic() + timeout
         while not req.done.is_set():
             left = None if limit is None else limit - time.monotonic()

@@ -410,36 +410,6 @@ def sampling_of(kwargs: Mapping[str, Any]) -> SamplingParams:
     return params
 
 
-def unit_items(argss: Sequence[Mapping[str, Any]]) -> list[tuple[Any, SamplingParams]]:
-    """(prompt, sampling) per item of one unit of work; a batch's items mostly ask the same, so equal asks are checked once."""
-    checked: dict[str, SamplingParams] = {}
-    out = []
-    for args in argss:
-        asked = {k: v for k, v in args.items() if k not in ("prompt_or_ids", "timeout_s", "add_special_tokens")}
-        key = repr(sorted(asked.items()))
-        if key not in checked:
-            checked[key] = sampling_of(asked)
-        out.append((args["prompt_or_ids"], checked[key]))
-    return out
-
-
-def unit_options(argss: Sequence[Mapping[str, Any]]) -> RequestOptions:
-    """The options of one unit of work (`Engine.generate` arguments each), checked by `RequestOptions`.
-
-    The items of one route share their deadline and how their text is tokenized (a
-    rendered chat carries its own special tokens), so the first item's say for all.
-    """
-    first = argss[0] if argss else {}
-    return RequestOptions(timeout_s=first.get("timeout_s"), add_special_tokens=first.get("add_special_tokens", True))
-
-
-def submit_unit(engine: Any, argss: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Queue the items of one unit (`Engine.generate` arguments each) with `engine.submit_batch`; all or none."""
-    items = unit_items(argss)
-    options = unit_options(argss)
-    return list(engine.submit_batch(items, timeout_s=options.timeout_s, add_special_tokens=options.add_special_tokens))
-
-
 def submit_args(params: Mapping[str, Any]) -> tuple[SamplingParams, RequestOptions]:
     """`Engine.submit`'s keyword arguments, checked by the one request model: its sampling and its options (one choice)."""
     sampling, options = structure_params((f"$.{k}", k, v) for k, v in params.items())
@@ -587,8 +557,5 @@ __all__ = [
     "sampling_of",
     "structure_params",
     "submit_args",
-    "submit_unit",
     "token_ids",
-    "unit_items",
-    "unit_options",
 ]

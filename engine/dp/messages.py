@@ -40,7 +40,8 @@ from engine.errors import (
     RequestCancelled,
     RequestRejected,
 )
-from engine.request_params import RequestOptions, SamplingParams, prompt_of, submit_args, unit_items, unit_options
+from engine.request_params import RequestOptions, SamplingParams, prompt_of, submit_args
+from engine.request_units import unit_items, unit_options
 from sgconf.errors import ConfigError, Problem
 
 # -- controller to replica ---------------------------------------------------------------

@@ -418,7 +418,7 @@ def _generate_unit(engine: Any, rank: int, message: GenerateUnit, sender: _Sende
         )
         if not running.add(message.rid, reqs):
             engine.cancel(reqs)
-        return {"items": [generate_body(engine.wait(req), dp_rank=rank - 1) for req in reqs]}
+        return {"items": [generate_body(result, dp_rank=rank - 1) for result in engine.wait_all(reqs)]}
 
     _answer(message.rid, rank, sender, running, work)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -115,7 +116,11 @@ def served_model_name() -> str:
 
 
 def _request_log() -> Any:
-    """The log method for the details of a request: info with `log_requests`, else debug."""
+    """The log method for the details of a request: info with `log_requests`, else debug; None when that level is off.
+
+    A batch logs a line per item: where the logger drops the level anyway, its items are
+    not each worded for nothing.
+    """
     from runtime.errors import NotPublishedError
     from runtime.serving import get_observability
 
@@ -123,7 +128,11 @@ def _request_log() -> Any:
         on = get_observability().log_requests
     except NotPublishedError:  # the engine stopped and took its config: still log what is answered
         on = True
-    return log.info if on else log.debug
+    bound = log.bind()
+    enabled = getattr(bound, "is_enabled_for", None)
+    if enabled is not None and not enabled(logging.INFO if on else logging.DEBUG):
+        return None
+    return bound.info if on else bound.debug
 
 
 def _add_health_route(app: FastAPI, backend: ServingBackend, lifecycle: Lifecycle) -> None:
@@ -205,6 +214,8 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
 
 def _asked(argss: list[dict[str, Any]]) -> None:
     say = _request_log()  # once per unit: a batch's items share one logger, not one each
+    if say is None:
+        return
     for args in argss:
         prompt = args["prompt_or_ids"]
         say(
@@ -225,6 +236,8 @@ def _finished(metrics: Metrics, bodies: list[dict[str, Any]]) -> None:
         meta["config_generation"] = generation
     metrics.observe_many(metas)
     say = _request_log()
+    if say is None:
+        return
     for meta in metas:
         say(
             "generate.done",

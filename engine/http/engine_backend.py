@@ -17,7 +17,7 @@ from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
 from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
-from engine.request_params import submit_unit
+from engine.request_units import submit_unit
 
 ROLE = "scheduler"
 STORAGE_FIELDS = ("hicache_storage_backend", "hicache_storage_backend_extra_config")
@@ -65,7 +65,7 @@ class EngineBackend:
         except BaseException:
             self.engine.cancel(reqs)
             raise
-        return [generate_body(self.engine.wait(r)) for r in reqs]
+        return [generate_body(result) for result in self.engine.wait_all(reqs)]
 
     async def _finished(self, reqs: list[Any]) -> None:
         """Wait until every request of one unit is finished: one wake-up of the loop for the unit, not one a request."""

@@ -17,7 +17,7 @@ from engine.memory_guard import MemoryGuardError, MemoryNeed, check_fits
 from engine.model import DenseAttention
 from engine.weights import WeightsError
 from sgconf.errors import ConfigError
-from tests.engine.checkpoints import write_checkpoint
+from tests.engine.checkpoints import train_tokenizer, write_checkpoint
 
 pytestmark = pytest.mark.slow  # starts processes or servers: `make test-fast` leaves it out
 
@@ -215,6 +215,22 @@ def test_a_checkpoint_needs_its_tokenizer(tmp_path: Path, checkpoints) -> None:
     with _engine(tmp_path, "--tokenizer-path", str(checkpoints["llama"][0])) as engine:
         assert engine.tokenizer.encode("hello world") == engine.tokenizer.encode("hello world")
         assert type(engine.tokenizer).__name__ == "HFTokenizer"
+
+
+def test_a_batch_of_texts_tokenizes_as_each_text_alone(tmp_path: Path) -> None:
+    """`encode_many` gives each text the ids `encode` gives it, special tokens or not, also for a padding tokenizer."""
+    from engine.tokenizer import encode_many, load_tokenizer
+
+    train_tokenizer(tmp_path)
+    tok = load_tokenizer(tmp_path)
+    texts = ["hello world", "the quick brown fox jumps over the lazy dog", "a"]
+    for special in (True, False):
+        alone = [tok.encode(t, add_special_tokens=special) for t in texts]
+        assert encode_many(tok, texts, add_special_tokens=special) == alone
+    tok._tok.enable_padding()  # a batch would be padded to its longest text
+    assert encode_many(tok, texts) == [tok.encode(t) for t in texts]
+    assert len({len(ids) for ids in encode_many(tok, texts)}) == 3
+    assert encode_many(tok, []) == []
 
 
 def test_memory_guard_refuses_an_oversized_model_without_allocating(tmp_path: Path, monkeypatch) -> None:

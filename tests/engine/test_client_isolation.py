@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.engine import Engine, EngineStopped
+from engine.errors import InvalidRequest, RequestCancelled, RequestRejected
 from engine.http.app import create_app
 from engine.http.engine_backend import EngineBackend
 from engine.request_params import SamplingParams
@@ -125,13 +126,54 @@ def test_an_http_batch_is_one_unit_of_work(engine: Engine) -> None:
 
 def test_a_batch_checks_each_distinct_ask_once_and_keeps_items_apart() -> None:
     """Items asking the same share one checked SamplingParams; an item asking otherwise gets its own."""
-    from engine.request_params import unit_items
+    from engine.request_units import unit_items
 
     same = {"prompt_or_ids": "a", "temperature": 0.5, "max_new_tokens": 3, "timeout_s": 5}
     items = unit_items([same, {**same, "prompt_or_ids": "b"}, {**same, "temperature": 0.0}])
     assert [p for p, _ in items] == ["a", "b", "a"]
     assert items[0][1] is items[1][1] and items[0][1].temperature == 0.5
     assert items[2][1] is not items[0][1] and items[2][1].temperature == 0.0 and items[2][1].max_new_tokens == 3
+
+
+def test_a_batch_sharing_its_values_still_checks_each_item_asking_otherwise() -> None:
+    """Items holding the very objects of the item before share its sampling; an equal but other value is checked."""
+    from engine.request_units import unit_items
+
+    common = {"max_new_tokens": 1, "stop": ["\n"], "timeout_s": None}
+    items = unit_items([{"prompt_or_ids": p, **common} for p in ("a", "b", "c")])
+    assert items[0][1] is items[1][1] is items[2][1] and items[0][1].stop == ("\n",)
+    with pytest.raises(InvalidRequest) as info:  # True == 1, but a boolean is no token count
+        unit_items([{"prompt_or_ids": "a", **common}, {"prompt_or_ids": "b", **common, "max_new_tokens": True}])
+    assert info.value.lines() == ["$.max_new_tokens: expected an integer, not a boolean (got True)"]
+    extra = unit_items([{"prompt_or_ids": "a", **common}, {"prompt_or_ids": "b", **common, "seed": 7}])
+    assert (extra[0][1].seed, extra[1][1].seed) == (None, 7)
+    fewer = unit_items([{"prompt_or_ids": "a", **common}, {"prompt_or_ids": "b", "timeout_s": None}])
+    assert (fewer[0][1].stop, fewer[1][1].stop) == (("\n",), ())
+
+
+def test_a_batch_is_refused_at_its_first_bad_item(engine: Engine) -> None:
+    """Prompts are checked before the batch is tokenized, yet the refusal is the first bad item's; nothing is queued."""
+    too_long = SamplingParams(max_new_tokens=1 << 20)
+    with pytest.raises(RequestRejected, match="exceeds the context length"):
+        engine.submit_batch([("a", too_long), ("", SamplingParams())])
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit_batch([("a", SamplingParams()), ("", SamplingParams()), ("b", too_long)])
+    assert info.value.lines() == ["$.prompt_or_ids: 0 characters: the prompt is empty -- send at least 1"]
+    assert engine.busy_counts() == (0, 0)
+
+
+def test_wait_all_answers_in_order_and_raises_as_the_first_failed(engine: Engine) -> None:
+    """One wait for a unit gives each item's result in order; a cancelled item is raised as `wait` raises it."""
+    reqs = engine.submit_batch([(p, SamplingParams(max_new_tokens=2)) for p in ("one", "two", "three")])
+    results = engine.wait_all(reqs)
+    assert [len(r.token_ids) for r in results] == [2, 2, 2]
+    assert [r.stats.prompt_tokens for r in results] == [3, 3, 5]
+    engine.pause()
+    held = engine.submit_batch([(p, SamplingParams()) for p in ("x", "y")])
+    engine.cancel(held[1:])
+    engine.resume()
+    with pytest.raises(RequestCancelled, match="the client went away"):
+        engine.wait_all(held)
 
 
 def test_fan_out_limits_name_their_setting(engine: Engine) -> None:

@@ -324,6 +324,9 @@ class UnitEngine(FakeEngine):
     def wait(self, req: Any) -> Any:
         raise NotImplementedError  # replaced per test
 
+    def wait_all(self, reqs: list[Any]) -> list[Any]:
+        return [self.wait(req) for req in reqs]
+
 
 def test_a_replica_runs_a_unit_as_one_batch_and_answers_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The replica submits the unit with one `submit_batch`, answers every item's body in order, and a

@@ -320,7 +320,7 @@ GROUP_BAD = [
 def test_a_replica_group_refuses_a_request_as_one_engine_does(served, args: dict[str, Any]) -> None:
     """The controller checks a request (`asks`) in the words one engine uses, one request or a unit of two."""
     from engine.dp.messages import asks
-    from engine.request_params import submit_unit
+    from engine.request_units import submit_unit
 
     engine, _ = served
     args = {"max_new_tokens": 1, **args}

@@ -155,3 +155,29 @@ def test_a_stream_counts_as_in_flight_until_its_last_event(http: TestClient) -> 
         rest = [line for line in lines if line.startswith("data: ")]
     assert rest[-1] == "data: [DONE]"
     assert lifecycle.inflight == 0
+
+
+def test_a_batch_of_latencies_lands_in_the_buckets_one_observation_at_a_time_would() -> None:
+    """The latency histograms take a batch at once and export what observing each amount alone exports."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from engine.http.metrics import LATENCY_BUCKETS, _BatchHistogram
+
+    amounts = [0.0, 0.005, 0.0051, 0.3, 0.3, 1.0, 59.9, 60.0, 61.0, 1e9, 0.001]
+    one, batch = CollectorRegistry(), CollectorRegistry()
+    each = Histogram("lat", "latency", buckets=LATENCY_BUCKETS, registry=one)
+    for amount in amounts:
+        each.observe(amount)
+    _BatchHistogram("lat", "latency", buckets=LATENCY_BUCKETS, registry=batch).observe_all(amounts)
+
+    def series(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        text = generate_latest(registry).decode()
+        return [
+            (s.name, s.labels, s.value)
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if not s.name.endswith("_created")
+        ]
+
+    assert series(batch) == series(one)
+    assert ("lat_bucket", {"le": "0.005"}, 3.0) in series(batch)
