@@ -6,17 +6,24 @@ large unit is held to `fair_unit_rows` rows while a small one is in the engine; 
 request is admitted while rows, `max_running_requests` and the memory reserve of
 `schedule_conservativeness` allow, and starts from the longest cached page prefix
 (prefix cache, then the HiCache tiers).
+
+It runs every step, often with hundreds of batch items waiting and a few rows free, so it
+costs one pass over the queue, not a sort of it: with no row free it returns at once, under
+fcfs the units' heads are merged (`engine.policy.FairTurns`) for as many requests as are
+taken, and a bulk unit at its rows is skipped whole. The queue keeps its arrival order;
+`bulk_passed` still counts each request passed over, one per step it waits that way.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 from typing import Any
 
 import torch
 
-from engine.policy import bulk_units, fair_share, order_waiting
+from engine.policy import DRAWING_POLICIES, fair_turns, order_waiting, units_over
 from engine.request_state import Req
 
 # Share of a request's remaining max_new_tokens that admission keeps free for it, at
@@ -47,20 +54,26 @@ class SchedulerAdmission:
         if self.admission_paused or not self.waiting:
             return
         policy = self.snap.schedule.schedule_policy if self.snap is not None else "fcfs"
-        ordered = order_waiting(list(self.waiting), policy, self.cache, self.rng)
         running = [*self.prefilling, *self.decoding]
-        self.waiting = collections.deque(fair_share(ordered, running))
+        limit = self.max_running()
+        if len(running) >= limit:
+            if policy in DRAWING_POLICIES:  # rank anyway: the draws stay those of a run with free rows
+                order_waiting(list(self.waiting), policy, self.cache, self.rng)
+            return
+        turns = fair_turns(self.waiting, running, policy, self.cache, self.rng)
         ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
         rows = int(self.snap.schedule.fair_unit_rows) if self.snap is not None else 0
-        bulk = bulk_units(self.waiting, running, rows)
-        held = collections.Counter(r.group for r in running if r.group in bulk)
-        passed: list[Req] = []  # requests of a bulk unit at its rows: they keep their place for a later step
-        reserved = sum(self._reserve(r, ratio) for r in running)
+        held = collections.Counter(r.group for r in running)
+        bulk = units_over(held + turns.sizes, rows) if rows > 0 else frozenset()
+        reserved = sum(self._reserve(r, ratio) for r in running) if ratio > 0 else 0
         free = int(self.allocator.available_size()) + (self.cache.evictable_tokens() if self.cache is not None else 0)
-        while self.waiting and len(running) < self.max_running():
-            req = self.waiting[0]
+        admitted: list[Req] = []
+        while len(running) < limit and (req := turns.head()) is not None:
             if req.group in bulk and held[req.group] >= rows:
-                passed.append(self.waiting.popleft())
+                # a bulk unit at its rows: its requests keep their place for a later step. Its turn is
+                # `rows` or more and that of every request that may still be admitted is below, so
+                # the requests it passes come before wherever admission stops: all count as passed
+                turns.set_aside()
                 continue
             need = req.prefill_target - req.kv_len + self._reserve(req, ratio)
             if running and ratio > 0 and free - reserved < need:
@@ -71,7 +84,8 @@ class SchedulerAdmission:
             slots = self.req_pool.alloc(1)
             if slots is None:
                 break
-            self.waiting.popleft()
+            turns.take()
+            admitted.append(req)
             req.row = slots[0]
             self._match_prefix(req)
             self.prefilling.append(req)
@@ -79,9 +93,11 @@ class SchedulerAdmission:
             held[req.group] += 1
             reserved += need
             self.counters["admitted"] += 1
-        if passed:
-            self.counters["bulk_passed"] += len(passed)
-            self.waiting.extendleft(reversed(passed))
+        if turns.passed:
+            self.counters["bulk_passed"] += turns.passed
+        if admitted:  # the queue keeps its own order; each step ranks it afresh
+            taken = set(admitted)
+            self.waiting = collections.deque(itertools.filterfalse(taken.__contains__, self.waiting))
 
     @staticmethod
     def _reserve(req: Req, ratio: float) -> int:
