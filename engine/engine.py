@@ -355,8 +355,17 @@ class Engine(EngineBuilding, EngineStorage):
 
     @under_own_context
     def wait_all(self, reqs: Sequence[Req]) -> list[GenerateResult]:
-        """`wait` for each of `reqs` (one unit of work) in order; raises as the first failed one does."""
-        return [self._wait(req, None) for req in reqs]
+        """`wait` for each of `reqs` (one unit of work) in order; raises as the first failed one does.
+
+        A unit is answered whole or not at all: once one item fails, nobody will read the
+        others, so those still queued or running are cancelled rather than left to spend
+        rows and KV to the end (a replica group's caller has no handle left to cancel them).
+        """
+        try:
+            return [self._wait(req, None) for req in reqs]
+        except BaseException:
+            self.cancel([req for req in reqs if not req.done.is_set()], "another item of its unit failed")
+            raise
 
     def _wait(self, req: Req, timeout: float | None) -> GenerateResult:
         limit = None if timeout is None else time.monotonic() + timeout

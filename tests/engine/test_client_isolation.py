@@ -176,6 +176,21 @@ def test_wait_all_answers_in_order_and_raises_as_the_first_failed(engine: Engine
         engine.wait_all(held)
 
 
+def test_wait_all_cancels_the_rest_of_a_unit_once_an_item_fails(engine: Engine) -> None:
+    """An item that fails fails its unit: the items still waiting are cancelled, not left to run for nobody."""
+    engine.scheduler.admission_paused += 1  # steps still run (cancels), but nothing is admitted
+    try:
+        held = engine.submit_batch([(p, SamplingParams()) for p in ("x", "y", "z")])
+        engine.cancel(held[:1])
+        with pytest.raises(RequestCancelled, match="the client went away"):
+            engine.wait_all(held)
+        assert all(r.done.wait(DEADLINE_S) for r in held[1:])
+        assert [r.finish_reason for r in held] == ["cancelled"] * 3
+        assert engine.busy_counts() == (0, 0)
+    finally:
+        engine.scheduler.admission_paused -= 1
+
+
 def test_fan_out_limits_name_their_setting(engine: Engine) -> None:
     """Too many prompts, or prompts x n over max_batch_requests, are refused naming the setting; nothing runs."""
     client = TestClient(create_app(EngineBackend(engine)))
