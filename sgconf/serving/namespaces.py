@@ -266,7 +266,7 @@ class ScheduleConfig:
         "fcfs", help="request ordering policy", hot=True
     )
     fair_unit_rows: int = setting(
-        4,
+        2,
         help="while a unit of work (one request, or one batch or n-choice prompt) of at most this many requests "
         "is in the engine, a larger unit may hold at most this many running rows, so a short request shares its "
         "steps with little bulk work; alone or among large units a batch uses every row; 0 turns this off",
