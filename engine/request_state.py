@@ -110,7 +110,10 @@ class Req:
                 self.streamed = len(self.output)
             self.stream.put(None)
         self.done.set()
-        for callback in list(self.callbacks):
+        # fired once, then dropped: a waiter's callback often holds its unit (and so this request),
+        # and a finished request kept in that cycle would wait for a full collection to be freed
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
             try:
                 callback()
             except Exception as exc:  # a waiter's failure must never fail the step that finished the request

@@ -75,6 +75,7 @@ class EngineBackend:
         done = loop.create_future()
         finished: set[int] = set()
         lock = threading.Lock()
+        count = len(reqs)  # not the list: a callback each request holds must not hold the requests
 
         def settle() -> None:
             if not done.done():
@@ -83,7 +84,7 @@ class EngineBackend:
         def wake(rid: int) -> None:  # from the scheduler's thread; may come twice for one request
             with lock:
                 finished.add(rid)
-                last = len(finished) == len(reqs)
+                last = len(finished) == count
             if last:
                 with contextlib.suppress(RuntimeError):  # the loop is gone (its server stopped): nobody waits
                     loop.call_soon_threadsafe(settle)
