@@ -196,25 +196,37 @@ def light_under_fan_out(base: str) -> tuple[tuple[float, float], int]:
 FAIRNESS_ROUNDS = 3
 
 
-def fairness_rounds(base: str, idle: Any = None) -> list[tuple[tuple[float, float], tuple[float, float], int]]:
+Rounds = list[tuple[tuple[float, float], tuple[float, float], int]]
+
+
+def fairness_rounds(base: str, idle: Any = None, steps: Any = None) -> tuple[Rounds, tuple[float, float]]:
     """`FAIRNESS_ROUNDS` rounds of (light alone, light beside the fan-out, batches sent), alone and crowded alternating.
 
     A p99 of 200 requests is their second slowest, so one round's ratio swings with the
     machine's own hiccups; alternating rounds let drift land on both sides, and the
     median of the rounds' ratios is the figure. `idle()` returns once the fan-out
-    clients' last batches have left the server.
+    clients' last batches have left the server; `steps()` is the engine's step count, from
+    which the mean steps per light request alone and beside the fan-out are returned
+    (zeros without it).
     """
-    rounds = []
+    rounds: Rounds = []
+    counted = [0, 0]
     for _ in range(FAIRNESS_ROUNDS):
+        before = steps() if steps is not None else 0
         alone = light_client(base)
+        middle = steps() if steps is not None else 0
         crowded, batches = light_under_fan_out(base)
+        after = steps() if steps is not None else 0
+        counted[0] += middle - before
+        counted[1] += after - middle
         if idle is not None:
             idle()
         rounds.append((alone, crowded, batches))
-    return rounds
+    per_request = FAIRNESS_ROUNDS * LIGHT_REQUESTS
+    return rounds, (counted[0] / per_request, counted[1] / per_request)
 
 
-def print_fairness(label: str, rounds: list[tuple[tuple[float, float], tuple[float, float], int]]) -> None:
+def print_fairness(label: str, rounds: Rounds) -> None:
     for i, ((a50, a99), (c50, c99), batches) in enumerate(rounds, 1):
         print(
             f"  round {i}: p99 {c99 * 1000:7.1f} ms beside {batches} fan-out batches of {FAN_OUT_ITEMS}"
@@ -314,19 +326,12 @@ def main() -> int:
             with limits_off():
                 rounds_off.append(run_load(base))
         attacked, bad_sent = run_under_attack(base)
-        steps = engine.scheduler.counters["steps"]
-        light_client(base)
-        steps_alone = (engine.scheduler.counters["steps"] - steps) / LIGHT_REQUESTS
-        steps = engine.scheduler.counters["steps"]
-        light_under_fan_out(base)
-        steps_crowded = (engine.scheduler.counters["steps"] - steps) / LIGHT_REQUESTS
 
         def idle() -> None:
             while engine.busy_counts() != (0, 0):  # the fan-out clients' last batches leave before the next figure
                 time.sleep(0.01)
 
-        idle()
-        fair = fairness_rounds(base, idle)
+        fair, (steps_alone, steps_crowded) = fairness_rounds(base, idle, lambda: engine.scheduler.counters["steps"])
         recovery, cancelled = dropped_streams(base, engine)
     finally:
         server.should_exit = True
@@ -361,7 +366,7 @@ def main() -> int:
     return 0
 
 
-def group_fairness() -> list[tuple[tuple[float, float], tuple[float, float], int]]:
+def group_fairness() -> Rounds:
     """The fairness rounds against a two-replica group (each replica a process).
 
     A batch crosses to one replica as one unit of work, so that replica holds it to its
@@ -387,7 +392,7 @@ def group_fairness() -> list[tuple[tuple[float, float], tuple[float, float], int
         while not server.started:
             time.sleep(0.05)
         run_load(base)  # warm-up: both replicas compile their first steps
-        return fairness_rounds(base)
+        return fairness_rounds(base)[0]
     finally:
         server.should_exit = True
         thread.join(timeout=30)
