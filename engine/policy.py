@@ -22,8 +22,9 @@ client's request for longer than it takes one of the batch's requests to give a 
 Taking turns bounds how long a short request waits for a row, not how long its steps
 take: a step costs more with every request in it, so a short request admitted beside 63
 items of a batch decodes at the batch's pace. `bulk_units` names the units that are held
-to `fair_unit_rows` rows while a unit of at most that size is in the engine; alone, or
-beside other large units, a batch still fills every row.
+to `fair_unit_rows` rows while a unit of at most that size is in the engine (and, by the
+scheduler's `fair_hold_steps`, for a few steps after one was); alone, or beside other
+large units, a batch still fills every row.
 
 Admission takes that order a request at a time from `fair_turns` (a `FairTurns`), which
 under `fcfs` merges the units' queues instead of sorting the whole queue every step; the
@@ -311,9 +312,13 @@ def bulk_units(waiting: Sequence[Req], running: Sequence[Req], rows: int) -> fro
     return units_over(Counter(map(_GROUP, (*waiting, *running))), rows)
 
 
-def units_over(sizes: Mapping[int, int], rows: int) -> frozenset[int]:
-    """`bulk_units` from the number of requests (waiting and running) of each unit."""
-    if rows <= 0 or all(n > rows for n in sizes.values()):
+def units_over(sizes: Mapping[int, int], rows: int, *, holding: bool = False) -> frozenset[int]:
+    """`bulk_units` from the number of requests (waiting and running) of each unit.
+
+    `holding`: a small unit was in the engine a moment ago (`fair_hold_steps`), so the
+    large units are held even though none is there now.
+    """
+    if rows <= 0 or (not holding and all(n > rows for n in sizes.values())):
         return frozenset()
     return frozenset(group for group, n in sizes.items() if n > rows)
 

@@ -7,7 +7,7 @@ does, in order:
    while request rows, `max_running_requests` and the memory reserve of
    `schedule_conservativeness` allow (unless a drain paused admission), taking turns
    between units of work and holding a large unit to `fair_unit_rows` rows while a
-   small one is in the engine; each reuses
+   small one is in the engine, or was within the last `fair_hold_steps` steps; each reuses
    the longest cached page prefix (prefix cache, then the HiCache tiers);
 2. one extend batch of prefill chunks, at most `chunked_prefill_size` new tokens in all,
    so a long prompt never stalls running requests for more than one chunk; a request
@@ -128,6 +128,8 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         self.snap: Any = None  # the config snapshot of the step running now (or of the last one)
         self.rng = random.Random(seed)  # the `random` policy's draws
         self.admission_paused = 0  # drains waiting for the running requests to finish
+        self.step_index = 0
+        self.small_unit_seen = -(1 << 62)  # never
         self.decode = decode  # the tokenizer's, to find stop strings in the output
         self._cancels: list[tuple[Req, str]] = []
         self._closed = False
@@ -264,6 +266,7 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
     def step(self) -> bool:
         """Admit, prefill one chunk batch, decode once; returns whether anything ran."""
         self.snap = self._settings()
+        self.step_index += 1
         with self._inbox_lock:
             arrived = list(self._inbox)
             self._inbox.clear()

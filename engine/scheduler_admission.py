@@ -2,7 +2,8 @@
 
 A mixin of `engine.scheduler.Scheduler`, run on the scheduler thread only. The order
 comes from `schedule_policy` (`engine.policy`), then units of work take turns and a
-large unit is held to `fair_unit_rows` rows while a small one is in the engine; a
+large unit is held to `fair_unit_rows` rows while a small one is in the engine (or was,
+within `fair_hold_steps` steps: a client's gap between two short requests); a
 request is admitted while rows, `max_running_requests` and the memory reserve of
 `schedule_conservativeness` allow, and starts from the longest cached page prefix
 (prefix cache, then the HiCache tiers).
@@ -42,6 +43,8 @@ class SchedulerAdmission:
     snap: Any
     rng: Any
     admission_paused: int
+    step_index: int  # steps begun
+    small_unit_seen: int  # the last step whose admission saw a unit of at most `fair_unit_rows` requests
     waiting: collections.deque[Req]
     prefilling: list[Req]
     decoding: list[Req]
@@ -64,7 +67,7 @@ class SchedulerAdmission:
         ratio = NEW_TOKEN_RATIO * float(self.snap.schedule.schedule_conservativeness) if self.snap is not None else 0.0
         rows = int(self.snap.schedule.fair_unit_rows) if self.snap is not None else 0
         held = collections.Counter(r.group for r in running)
-        bulk = units_over(held + turns.sizes, rows) if rows > 0 else frozenset()
+        bulk = self._bulk_units(held + turns.sizes, rows) if rows > 0 else frozenset()
         reserved = sum(self._reserve(r, ratio) for r in running) if ratio > 0 else 0
         free = int(self.allocator.available_size()) + (self.cache.evictable_tokens() if self.cache is not None else 0)
         admitted: list[Req] = []
@@ -98,6 +101,19 @@ class SchedulerAdmission:
         if admitted:  # the queue keeps its own order; each step ranks it afresh
             taken = set(admitted)
             self.waiting = collections.deque(itertools.filterfalse(taken.__contains__, self.waiting))
+
+    def _bulk_units(self, sizes: collections.Counter[int], rows: int) -> frozenset[int]:
+        """The units held to `rows` this step: beside a small unit, or within `fair_hold_steps` of one's last step.
+
+        A client that sends short requests one after another leaves the engine for a
+        step or two between them (its answer, its next request); without the hold each
+        gap hands every row to the bulk, and the client's next request waits for that
+        step, the longest of all.
+        """
+        if any(n <= rows for n in sizes.values()):
+            self.small_unit_seen = self.step_index
+        hold = int(self.snap.schedule.fair_hold_steps) if self.snap is not None else 0
+        return units_over(sizes, rows, holding=self.step_index - self.small_unit_seen <= hold)
 
     @staticmethod
     def _reserve(req: Req, ratio: float) -> int:

@@ -273,6 +273,15 @@ class ScheduleConfig:
         checks=[interval(0, 1 << 20)],
         hot=True,
     )
+    fair_hold_steps: int = setting(
+        2,
+        help="steps after a small unit (see fair_unit_rows) was last in the engine during which larger units stay "
+        "held: a client sending short requests one after another finds short steps each time it comes back, not "
+        "a step its gap let the bulk fill; costs the bulk rows while such a client is active; 0 holds only while "
+        "the small unit is in",
+        checks=[interval(0, 1 << 20)],
+        hot=True,
+    )
     schedule_conservativeness: float = setting(
         1.0,
         help="how much of running requests' future tokens admission keeps free (0: admit whatever fits now)",

@@ -113,6 +113,7 @@ class Sched(SchedulerAdmission):
                 schedule_policy=case["policy"],
                 schedule_conservativeness=case["conservativeness"],
                 fair_unit_rows=case["rows"],
+                fair_hold_steps=0,  # the algorithm replayed below has no hold
             )
         )
         self.allocator = SimpleNamespace(available_size=lambda: self.tokens)
@@ -123,6 +124,7 @@ class Sched(SchedulerAdmission):
         self.limits = None
         self.rng = random.Random(case["seed"])
         self.admission_paused = 0
+        self.step_index, self.small_unit_seen = 0, -1
         self.counters = collections.Counter()
         self.limit = case["limit"]
         self.asked = 0
@@ -153,7 +155,8 @@ class Sched(SchedulerAdmission):
         req.kv_len = 0
 
     def finish(self, n: int) -> None:
-        """The `n` oldest running requests end: their rows come back."""
+        """The `n` oldest running requests end: their rows come back, and the next step begins."""
+        self.step_index += 1
         running = sorted([*self.prefilling, *self.decoding], key=lambda r: r.rid)
         for req in running[:n]:
             for held in (self.prefilling, self.decoding):

@@ -194,6 +194,29 @@ def check_fair_unit_rows(make_engine: Callable[..., Engine], log_stream: io.Stri
         engine.wait(r, timeout=120)
 
 
+def check_fair_hold_steps(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    engine = make_engine("--max-running-requests", "8", "--schedule-conservativeness", "0", "--fair-unit-rows", "2")
+    engine.pause()
+    fan = SamplingParams(max_new_tokens=30, ignore_eos=True)
+    batch = engine.submit_batch([(f"{PROMPT[:20]} {i}", fan) for i in range(20)])
+    short = engine.submit(PROMPT[:20], max_new_tokens=1, ignore_eos=True)
+
+    def rows_of_batch() -> int:
+        return sum(r.row is not None for r in batch)
+
+    engine.step()  # the short request's only step, beside 2 of the batch
+    assert short.finish_reason == "length" and rows_of_batch() == 2
+    engine.override_config("test", fair_hold_steps=1)
+    engine.step()  # the step after: still held
+    assert rows_of_batch() == 2
+    engine.override_config("test", fair_hold_steps=0)
+    engine.step()
+    assert rows_of_batch() == 8
+    engine.resume()
+    for r in batch:
+        engine.wait(r, timeout=120)
+
+
 def check_enable_mixed_chunk(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
     engine = make_engine()
     engine.pause()
@@ -397,6 +420,7 @@ HOT_CHECKS: dict[str, Callable[..., None]] = {
     "chunked_prefill_size": check_chunked_prefill_size,
     "schedule_conservativeness": check_schedule_conservativeness,
     "fair_unit_rows": check_fair_unit_rows,
+    "fair_hold_steps": check_fair_hold_steps,
     "drain_timeout_s": check_drain_timeout_s,
     "speculative_num_steps": check_speculative_num_steps,
     "speculative_num_draft_tokens": check_speculative_num_draft_tokens,

@@ -190,8 +190,8 @@ def running_by_unit(sched: Scheduler) -> dict[int, int]:
 
 def test_a_batch_beside_a_short_request_holds_fair_unit_rows(make_scheduler: MakeScheduler) -> None:
     """With a short request in the engine, a 40-item batch holds 4 rows, so the short one's steps stay small;
-    once it is gone the batch fills every row again."""
-    _, sched = make_scheduler("--fair-unit-rows", "4", max_running_requests=16)
+    once it is gone (and without a hold after it) the batch fills every row again."""
+    _, sched = make_scheduler("--fair-unit-rows", "4", "--fair-hold-steps", "0", max_running_requests=16)
     batch = submit_unit(sched, 40, max_new_tokens=3)
     short = submit(sched, 6, max_new_tokens=3)
     sizes = []
@@ -206,6 +206,41 @@ def test_a_batch_beside_a_short_request_holds_fair_unit_rows(make_scheduler: Mak
     assert running_by_unit(sched) == {batch[0].group: 16}  # alone, the batch uses every row
     run_to_end(sched)
     assert all(r.finish_reason == "length" and len(r.output) == 3 for r in [*batch, short])
+
+
+def test_a_batch_stays_held_for_fair_hold_steps_after_a_short_request_leaves(make_scheduler: MakeScheduler) -> None:
+    """A client sending short requests one after another is away a step or two between them: the batch stays
+    held that long, so the next short request does not wait behind a step the batch filled; then it fills again."""
+    _, sched = make_scheduler("--fair-unit-rows", "2", "--fair-hold-steps", "2", max_running_requests=16)
+    batch = submit_unit(sched, 200, max_new_tokens=1)
+    unit = batch[0].group
+    for _ in range(3):  # three short requests, each sent two steps after the one before finished
+        short = submit(sched, 6, max_new_tokens=1)
+        sched.step()
+        assert short.finish_reason == "length" and running_by_unit(sched).get(unit, 0) == 0
+        admitted = sched.counters["admitted"]
+        sched.step()
+        sched.step()
+        assert sched.counters["admitted"] - admitted == 4  # the two steps of its gap: 2 rows each
+    admitted = sched.counters["admitted"]
+    sched.step()  # a third step without a short request: the hold is over
+    assert sched.counters["admitted"] - admitted == 16
+    run_to_end(sched)
+    assert all(r.finish_reason == "length" for r in batch)
+
+
+def test_fair_hold_steps_zero_holds_only_while_the_short_request_is_in(make_scheduler: MakeScheduler) -> None:
+    _, sched = make_scheduler("--fair-unit-rows", "2", "--fair-hold-steps", "0", max_running_requests=16)
+    batch = submit_unit(sched, 100, max_new_tokens=1)
+    short = submit(sched, 6, max_new_tokens=1)
+    admitted = sched.counters["admitted"]
+    sched.step()
+    assert short.finish_reason == "length" and sched.counters["admitted"] - admitted == 3
+    admitted = sched.counters["admitted"]
+    sched.step()
+    assert sched.counters["admitted"] - admitted == 16
+    run_to_end(sched)
+    assert all(r.finish_reason == "length" for r in batch)
 
 
 def test_large_units_among_themselves_share_every_row(make_scheduler: MakeScheduler) -> None:
