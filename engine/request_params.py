@@ -183,11 +183,7 @@ def token_ids(value: Any, path: str, vocab: int | None = None) -> tuple[int, ...
     if why is not None:
         raise refuse(path, why)
     if vocab is not None and max(ids) >= vocab:
-        bad = next(t for t in ids if t >= vocab)
-        raise RequestRejected(
-            f"{path}: token id {bad} is outside the vocabulary 0..{vocab - 1} of this model"
-            " -- send ids from this model's tokenizer"
-        )
+        raise RequestRejected(f"{path}: {outside_vocabulary(next(t for t in ids if t >= vocab), vocab)}")
     return ids  # type: ignore[no-any-return]
 
 
@@ -447,9 +443,10 @@ def check_timeout(timeout_s: float | None, limit: float, path: str = "$.timeout_
     return timeout_s
 
 
-def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: int) -> None:
+def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: int, vocab: int | None = None) -> None:
     """Every prompt against `MIN_PROMPT_ITEMS` and 'max_prompt_chars', and their count against 'max_batch_items',
-    before tokenizing."""
+    before tokenizing; token ids also against `vocab`, the served model's vocabulary, so an id the model has no
+    row for is refused at its item's place, as an empty or negative one is."""
     if len(prompts) > max_items:
         raise refuse(path, f"{len(prompts)} prompts, more than 'max_batch_items' ({max_items}) -- split the batch")
     for i, p in enumerate(prompts):
@@ -458,6 +455,12 @@ def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: i
         nonempty_prompt(p, at)
         if len(p) > max_chars:
             raise refuse(at, f"{len(p)} {unit}, more than 'max_prompt_chars' ({max_chars}) -- shorten the prompt")
+        if vocab is not None and not isinstance(p, str) and max(p) >= vocab:
+            raise refuse(at, outside_vocabulary(next(t for t in p if t >= vocab), vocab))
+
+
+def outside_vocabulary(token: int, vocab: int) -> str:
+    return f"token id {token} is outside the vocabulary 0..{vocab - 1} of this model -- send ids from this model's tokenizer"
 
 
 def check_fanout(prompts: int, n: int, max_requests: int, path: str = "$.n") -> None:

@@ -312,6 +312,11 @@ class DPController:
                 )
         return out
 
+    @property
+    def vocab_size(self) -> int | None:
+        """The served model's vocabulary, as the replicas reported it when they became ready (one record, one model)."""
+        return next((r.vocab_size for r in self.replicas if r.vocab_size is not None), None)
+
     def busy(self) -> tuple[int, int]:
         """(replicas with requests in flight, requests in flight)."""
         counts = [r.inflight for r in self.replicas]

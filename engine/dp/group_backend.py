@@ -31,6 +31,7 @@ class ReplicaGroupBackend:
     def __init__(self, controller: DPController) -> None:
         self.controller = controller
         self.dp_size = controller.dp_size
+        self.vocab_size = controller.vocab_size
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         ok, rows = self.controller.health()

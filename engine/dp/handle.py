@@ -51,6 +51,7 @@ class Replica:
         self.process = process
         self.conn = conn
         self.pid: int | None = None
+        self.vocab_size: int | None = None
         self.pending: dict[int, _Call] = {}
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
@@ -126,6 +127,7 @@ class Replica:
             msg = f"replica {self.index} exited while starting ({self.ended()}) -- see its log"
             raise ReplicaFailed(msg)
         self.pid = message.pid
+        self.vocab_size = message.vocab_size
         self._reader = threading.Thread(target=self._read, name=f"dp-replica{self.index}-reader", daemon=True)
         self._reader.start()
 

@@ -182,6 +182,7 @@ class Ready:
 
     rank: int
     pid: int
+    vocab_size: int | None = None  # the model's, for the controller's edge to refuse token ids outside it
 
 
 @attrs.frozen(slots=True)

@@ -170,6 +170,7 @@ def replica_main(
 
     from engine.dp.nodes import DEFAULT_START_TIMEOUT_S
     from engine.engine import Engine, freeze_start_up_heap
+    from engine.model import run_sizes
     from runtime.distributed import ConfigGroup
     from sgconf.record import to_bags
 
@@ -208,7 +209,7 @@ def replica_main(
     group.start()
     freeze_start_up_heap()  # built for good: no full collection walks it under load
     sender = _Sender(conn)
-    sender.send(Ready(rank, os.getpid()))
+    sender.send(Ready(rank, os.getpid(), run_sizes(engine.shape)[2]))
     log.info("replica.ready", pid=os.getpid())
     stopped = threading.Event()
     beat = threading.Thread(

@@ -160,7 +160,7 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
     @app.post("/generate", openapi_extra=openapi.generate_body(), responses=openapi.RESPONSES)
     async def generate(request: Request) -> Any:
         require_api_key(request)
-        req = generate_request(await json_object(request, None))
+        req = generate_request(await json_object(request, None), backend.vocab_size)
         argss = req.engine_args()
         if req.options.stream:
             if req.batch:

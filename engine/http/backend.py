@@ -59,6 +59,7 @@ class ServingBackend(Protocol):
     """
 
     dp_size: int
+    vocab_size: int | None  # the served model's: token ids at or above it are refused at the edge
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Whether the server can serve, and the body of `/health`."""

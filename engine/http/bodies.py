@@ -109,7 +109,7 @@ def generate_body(result: Any, **meta: Any) -> dict[str, Any]:
     }
 
 
-def generate_request(body: dict[str, Any]) -> GenerateRequest:
+def generate_request(body: dict[str, Any], vocab: int | None = None) -> GenerateRequest:
     """The checked request of a `/generate` body; raises InvalidRequest (422) naming every bad field.
 
     Sampling parameters may be given at the top level or in `sampling_params`, under
@@ -138,7 +138,9 @@ def generate_request(body: dict[str, Any]) -> GenerateRequest:
     if options.n != 1:
         raise refuse(paths["n"], "/generate runs one choice per prompt -- send the prompt n times, or use /v1")
     serving = get_serving()
-    check_prompts(list(prompts), path, max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items)
+    check_prompts(
+        list(prompts), path, max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items, vocab=vocab
+    )
     check_fanout(len(prompts), 1, serving.max_batch_requests, path)
     check_timeout(options.timeout_s, serving.request_timeout_s, paths.get("timeout_s", "$.timeout_s"))
     return GenerateRequest(prompts, batch, sampling, options, path)

@@ -17,6 +17,7 @@ from engine.errors import NoSuchReplica
 from engine.http.app import local_rank_row
 from engine.http.backend import Applied, EngineLoad
 from engine.http.bodies import generate_body
+from engine.model import run_sizes
 from engine.request_units import submit_unit
 
 ROLE = "scheduler"
@@ -30,6 +31,7 @@ class EngineBackend:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.vocab_size = run_sizes(engine.shape)[2]
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         queued, running = self.engine.busy_counts()

@@ -261,9 +261,11 @@ def _param_of(path: str) -> str | None:
     return re.split(r"[.\[]", path[2:], maxsplit=1)[0] or None
 
 
-def _check_fanout(prompts: list[str | list[int]], s: Sampling) -> None:
+def _check_fanout(prompts: list[str | list[int]], s: Sampling, vocab: int | None) -> None:
     serving = get_serving()
-    check_prompts(prompts, "$.prompt", max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items)
+    check_prompts(
+        prompts, "$.prompt", max_chars=serving.max_prompt_chars, max_items=serving.max_batch_items, vocab=vocab
+    )
     check_fanout(len(prompts), s.n, serving.max_batch_requests)
 
 
@@ -277,7 +279,7 @@ async def _serve(
     model: str,
     observe: Callable[[list[dict[str, Any]]], None],
 ) -> Any:
-    _check_fanout(prompts, s)
+    _check_fanout(prompts, s, backend.vocab_size)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
     created = int(time.time())
     argss = [_args(p, s, i, chat=chat) for p in prompts for i in range(s.n)]

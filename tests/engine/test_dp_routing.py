@@ -173,6 +173,7 @@ def test_over_http_the_stream_ends_with_an_error_event_after_pieces(played: list
 
     class Controller:
         dp_size = 2
+        vocab_size = 256
 
         def __init__(self) -> None:
             self.router = RequestRouter([p.replica for p in played])

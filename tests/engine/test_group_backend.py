@@ -15,6 +15,7 @@ class FakeController:
     """Stands in for DPController: `propagate` raises what a round ended with."""
 
     dp_size = 2
+    vocab_size = 256
 
     def __init__(self, error: Exception) -> None:
         self.error = error

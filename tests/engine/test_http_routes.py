@@ -19,6 +19,7 @@ from tests.engine.serving import ADMIN_KEY as KEY
 
 # the servers live for the module and own their context; each test leaves the config as it found it
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
+OUTSIDE = "token id 999 is outside the vocabulary 0..255 of this model -- send ids from this model's tokenizer"
 FLAGS = {"max_total_tokens": 1024, "page_size": 4, "enable_hierarchical_cache": True, "admin_api_key": KEY}
 
 
@@ -64,15 +65,25 @@ def test_generate_returns_tokens_and_is_deterministic(client: TestClient) -> Non
             "$.temprature: unknown parameter 'temprature' -- did you mean 'temperature'?",
         ),
         ({"max_new_tokens": 2}, 422, "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
-        ({"input_ids": [1, 999], "max_new_tokens": 2}, 400, None),
+        ({"input_ids": [1, 999], "max_new_tokens": 2}, 422, f"$.input_ids: {OUTSIDE}"),
+        ({"input_ids": [[1], [2, 999]], "max_new_tokens": 2}, 422, f"$.input_ids[1]: {OUTSIDE}"),
     ],
 )
 def test_generate_refuses_bad_bodies(client: TestClient, body: dict[str, Any], status: int, line: str | None) -> None:
-    """Bad /generate bodies get 422 with one line per problem, impossible ones 400."""
+    """Bad /generate bodies get 422 with one line per problem, at the item they are in; nothing runs."""
     r = client.post("/generate", json=body)
     assert r.status_code == status, r.text
     if line is not None:
         assert line in r.json()["errors"]
+    assert client.get("/health").json()["running"] == 0
+
+
+@pytest.mark.parametrize(("prompt", "at"), [([1, 999], "$.prompt"), ([[1], [2, 999]], "$.prompt[1]")])
+def test_v1_refuses_a_token_id_outside_the_vocabulary_at_its_prompt(client: TestClient, prompt: Any, at: str) -> None:
+    """/v1/completions names the prompt holding the id, with n choices each too, as the group does."""
+    r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "n": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == f"{at}: {OUTSIDE}" and r.json()["error"]["param"] == "prompt"
 
 
 def test_generate_body_that_is_not_json_is_400(client: TestClient) -> None:
