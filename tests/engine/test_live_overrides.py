@@ -173,45 +173,41 @@ def check_schedule_conservativeness(make_engine: Callable[..., Engine], log_stre
     assert deferred(4.0) >= 1  # the second waits for room the first will grow into
 
 
-def check_fair_unit_rows(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
-    engine = make_engine("--max-running-requests", "8", "--schedule-conservativeness", "0")
+def batch_beside_short(make_engine: Callable[..., Engine], short_tokens: int) -> tuple[Engine, list[Any], Any]:
+    """A paused engine of 8 rows with a 20-item batch queued, then one short request."""
+    engine = make_engine("--max-running-requests", "8", "--schedule-conservativeness", "0", "--fair-unit-rows", "2")
     engine.pause()
     fan = SamplingParams(max_new_tokens=30, ignore_eos=True)
     batch = engine.submit_batch([(f"{PROMPT[:20]} {i}", fan) for i in range(20)])
-    short = engine.submit(PROMPT[:20], max_new_tokens=30, ignore_eos=True)
+    return engine, batch, engine.submit(PROMPT[:20], max_new_tokens=short_tokens, ignore_eos=True)
 
-    def rows_of_batch() -> int:
-        return sum(r.row is not None for r in batch)
 
-    engine.override_config("test", fair_unit_rows=2)
+def rows_of(reqs: list[Any]) -> int:
+    return sum(r.row is not None for r in reqs)
+
+
+def check_fair_unit_rows(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
+    engine, batch, short = batch_beside_short(make_engine, 30)
     engine.step()
-    assert (rows_of_batch(), short.row is not None) == (2, True)
+    assert (rows_of(batch), short.row is not None) == (2, True)
     engine.override_config("test", fair_unit_rows=0)
     engine.step()
-    assert rows_of_batch() == 7
+    assert rows_of(batch) == 7
     engine.resume()
     for r in [*batch, short]:
         engine.wait(r, timeout=120)
 
 
 def check_fair_hold_steps(make_engine: Callable[..., Engine], log_stream: io.StringIO) -> None:
-    engine = make_engine("--max-running-requests", "8", "--schedule-conservativeness", "0", "--fair-unit-rows", "2")
-    engine.pause()
-    fan = SamplingParams(max_new_tokens=30, ignore_eos=True)
-    batch = engine.submit_batch([(f"{PROMPT[:20]} {i}", fan) for i in range(20)])
-    short = engine.submit(PROMPT[:20], max_new_tokens=1, ignore_eos=True)
-
-    def rows_of_batch() -> int:
-        return sum(r.row is not None for r in batch)
-
+    engine, batch, short = batch_beside_short(make_engine, 1)
     engine.step()  # the short request's only step, beside 2 of the batch
-    assert short.finish_reason == "length" and rows_of_batch() == 2
+    assert short.finish_reason == "length" and rows_of(batch) == 2
     engine.override_config("test", fair_hold_steps=1)
     engine.step()  # the step after: still held
-    assert rows_of_batch() == 2
+    assert rows_of(batch) == 2
     engine.override_config("test", fair_hold_steps=0)
     engine.step()
-    assert rows_of_batch() == 8
+    assert rows_of(batch) == 8
     engine.resume()
     for r in batch:
         engine.wait(r, timeout=120)
