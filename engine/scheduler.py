@@ -62,7 +62,7 @@ from engine.errors import RequestRejected
 from engine.protocols import DraftWorker, HostCache, Runner
 from engine.request_state import Req, SchedulerLimits
 from engine.sampling import SamplingParams, plain_argmax_rows, sample
-from engine.scheduler_admission import SchedulerAdmission
+from engine.scheduler_admission import NEVER, SchedulerAdmission
 from engine.scheduler_memory import SchedulerMemory
 from mem_cache.prefix_cache import PrefixCache
 
@@ -129,7 +129,7 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         self.rng = random.Random(seed)  # the `random` policy's draws
         self.admission_paused = 0  # drains waiting for the running requests to finish
         self.step_index = 0
-        self.small_unit_seen = -(1 << 62)  # never
+        self.small_unit_seen = NEVER
         self.decode = decode  # the tokenizer's, to find stop strings in the output
         self._cancels: list[tuple[Req, str]] = []
         self._closed = False
@@ -271,6 +271,8 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
             arrived = list(self._inbox)
             self._inbox.clear()
             cancels, self._cancels = self._cancels, []
+        if not (self.waiting or self.prefilling or self.decoding):
+            self.small_unit_seen = NEVER  # the engine was idle: no client is between two short requests
         self.waiting.extend(arrived)
         for req, reason in cancels:
             if not req.done.is_set():

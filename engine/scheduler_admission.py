@@ -30,6 +30,7 @@ from engine.request_state import Req
 # Share of a request's remaining max_new_tokens that admission keeps free for it, at
 # schedule_conservativeness 1.0 (SGLang starts its new-token ratio near here too).
 NEW_TOKEN_RATIO = 0.5
+NEVER = -(1 << 62)  # the step a small unit was last seen, when none was since the engine was last idle
 
 
 class SchedulerAdmission:
@@ -142,4 +143,4 @@ class SchedulerAdmission:
         self.counters["cached_tokens"] += match.length
 
 
-__all__ = ["NEW_TOKEN_RATIO", "SchedulerAdmission"]
+__all__ = ["NEVER", "NEW_TOKEN_RATIO", "SchedulerAdmission"]

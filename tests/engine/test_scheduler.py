@@ -229,6 +229,21 @@ def test_a_batch_stays_held_for_fair_hold_steps_after_a_short_request_leaves(mak
     assert all(r.finish_reason == "length" for r in batch)
 
 
+def test_a_batch_arriving_at_an_idle_engine_is_not_held_for_an_earlier_short_request(
+    make_scheduler: MakeScheduler,
+) -> None:
+    """The hold bridges a client's gap while the engine is busy; once the engine emptied, nobody is in a gap."""
+    _, sched = make_scheduler("--fair-unit-rows", "2", "--fair-hold-steps", "2", max_running_requests=16)
+    short = submit(sched, 6, max_new_tokens=1)
+    run_to_end(sched)
+    assert short.finish_reason == "length"
+    submit_unit(sched, 40, max_new_tokens=1)
+    admitted = sched.counters["admitted"]
+    sched.step()
+    assert sched.counters["admitted"] - admitted == 16
+    run_to_end(sched)
+
+
 def test_fair_hold_steps_zero_holds_only_while_the_short_request_is_in(make_scheduler: MakeScheduler) -> None:
     _, sched = make_scheduler("--fair-unit-rows", "2", "--fair-hold-steps", "0", max_running_requests=16)
     batch = submit_unit(sched, 100, max_new_tokens=1)
