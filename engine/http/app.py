@@ -50,6 +50,7 @@ from engine.http import disconnect, openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
 from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
+from engine.http.errors import ClientGone
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from engine.http.metrics import OVERRIDE_SOURCE, Metrics, OverrideTally
@@ -274,6 +275,8 @@ async def _admin_change(request: Request, tally: OverrideTally, source: str, cal
     require_admin(request)
     try:
         return await call()
+    except ClientGone:  # the admin went away before the change was asked for whole: nothing was refused
+        raise
     except Exception:
         tally.refused(source)
         raise

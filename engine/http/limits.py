@@ -14,7 +14,8 @@ the body is checked by (the request model for `/generate` and `/v1`, the config'
 converter for overrides and attach options), so a NaN gets the same answer whether it
 came as JSON or from Python.
 Bodies arrive within `body_timeout_s` of the request (408 otherwise), so a client that
-sends its body slowly, or never, does not hold a worker.
+sends its body slowly, or never, does not hold a worker; one that closes its connection
+mid-body raises `ClientGone`, answered 499 (nobody reads it) like any client gone.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from typing import Any
 
 import attrs
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
+from engine.http.errors import ClientGone
 from engine.http.problems import HTTPProblem
 from runtime.serving import get_serving
 from sgconf.errors import Problem, SgconfError
@@ -85,6 +88,8 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
 
     try:
         await asyncio.wait_for(read(), limits.timeout_s)
+    except ClientDisconnect:  # it closed the connection mid-body: nobody is left to answer
+        raise ClientGone("the client closed its connection while sending the body") from None
     except TimeoutError:
         msg = (
             f"the request body did not arrive within 'body_timeout_s' ({limits.timeout_s:g} s; {size} bytes came)"

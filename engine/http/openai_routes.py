@@ -225,6 +225,8 @@ def install_openai_routes(
             s = parse_sampling(body, fields, model_name())
             prompts = prompts_of(body)
             return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
+        except ClientGone:
+            return gone_response()
         except Exception as exc:
             return _openai_response(_as_openai(exc))
 

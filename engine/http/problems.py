@@ -32,7 +32,8 @@ from engine.errors import (
     RequestRejected,
     StorageRefused,
 )
-from engine.http.errors import HTTPProblem  # declared there; re-exported for existing imports
+from engine.http.disconnect import gone_response
+from engine.http.errors import ClientGone, HTTPProblem  # declared there; re-exported for existing imports
 from runtime.errors import GroupMessageError, NotPublishedError, PropagationFailed, RanksSilent, ResyncFailed
 from sgconf.errors import ConfigError
 
@@ -129,4 +130,5 @@ def install_error_handlers(app: FastAPI) -> None:
     for cls, _status in STATUS_BY_TYPE:
         app.add_exception_handler(cls, _problem)
     app.add_exception_handler(NotPublishedError, _unpublished)
+    app.add_exception_handler(ClientGone, lambda request, exc: gone_response())
     app.add_exception_handler(Exception, _unexpected)

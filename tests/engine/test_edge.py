@@ -270,3 +270,49 @@ def test_a_value_of_the_wrong_json_type_is_named_by_its_json_type(served, path: 
     _, client = served
     r = client.request("PUT" if "hicache" in path else "POST", path, content=raw, headers={**AUTH})
     assert r.status_code == 422 and r.json()["errors"] == [line]
+
+
+def _refused_overrides(client: TestClient) -> str:
+    return next(
+        line
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith('sgconf:config_overrides_total{result="refused",source="http.config_overrides"}')
+    )
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/chat/completions", "/config/overrides"])
+def test_a_client_gone_mid_body_is_499_and_no_refusal(served, path: str) -> None:
+    """A client that closes its connection while sending the body gets 499 (nobody reads it), not a 500 with a
+    traceback in the log, and an admin who went away mid-override is not counted as a refused change."""
+    import asyncio
+
+    _, client = served
+    before = _refused_overrides(client)
+    incoming = [{"type": "http.request", "body": b'{"text"', "more_body": True}, {"type": "http.disconnect"}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"100"), (b"host", b"x")]
+    headers.append((b"authorization", AUTH["Authorization"].encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    asyncio.run(client.app(scope, receive, send))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
+    assert _refused_overrides(client) == before
