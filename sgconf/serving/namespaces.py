@@ -276,9 +276,9 @@ class ScheduleConfig:
     fair_hold_steps: int = setting(
         2,
         help="steps after a small unit (see fair_unit_rows) was last in the engine during which larger units stay "
-        "held, unless the engine emptied meanwhile: a client sending short requests one after another finds short steps each time it comes back, not "
-        "a step its gap let the bulk fill; costs the bulk rows while such a client is active; 0 holds only while "
-        "the small unit is in",
+        "held, unless the engine emptied meanwhile: a client sending short requests one after another finds short "
+        "steps each time it comes back, not a step its gap let the bulk fill; costs the bulk rows while such a "
+        "client is active; 0 holds only while the small unit is in",
         checks=[interval(0, 1 << 20)],
         hot=True,
     )
