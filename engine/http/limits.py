@@ -64,7 +64,8 @@ def _too_large(size: int | str, limit: int) -> HTTPProblem:
         f"the request body of {size} bytes is larger than 'max_request_body_bytes' ({limit}) "
         "-- send a smaller body, or raise --max-request-body-bytes"
     )
-    return HTTPProblem(413, msg)
+    # the rest of the body is never read, so the connection cannot carry another request: close it with the answer
+    return HTTPProblem(413, msg, headers={"Connection": "close"})
 
 
 async def read_body(request: Request, limits: BodyLimits) -> bytes:

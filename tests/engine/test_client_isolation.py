@@ -355,3 +355,19 @@ def test_connections_past_the_cap_get_503() -> None:
 
 def _health(host: str, port: int) -> int:
     return httpx.get(f"http://{host}:{port}/health", timeout=DEADLINE_S).status_code
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions"])
+def test_a_body_refused_for_its_size_closes_the_connection(engine: Engine, path: str) -> None:
+    """413 from the declared length: the unread body would be taken for the next request, so the answer closes
+    the connection; the client gets that one answer and then the end of the stream, never a second, unasked one."""
+    with live_server(create_app(EngineBackend(engine))) as (host, port):
+        sock = socket.create_connection((host, port), timeout=DEADLINE_S)
+        head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+        sock.sendall(head.encode() + b"content-length: 1000000000000\r\n\r\n" + b'{"text": "')
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        sock.close()
+    assert received.startswith(b"HTTP/1.1 413 ") and received.count(b"HTTP/1.1 ") == 1
+    assert b"connection: close" in received.lower()
