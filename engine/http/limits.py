@@ -6,7 +6,8 @@ override applies at once. A body over the size limit is refused (413) from its
 limit, so a huge upload never grows the process. Parsing refuses what the stdlib parser
 would turn into a crash or an unbounded cost later: nesting past `max_json_depth` (the
 parser recurses), integers longer than `max_json_integer_digits` (arithmetic on them is
-quadratic and `int()` itself gives up past 4300 digits), and strings holding lone
+quadratic and `int()` itself gives up past 4300 digits), a key given twice in one
+object (JSON leaves open which one counts, and parsers differ), and strings holding lone
 surrogates (they cannot be encoded as UTF-8, so tokenizing or logging them would fail).
 Each refusal names the path of the value (`$.seed`). `NaN`/`Infinity` literals and
 numbers that overflow to infinity parse to non-finite floats and are left to the model
@@ -133,11 +134,29 @@ class _LongInteger:
     digits: int
 
 
+@attrs.frozen(slots=True)
+class _DuplicateKey:
+    """An object that gives one key twice, kept in its place until its path is known."""
+
+    key: str
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _DuplicateKey:
+    """A JSON object, or the first key it repeats: JSON leaves a repeated key's meaning open, so it is refused."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    return _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))  # type: ignore[func-returns-value]
+
+
 def _check_values(value: Any, path: str, limits: BodyLimits) -> None:
     """Refuse, naming the path, what the parser let through only to be reported here."""
     if isinstance(value, str):
         if not value.isascii() and _has_lone_surrogate(value):
             raise _Refused(path, "the string holds a lone UTF-16 surrogate (not valid unicode) -- send valid text")
+    elif isinstance(value, _DuplicateKey):
+        raise _Refused(f"{path}.{value.key}", "the key is given twice in one object -- give each key once")
     elif isinstance(value, _LongInteger):
         raise _Refused(
             path,
@@ -171,7 +190,7 @@ def parse_json(raw: bytes, limits: BodyLimits) -> Any:
 
     try:
         # NaN, Infinity and numbers that overflow parse to non-finite floats, refused by the model checking the body
-        body = json.loads(text, parse_int=integer, parse_constant=float)
+        body = json.loads(text, parse_int=integer, parse_constant=float, object_pairs_hook=_object)
         _check_values(body, "$", limits)
     except _Refused as exc:
         raise HTTPProblem(422, "the body holds a value this server does not accept", problems=[exc.problem]) from None

@@ -89,11 +89,22 @@ def test_a_streamed_body_over_the_limit_is_413_once_it_passes_it(served) -> None
         ),
         (b'{"text": "\xff\xfe"}', 400, None),
         (b'{"text": ', 400, None),
+        (
+            b'{"text": "a", "max_new_tokens": 1, "max_new_tokens": 5}',
+            422,
+            "$.max_new_tokens: the key is given twice in one object -- give each key once",
+        ),
+        (
+            b'{"text": "a", "sampling_params": {"top_k": 1, "top_p": 1, "top_k": 2}}',
+            422,
+            "$.sampling_params.top_k: the key is given twice in one object -- give each key once",
+        ),
     ],
-    ids=["deep", "huge_int", "nan", "inf", "surrogate", "bad_utf8", "truncated"],
+    ids=["deep", "huge_int", "nan", "inf", "surrogate", "bad_utf8", "truncated", "key_twice", "nested_key_twice"],
 )
 def test_malformed_bodies_are_client_errors(served, raw: bytes, status: int, line: str | None) -> None:
-    """Deep nesting, huge integers, non-finite numbers and invalid unicode get 4xx with the reason, never 500."""
+    """Deep nesting, huge integers, non-finite numbers, invalid unicode and a repeated key get 4xx with the reason,
+    never 500 (nor, for the key, a silent pick of one of its values)."""
     _, client = served
     got, body = post(client, "/generate", raw)
     assert got == status
@@ -316,3 +327,19 @@ def test_a_client_gone_mid_body_is_499_and_no_refusal(served, path: str) -> None
     asyncio.run(client.app(scope, receive, send))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
     assert _refused_overrides(client) == before
+
+
+def test_a_key_given_twice_is_refused_on_every_route(served) -> None:
+    """/v1 names the parameter in OpenAI's error body, an override is refused whole: no route picks one value."""
+    engine, client = served
+    status, body = post(client, "/v1/completions", b'{"prompt": "a", "max_tokens": 1, "max_tokens": 5}')
+    assert (status, body["error"]["param"]) == (400, "max_tokens")
+    assert body["error"]["message"] == "$.max_tokens: the key is given twice in one object -- give each key once"
+    generation = engine.context.generation
+    raw = b'{"stream_interval": 2, "stream_interval": 3}'
+    status, body = post(client, "/config/overrides", raw, **AUTH)
+    assert (status, body["errors"]) == (
+        422,
+        ["$.stream_interval: the key is given twice in one object -- give each key once"],
+    )
+    assert engine.context.generation == generation
