@@ -29,8 +29,9 @@ from engine.request_params import (
     token_ids,
 )
 from runtime.serving import get_serving
-from sgconf.dump import json_type
+from sgconf.dump import clipped_repr, json_type
 from sgconf.errors import Problem
+from sgconf.sources import given_twice_at
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (
@@ -148,22 +149,42 @@ def generate_request(body: dict[str, Any], vocab: int | None = None) -> Generate
 
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
     """The prompts of a body (one, or a batch: a list of texts or of id lists), whether it is a batch, and its path."""
+    if body.get("text") is not None and body.get("prompt") is not None:  # two names of one field
+        twice = [given_twice_at("$.prompt", "prompt", "$.text")]
+        raise InvalidRequest(twice, header=problems_header(twice))
     given = [k for k in PROMPT_FIELDS if body.get(k) is not None]
     if len(given) != 1:
         raise refuse("$.text", "give exactly one of 'text' (or 'prompt') and 'input_ids'")
     key = given[0]
-    value, path = body[key], f"$.{key}"
-    if key == "input_ids":  # token ids are checked by the request model, as `Engine.submit`'s are
-        if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
-            return tuple(token_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
-        if isinstance(value, list):
-            return (token_ids(value, path),), False, path
-        raise refuse(path, "expected a list of integers, or a non-empty list of such lists")
-    if isinstance(value, str):
-        return (value,), False, path
-    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-        return tuple(value), True, path
-    raise refuse(path, "expected a string or a non-empty list of strings")
+    path = f"$.{key}"
+    prompts, batch = prompt_list(body[key], path, text=key != "input_ids", ids=key == "input_ids")
+    return prompts, batch, path
+
+
+def prompt_list(value: Any, path: str, *, text: bool, ids: bool) -> tuple[tuple[str | tuple[int, ...], ...], bool]:
+    """The prompts a prompt field holds and whether it is a batch: one text, a list of texts, token ids, or a list of such lists.
+
+    `text` and `ids` say which kinds the field takes (`/generate`'s `text` and `input_ids`,
+    both for `/v1`'s `prompt`). A list's first item gives its kind (a string: texts; a
+    list: id lists; an integer: one prompt of ids), and the first item of another kind is
+    refused at its own index. Token ids are checked by `token_ids`, as `Engine.submit`'s are.
+    """
+    if text and isinstance(value, str):
+        return (value,), False
+    if isinstance(value, list) and value:
+        if text and (isinstance(value[0], str) or not ids):
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise refuse(f"{path}[{i}]", f"expected a string (got {clipped_repr(item)})")
+            return tuple(value), True
+        if ids and isinstance(value[0], list):
+            return tuple(token_ids(item, f"{path}[{i}]") for i, item in enumerate(value)), True
+    if ids and isinstance(value, list):  # one prompt of token ids; an empty one is refused as empty
+        return (token_ids(value, path),), False
+    kinds = ["a string", "a non-empty list of strings"] if text else []
+    kinds += ["a list of integers", "a non-empty list of such lists"] if ids else []
+    expected = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
+    raise refuse(path, f"expected {expected} (got {clipped_repr(value)})")
 
 
 def attach_fields(body: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import json_object
+from engine.http.bodies import json_object, prompt_list
 from engine.http.disconnect import (
     ClientGone,
     ClosingStreamingResponse,
@@ -59,7 +59,6 @@ from engine.request_params import (
     check_prompts,
     refuse,
     structure_params,
-    token_ids,
 )
 from runtime.serving import get_serving
 from sgconf.suggest import did_you_mean
@@ -131,21 +130,9 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
-    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists.
-
-    Token ids are checked by `token_ids`, as `/generate`'s and `Engine.submit`'s are.
-    """
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list):
-        if prompt and all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if prompt and all(isinstance(p, list) for p in prompt):
-            return [list(token_ids(p, f"$.prompt[{i}]")) for i, p in enumerate(prompt)]
-        if not any(isinstance(p, list) for p in prompt):  # one prompt of token ids
-            return [list(token_ids(prompt, "$.prompt"))]
-    raise _bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists")
+    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists (`prompt_list`)."""
+    prompts, _ = prompt_list(body.get("prompt"), "$.prompt", text=True, ids=True)
+    return [p if isinstance(p, str) else list(p) for p in prompts]
 
 
 def render_chat(messages: Any, template: ChatTemplate | None) -> str:

@@ -67,6 +67,8 @@ def test_generate_returns_tokens_and_is_deterministic(client: TestClient) -> Non
         ({"max_new_tokens": 2}, 422, "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
         ({"input_ids": [1, 999], "max_new_tokens": 2}, 422, f"$.input_ids: {OUTSIDE}"),
         ({"input_ids": [[1], [2, 999]], "max_new_tokens": 2}, 422, f"$.input_ids[1]: {OUTSIDE}"),
+        ({"text": ["a", 1], "max_new_tokens": 2}, 422, "$.text[1]: expected a string (got 1)"),
+        ({"text": "a", "prompt": "b"}, 422, "$.prompt: 'prompt' is given twice (also as $.text) -- keep one"),
     ],
 )
 def test_generate_refuses_bad_bodies(client: TestClient, body: dict[str, Any], status: int, line: str | None) -> None:

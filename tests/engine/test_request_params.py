@@ -98,6 +98,31 @@ TWICE = [
         {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5, "max_tokens": 2},
         "$.max_tokens: 'max_tokens' is given twice (also as $.max_completion_tokens) -- keep one",
     ),
+    # `prompt` is /generate's other name for `text`
+    ("/generate", {"text": "x", "prompt": "y"}, "$.prompt: 'prompt' is given twice (also as $.text) -- keep one"),
+]
+# a list of prompts holding an item of another kind: (route, body, the line naming that item)
+MIXED = [
+    ("/v1/completions", {"prompt": ["a", 1]}, "$.prompt[1]: expected a string (got 1)"),
+    ("/v1/completions", {"prompt": ["a", "b", ["c"]]}, "$.prompt[2]: expected a string (got ['c'])"),
+    ("/v1/completions", {"prompt": [[1], "a"]}, "$.prompt[1]: expected a list of integers (got 'a')"),
+    ("/v1/completions", {"prompt": [1, [2]]}, "$.prompt: item 1: expected an integer (got [2])"),
+    (
+        "/v1/completions",
+        {"prompt": {"a": 1}},
+        "$.prompt: expected a string, a non-empty list of strings, "
+        "a list of integers or a non-empty list of such lists (got {'a': 1})",
+    ),
+    ("/generate", {"text": ["a", 1]}, "$.text[1]: expected a string (got 1)"),
+    ("/generate", {"text": ["a", None]}, "$.text[1]: expected a string (got None)"),
+    ("/generate", {"text": [1]}, "$.text[0]: expected a string (got 1)"),
+    ("/generate", {"text": []}, "$.text: expected a string or a non-empty list of strings (got [])"),
+    ("/generate", {"input_ids": [[1], 2]}, "$.input_ids[1]: expected a list of integers (got 2)"),
+    (
+        "/generate",
+        {"input_ids": "abc"},
+        "$.input_ids: expected a list of integers or a non-empty list of such lists (got 'abc')",
+    ),
 ]
 
 
@@ -181,6 +206,19 @@ def test_a_parameter_given_twice_is_refused_naming_both(served, route: str, body
     else:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"] == line
+
+
+@pytest.mark.parametrize(("route", "body", "line"), MIXED, ids=[f"{r}:{b}" for r, b, _ in MIXED])
+def test_a_prompt_list_is_refused_at_its_first_item_of_another_kind(
+    served, route: str, body: dict[str, Any], line: str
+) -> None:
+    """A list's first item gives its kind (texts, id lists, or one prompt of ids); the refusal names the first that differs."""
+    _, client = served
+    r = _post(client, route, {**body, "max_tokens": 1})
+    if route == "/generate":
+        assert (r.status_code, r.json()["errors"]) == (422, [line]), r.text
+    else:
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (400, line, "prompt")
 
 
 def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
