@@ -61,6 +61,7 @@ from engine.request_params import (
     structure_params,
 )
 from runtime.serving import get_serving
+from sgconf.dump import clipped_repr
 from sgconf.suggest import did_you_mean
 from sgconf.twin import replaced
 
@@ -82,6 +83,12 @@ def _openai_response(exc: OpenAIError) -> JSONResponse:
 
 def _bad(param: str, message: str) -> OpenAIError:
     return OpenAIError(400, message, param=param)
+
+
+def _no_logprobs(name: str) -> OpenAIError:
+    return _bad(
+        name, f"'{name}' is not supported: the engine does not return token log-probabilities -- leave it unset"
+    )
 
 
 @attrs.frozen(slots=True)
@@ -106,11 +113,13 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
             param="model",
             code="model_not_found",
         )
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise _bad(
-            "logprobs",
-            "'logprobs' is not supported: the engine does not return token log-probabilities -- leave it unset",
-        )
+    if body.get("logprobs") not in (None, False):
+        raise _no_logprobs("logprobs")
+    if body.get("top_logprobs") is not None:  # named as sent, even without logprobs
+        raise _no_logprobs("top_logprobs")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):  # OpenAI's end-user id is a string
+        raise refuse("$.user", f"expected a string (got {clipped_repr(user)})")
     # null is how OpenAI clients leave a parameter unset
     given = [(f"$.{k}", k, v) for k, v in body.items() if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))]
     params, options = structure_params(given, base=OPENAI_DEFAULTS, names=OPENAI_NAMES)
@@ -150,6 +159,9 @@ def render_chat(messages: Any, template: ChatTemplate | None) -> str:
             content = "".join(str(p.get("text", "")) for p in content)
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content", f"message {i} needs a string content")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):  # a participant's name is a string in OpenAI's API
+            raise _bad(f"messages[{i}].name", f"$.messages[{i}].name: expected a string (got {clipped_repr(name)})")
         clean.append({"role": m["role"], "content": content})
     try:
         return (template or default_template()).render(clean)

@@ -221,6 +221,38 @@ def test_a_prompt_list_is_refused_at_its_first_item_of_another_kind(
         assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (400, line, "prompt")
 
 
+CHAT = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+# /v1 parameters the request model does not hold: (route, body, OpenAI's param, message)
+V1_OTHER = [
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 0}, "top_logprobs", "'top_logprobs' is not supported"),
+    *[
+        ("/v1/completions", {"prompt": "x", "user": u}, "user", f"$.user: expected a string (got {u!r})")
+        for u in (True, {}, [], 3)
+    ],
+    ("/v1/chat/completions", {**CHAT, "user": 1.5}, "user", "$.user: expected a string (got 1.5)"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x", "name": 1}]},
+        "messages[0].name",
+        "$.messages[0].name: expected a string (got 1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param", "message"), V1_OTHER, ids=[f"{p}-{i}" for i, (_, _, p, _) in enumerate(V1_OTHER)]
+)
+def test_v1_refuses_naming_the_parameter_sent(
+    served, route: str, body: dict[str, Any], param: str, message: str
+) -> None:
+    """`param` is the parameter the client sent; `user` and a message's `name` are strings, as OpenAI defines them."""
+    _, client = served
+    r = _post(client, route, body)
+    assert (r.status_code, r.json()["error"]["param"]) == (400, param), r.text
+    assert r.json()["error"]["message"].startswith(message)
+    assert _post(client, route, {**body, "user": "u1"} if param == "user" else CHAT).status_code == 200
+
+
 def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
     """The issue's case: a bad nested value and its top-level twin; neither is taken, both are named."""
     _, client = served
