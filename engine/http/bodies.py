@@ -7,6 +7,8 @@ bad field), so a bad request changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -54,6 +56,7 @@ class GenerateRequest:
     sampling: SamplingParams
     options: RequestOptions
     path: str  # where the prompt was given, for refusals about it
+    sent: dict[str, str] = attrs.field(factory=dict)  # model name -> where the client gave it (`sent_paths`)
 
     def engine_args(self) -> list[dict[str, Any]]:
         """One set of `Engine.submit` arguments per prompt, plain data (they may cross to a replica)."""
@@ -144,7 +147,7 @@ def generate_request(body: dict[str, Any], vocab: int | None = None) -> Generate
     )
     check_fanout(len(prompts), 1, serving.max_batch_requests, path)
     check_timeout(options.timeout_s, serving.request_timeout_s, paths.get("timeout_s", "$.timeout_s"))
-    return GenerateRequest(prompts, batch, sampling, options, path)
+    return GenerateRequest(prompts, batch, sampling, options, path, sent_paths(values, GENERATE_NAMES))
 
 
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
@@ -185,6 +188,28 @@ def prompt_list(value: Any, path: str, *, text: bool, ids: bool) -> tuple[tuple[
     kinds += ["a list of integers", "a non-empty list of such lists"] if ids else []
     expected = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
     raise refuse(path, f"expected {expected} (got {clipped_repr(value)})")
+
+
+def sent_paths(given: Iterable[tuple[str, str, Any]], names: Mapping[str, str]) -> dict[str, str]:
+    """Where a route's client gave each parameter, by the model's name: its path, else `$.` and the route's first
+    spelling of it (`$.max_tokens` on /v1, whose clients never write `max_new_tokens`)."""
+    paths: dict[str, str] = {}
+    for spelling, ours in names.items():
+        paths.setdefault(ours, f"$.{spelling}")
+    for path, spelling, _ in given:
+        paths[names.get(spelling, spelling)] = path
+    return paths
+
+
+@contextlib.contextmanager
+def refused_as_sent(sent: Mapping[str, str]) -> Iterator[None]:
+    """An engine's refusal at a parameter (`$.max_new_tokens`: too long for the context) moved to where the client
+    gave it (`sent_paths`), so the answer names the spelling the client sent; other paths stay."""
+    try:
+        yield
+    except InvalidRequest as exc:
+        problems = [attrs.evolve(p, path=sent.get(p.path.removeprefix("$."), p.path)) for p in exc.problems]
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=exc.omitted) from None
 
 
 def attach_fields(body: dict[str, Any]) -> dict[str, Any]:

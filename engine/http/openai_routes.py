@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import json_object, prompt_list
+from engine.http.bodies import json_object, prompt_list, refused_as_sent, sent_paths
 from engine.http.disconnect import (
     ClientGone,
     ClosingStreamingResponse,
@@ -99,6 +99,7 @@ class Sampling:
     n: int
     stream: bool
     include_usage: bool
+    sent: dict[str, str] = attrs.field(factory=dict)  # model name -> where the client gave it (`sent_paths`)
 
 
 def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -> Sampling:
@@ -135,7 +136,7 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
         ):
             raise _bad("stream_options", f"'stream_options' must be {{\"include_usage\": bool}} (got {options_body!r})")
         include_usage = bool(options_body.get("include_usage", False))
-    return Sampling(params, options.n, options.stream, include_usage)
+    return Sampling(params, options.n, options.stream, include_usage, sent_paths(given, OPENAI_NAMES))
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
@@ -223,7 +224,8 @@ def install_openai_routes(
             body = await json_object(request, None)
             s = parse_sampling(body, fields, model_name())
             prompts = prompts_of(body)
-            return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
+            with refused_as_sent(s.sent):
+                return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
         except Exception as exc:
             return _openai_response(_as_openai(exc))
 

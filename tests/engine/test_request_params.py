@@ -253,6 +253,32 @@ def test_v1_refuses_naming_the_parameter_sent(
     assert _post(client, route, {**body, "user": "u1"} if param == "user" else CHAT).status_code == 200
 
 
+BEYOND = "a prompt of 2040 tokens plus 16 new tokens exceeds the context length 2048 ('context_length')"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_for_the_context_is_refused_at_the_parameter_sent(served, stream: bool) -> None:
+    """Only the engine knows the token count; its refusal stands at max_new_tokens, under the spelling each client sent."""
+    engine, client = served
+    ids, why = [1] * 2040, f"{BEYOND} -- ask for at most 8 new tokens, or shorten the prompt"
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit(ids)
+    assert info.value.lines() == [f"$.max_new_tokens: {why}"]
+    for body, at in (
+        ({}, "$.max_new_tokens"),
+        ({"sampling_params": {"max_tokens": 16}}, "$.sampling_params.max_tokens"),
+    ):
+        r = _post(client, "/generate", {"input_ids": ids, "stream": stream, **body})
+        assert (r.status_code, r.json()["errors"]) == (422, [f"{at}: {why}"]), r.text
+    for body, param in (({}, "max_tokens"), ({"max_completion_tokens": 16}, "max_completion_tokens")):
+        r = _post(client, "/v1/completions", {"prompt": ids, "stream": stream, **body})
+        assert (r.status_code, r.json()["error"]) == (
+            400,
+            {"message": f"$.{param}: {why}", "type": "invalid_request_error", "param": param, "code": None},
+        )
+    assert engine.busy_counts() == (0, 0)
+
+
 def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
     """The issue's case: a bad nested value and its top-level twin; neither is taken, both are named."""
     _, client = served
