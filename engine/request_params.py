@@ -459,6 +459,23 @@ def check_prompts(prompts: list[Any], path: str, *, max_chars: int, max_items: i
             raise refuse(at, outside_vocabulary(next(t for t in p if t >= vocab), vocab))
 
 
+def beyond_context(prompt_tokens: int, max_new_tokens: int, limit: int) -> InvalidRequest:
+    """The refusal of a prompt and its new tokens longer than the context: only the engine, which tokenizes, knows.
+
+    It stands at `$.max_new_tokens` and its words name no parameter, so an HTTP route can
+    move it to the spelling its client sent (`max_tokens` on /v1) and keep every word.
+    """
+    room = limit - prompt_tokens
+    alt = f"shorten the prompt to at most {limit - 1} tokens"
+    if room >= 1:
+        alt = f"ask for at most {room} new token{'s' * (room > 1)}, or shorten the prompt"
+    return refuse(
+        "$.max_new_tokens",
+        f"a prompt of {prompt_tokens} tokens plus {max_new_tokens} new tokens exceeds the context length {limit} "
+        f"('context_length') -- {alt}",
+    )
+
+
 def outside_vocabulary(token: int, vocab: int) -> str:
     return f"token id {token} is outside the vocabulary 0..{vocab - 1} of this model -- send ids from this model's tokenizer"
 
@@ -548,6 +565,7 @@ __all__ = [
     "SamplingParams",
     "ALIASES",
     "GENERATE_NAMES",
+    "beyond_context",
     "check_fanout",
     "check_prompts",
     "check_timeout",

@@ -60,6 +60,7 @@ import torch
 from attention.forward_batch import ForwardBatch
 from engine.errors import RequestRejected
 from engine.protocols import DraftWorker, HostCache, Runner
+from engine.request_params import beyond_context
 from engine.request_state import Req, SchedulerLimits
 from engine.sampling import SamplingParams, plain_argmax_rows, sample
 from engine.scheduler_admission import NEVER, SchedulerAdmission
@@ -146,7 +147,7 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         own_deadline: bool = False,
         **fields: Any,
     ) -> Req:
-        """Build a request; raises RequestRejected when it can never fit the context or the KV pool.
+        """Build a request; raises RequestRejected when it can never fit the KV pool, InvalidRequest the context.
 
         `params` were checked by the request model (`engine.request_params`) when they were
         built; `fields` replace some of them (`max_new_tokens=4, ignore_eos=True`) and are
@@ -167,12 +168,8 @@ class Scheduler(SchedulerAdmission, SchedulerMemory):
         limit = self.limits.max_context_len - headroom
         if self.limits.context_length is not None:
             limit = min(limit, self.limits.context_length)
-        if len(prompt) + max_new_tokens > limit:
-            msg = (
-                f"prompt of {len(prompt)} tokens plus max_new_tokens {max_new_tokens} exceeds the context "
-                f"length {limit} ('context_length') -- shorten the prompt or lower max_new_tokens"
-            )
-            raise RequestRejected(msg)
+        if len(prompt) + max_new_tokens > limit:  # an InvalidRequest at $.max_new_tokens
+            raise beyond_context(len(prompt), max_new_tokens, limit)
         # the first step holds KV for the prompt but its last token, plus one step's tokens
         page = self.limits.page_size
         need = -(-(len(prompt) - 1 + headroom) // page) * page

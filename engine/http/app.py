@@ -49,7 +49,7 @@ from engine.chat_template import load_chat_template
 from engine.http import disconnect, openapi
 from engine.http.auth import require_admin, require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object
+from engine.http.bodies import ATTACH_FIELDS, attach_fields, generate_request, json_object, refused_as_sent
 from engine.http.errors import ClientGone
 from engine.http.lifecycle import STOPPING_DETAIL, Lifecycle, LifecycleMiddleware
 from engine.http.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -168,7 +168,8 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
                 raise refuse(req.path, "a batch cannot be streamed -- send one prompt per request, or stream=false")
             _asked(argss[:1])
             try:
-                (stream,) = await disconnect.started(request, [backend.stream(argss[0])])
+                with refused_as_sent(req.sent):
+                    (stream,) = await disconnect.started(request, [backend.stream(argss[0])])
             except disconnect.ClientGone:
                 return disconnect.gone_response()
             return disconnect.ClosingStreamingResponse(
@@ -176,7 +177,8 @@ def _add_public_routes(app: FastAPI, backend: ServingBackend, metrics: Metrics) 
             )
         _asked(argss)
         try:
-            bodies = await disconnect.unless_disconnected(request, backend.generate_many(argss))
+            with refused_as_sent(req.sent):
+                bodies = await disconnect.unless_disconnected(request, backend.generate_many(argss))
         except disconnect.ClientGone:
             return disconnect.gone_response()
         _finished(metrics, bodies)

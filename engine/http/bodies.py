@@ -7,6 +7,8 @@ bad field), so a bad request changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -29,8 +31,9 @@ from engine.request_params import (
     token_ids,
 )
 from runtime.serving import get_serving
-from sgconf.dump import json_type
+from sgconf.dump import clipped_repr, json_type
 from sgconf.errors import Problem
+from sgconf.sources import given_twice_at
 from sgconf.suggest import did_you_mean
 
 ATTACH_FIELDS = (
@@ -53,6 +56,7 @@ class GenerateRequest:
     sampling: SamplingParams
     options: RequestOptions
     path: str  # where the prompt was given, for refusals about it
+    sent: dict[str, str] = attrs.field(factory=dict)  # model name -> where the client gave it (`sent_paths`)
 
     def engine_args(self) -> list[dict[str, Any]]:
         """One set of `Engine.submit` arguments per prompt, plain data (they may cross to a replica)."""
@@ -143,27 +147,69 @@ def generate_request(body: dict[str, Any], vocab: int | None = None) -> Generate
     )
     check_fanout(len(prompts), 1, serving.max_batch_requests, path)
     check_timeout(options.timeout_s, serving.request_timeout_s, paths.get("timeout_s", "$.timeout_s"))
-    return GenerateRequest(prompts, batch, sampling, options, path)
+    return GenerateRequest(prompts, batch, sampling, options, path, sent_paths(values, GENERATE_NAMES))
 
 
 def _prompts(body: dict[str, Any]) -> tuple[tuple[str | tuple[int, ...], ...], bool, str]:
     """The prompts of a body (one, or a batch: a list of texts or of id lists), whether it is a batch, and its path."""
+    if body.get("text") is not None and body.get("prompt") is not None:  # two names of one field
+        twice = [given_twice_at("$.prompt", "prompt", "$.text")]
+        raise InvalidRequest(twice, header=problems_header(twice))
     given = [k for k in PROMPT_FIELDS if body.get(k) is not None]
     if len(given) != 1:
         raise refuse("$.text", "give exactly one of 'text' (or 'prompt') and 'input_ids'")
     key = given[0]
-    value, path = body[key], f"$.{key}"
-    if key == "input_ids":  # token ids are checked by the request model, as `Engine.submit`'s are
-        if isinstance(value, list) and value and all(isinstance(i, list) for i in value):
-            return tuple(token_ids(ids, f"{path}[{i}]") for i, ids in enumerate(value)), True, path
-        if isinstance(value, list):
-            return (token_ids(value, path),), False, path
-        raise refuse(path, "expected a list of integers, or a non-empty list of such lists")
-    if isinstance(value, str):
-        return (value,), False, path
-    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-        return tuple(value), True, path
-    raise refuse(path, "expected a string or a non-empty list of strings")
+    path = f"$.{key}"
+    prompts, batch = prompt_list(body[key], path, text=key != "input_ids", ids=key == "input_ids")
+    return prompts, batch, path
+
+
+def prompt_list(value: Any, path: str, *, text: bool, ids: bool) -> tuple[tuple[str | tuple[int, ...], ...], bool]:
+    """The prompts a prompt field holds and whether it is a batch: one text, a list of texts, token ids, or a list of such lists.
+
+    `text` and `ids` say which kinds the field takes (`/generate`'s `text` and `input_ids`,
+    both for `/v1`'s `prompt`). A list's first item gives its kind (a string: texts; a
+    list: id lists; an integer: one prompt of ids), and the first item of another kind is
+    refused at its own index. Token ids are checked by `token_ids`, as `Engine.submit`'s are.
+    """
+    if text and isinstance(value, str):
+        return (value,), False
+    if isinstance(value, list) and value:
+        if text and (isinstance(value[0], str) or not ids):
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise refuse(f"{path}[{i}]", f"expected a string (got {clipped_repr(item)})")
+            return tuple(value), True
+        if ids and isinstance(value[0], list):
+            return tuple(token_ids(item, f"{path}[{i}]") for i, item in enumerate(value)), True
+    if ids and isinstance(value, list):  # one prompt of token ids; an empty one is refused as empty
+        return (token_ids(value, path),), False
+    kinds = ["a string", "a non-empty list of strings"] if text else []
+    kinds += ["a list of integers", "a non-empty list of such lists"] if ids else []
+    expected = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
+    raise refuse(path, f"expected {expected} (got {clipped_repr(value)})")
+
+
+def sent_paths(given: Iterable[tuple[str, str, Any]], names: Mapping[str, str]) -> dict[str, str]:
+    """Where a route's client gave each parameter, by the model's name: its path, else `$.` and the route's first
+    spelling of it (`$.max_tokens` on /v1, whose clients never write `max_new_tokens`)."""
+    paths: dict[str, str] = {}
+    for spelling, ours in names.items():
+        paths.setdefault(ours, f"$.{spelling}")
+    for path, spelling, _ in given:
+        paths[names.get(spelling, spelling)] = path
+    return paths
+
+
+@contextlib.contextmanager
+def refused_as_sent(sent: Mapping[str, str]) -> Iterator[None]:
+    """An engine's refusal at a parameter (`$.max_new_tokens`: too long for the context) moved to where the client
+    gave it (`sent_paths`), so the answer names the spelling the client sent; other paths stay."""
+    try:
+        yield
+    except InvalidRequest as exc:
+        problems = [attrs.evolve(p, path=sent.get(p.path.removeprefix("$."), p.path)) for p in exc.problems]
+        raise InvalidRequest(problems, header=problems_header(problems), omitted=exc.omitted) from None
 
 
 def attach_fields(body: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from engine.chat_template import NAMED_TEMPLATES, ChatTemplate, TemplateError, default_template
 from engine.http.auth import require_api_key
 from engine.http.backend import ServingBackend
-from engine.http.bodies import json_object
+from engine.http.bodies import json_object, prompt_list, refused_as_sent, sent_paths
 from engine.http.disconnect import (
     ClientGone,
     ClosingStreamingResponse,
@@ -59,9 +59,9 @@ from engine.request_params import (
     check_prompts,
     refuse,
     structure_params,
-    token_ids,
 )
 from runtime.serving import get_serving
+from sgconf.dump import clipped_repr
 from sgconf.suggest import did_you_mean
 from sgconf.twin import replaced
 
@@ -85,6 +85,12 @@ def _bad(param: str, message: str) -> OpenAIError:
     return OpenAIError(400, message, param=param)
 
 
+def _no_logprobs(name: str) -> OpenAIError:
+    return _bad(
+        name, f"'{name}' is not supported: the engine does not return token log-probabilities -- leave it unset"
+    )
+
+
 @attrs.frozen(slots=True)
 class Sampling:
     """A checked `/v1` request: the model's sampling parameters, how many choices, streamed or not."""
@@ -93,6 +99,7 @@ class Sampling:
     n: int
     stream: bool
     include_usage: bool
+    sent: dict[str, str] = attrs.field(factory=dict)  # model name -> where the client gave it (`sent_paths`)
 
 
 def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -> Sampling:
@@ -107,11 +114,13 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
             param="model",
             code="model_not_found",
         )
-    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
-        raise _bad(
-            "logprobs",
-            "'logprobs' is not supported: the engine does not return token log-probabilities -- leave it unset",
-        )
+    if body.get("logprobs") not in (None, False):
+        raise _no_logprobs("logprobs")
+    if body.get("top_logprobs") is not None:  # named as sent, even without logprobs
+        raise _no_logprobs("top_logprobs")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):  # OpenAI's end-user id is a string
+        raise refuse("$.user", f"expected a string (got {clipped_repr(user)})")
     # null is how OpenAI clients leave a parameter unset
     given = [(f"$.{k}", k, v) for k, v in body.items() if v is not None and (k in OPENAI_NAMES or k in ("n", "stream"))]
     params, options = structure_params(given, base=OPENAI_DEFAULTS, names=OPENAI_NAMES)
@@ -127,25 +136,13 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
         ):
             raise _bad("stream_options", f"'stream_options' must be {{\"include_usage\": bool}} (got {options_body!r})")
         include_usage = bool(options_body.get("include_usage", False))
-    return Sampling(params, options.n, options.stream, include_usage)
+    return Sampling(params, options.n, options.stream, include_usage, sent_paths(given, OPENAI_NAMES))
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
-    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists.
-
-    Token ids are checked by `token_ids`, as `/generate`'s and `Engine.submit`'s are.
-    """
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list):
-        if prompt and all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if prompt and all(isinstance(p, list) for p in prompt):
-            return [list(token_ids(p, f"$.prompt[{i}]")) for i, p in enumerate(prompt)]
-        if not any(isinstance(p, list) for p in prompt):  # one prompt of token ids
-            return [list(token_ids(prompt, "$.prompt"))]
-    raise _bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists")
+    """`prompt` as a string, a list of strings, a list of token ids or a list of such lists (`prompt_list`)."""
+    prompts, _ = prompt_list(body.get("prompt"), "$.prompt", text=True, ids=True)
+    return [p if isinstance(p, str) else list(p) for p in prompts]
 
 
 def render_chat(messages: Any, template: ChatTemplate | None) -> str:
@@ -163,6 +160,9 @@ def render_chat(messages: Any, template: ChatTemplate | None) -> str:
             content = "".join(str(p.get("text", "")) for p in content)
         if not isinstance(content, str):
             raise _bad(f"messages[{i}].content", f"message {i} needs a string content")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):  # a participant's name is a string in OpenAI's API
+            raise _bad(f"messages[{i}].name", f"$.messages[{i}].name: expected a string (got {clipped_repr(name)})")
         clean.append({"role": m["role"], "content": content})
     try:
         return (template or default_template()).render(clean)
@@ -224,7 +224,8 @@ def install_openai_routes(
             body = await json_object(request, None)
             s = parse_sampling(body, fields, model_name())
             prompts = prompts_of(body)
-            return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
+            with refused_as_sent(s.sent):
+                return await _serve(request, backend, prompts, s, chat=chat, model=model_name(), observe=observe)
         except ClientGone:
             return gone_response()
         except Exception as exc:

@@ -87,6 +87,22 @@ def test_a_bad_request_is_422_with_its_problems_as_data() -> None:
     assert [p.path for p in twin.problems] == ["$.temperature", "$.sampling_params.top_k"]
 
 
+def test_the_engines_refusal_at_a_parameter_crosses_with_its_path() -> None:
+    """Too long for the context (only a replica's engine can tell) stays at `$.max_new_tokens` over the pipe, so
+    the edge answers it at the client's spelling as it does for one engine."""
+    from engine.http.bodies import refused_as_sent, sent_paths
+    from engine.request_params import OPENAI_NAMES, beyond_context
+
+    refusal = beyond_context(2040, 16, 2048)
+    twin = _across(refusal)
+    assert isinstance(twin, InvalidRequest) and twin.lines() == refusal.lines()
+    assert [p.path for p in twin.problems] == ["$.max_new_tokens"]
+    with pytest.raises(InvalidRequest) as info, refused_as_sent(sent_paths([], OPENAI_NAMES)):
+        raise twin
+    assert [p.path for p in info.value.problems] == ["$.max_tokens"]
+    assert problem_of(info.value).status == 422
+
+
 def test_a_drain_timeout_keeps_its_retry_after() -> None:
     twin = _across(DrainTimeout("slow", queued=0, running=1, retry_after_s=2.5))
     assert isinstance(twin, DrainTimeout) and twin.retry_after_s == 2.5

@@ -239,7 +239,7 @@ def test_config_overrides_hot_fields_only(serve) -> None:
 
 
 def test_generate_validates_its_body(serve) -> None:
-    """Bad generate bodies get 422 lines; over-long requests 400; token ids work as input."""
+    """Bad generate bodies get 422 lines, over-long requests too; token ids work as input."""
     engine, client = serve()
     r = client.post("/generate", json={"max_new_tokens": 0, "temperature": -1})
     assert r.status_code == 422
@@ -249,7 +249,7 @@ def test_generate_validates_its_body(serve) -> None:
         "$.temperature: must be in [0, 100] (got -1)",
     ]
     r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
-    assert r.status_code == 400
+    assert r.status_code == 422 and r.json()["errors"][0].startswith("$.max_new_tokens: a prompt of 2040 tokens")
     ok = client.post(
         "/generate", json={"input_ids": [72, 105], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
     )
@@ -258,7 +258,7 @@ def test_generate_validates_its_body(serve) -> None:
 
 
 def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
-    """A prompt beyond the KV pool or the context gets 400 naming the limit; only a stopped engine gets 503."""
+    """A prompt beyond the KV pool gets 400 naming the limit, beyond the context 422 at the field; a stopped engine 503."""
     engine, client = serve("--max-total-tokens", "64")
     r = client.post("/generate", json={"input_ids": [1] * 100, "max_new_tokens": 4})
     assert r.status_code == 400
@@ -266,11 +266,14 @@ def test_prompt_that_can_never_fit_is_a_client_error(serve) -> None:
         "detail": "prompt of 100 tokens needs 100 KV slots, more than 'max_total_tokens' 64 holds"
         " -- shorten the prompt or raise --max-total-tokens"
     }
-    r = client.post("/generate", json={"input_ids": [1] * 2040, "max_new_tokens": 20})
-    assert r.status_code == 400
+    r = client.post("/generate", json={"input_ids": [1] * 2040, "sampling_params": {"max_tokens": 20}})
+    assert r.status_code == 422  # a parameter the client can lower: at the spelling and place it was sent
     assert r.json() == {
-        "detail": "prompt of 2040 tokens plus max_new_tokens 20 exceeds the context length 2048 ('context_length')"
-        " -- shorten the prompt or lower max_new_tokens"
+        "detail": "invalid request parameters: max_tokens",
+        "errors": [
+            "$.sampling_params.max_tokens: a prompt of 2040 tokens plus 20 new tokens exceeds the context length"
+            " 2048 ('context_length') -- ask for at most 8 new tokens, or shorten the prompt"
+        ],
     }
     assert client.post("/generate", json={"input_ids": [1] * 60, "max_new_tokens": 1}).status_code == 200
     engine.shutdown(unpublish=False)  # the config stays published, as in a server draining its engine

@@ -20,6 +20,10 @@ from tests.engine.serving import ADMIN_KEY as KEY
 # the servers live for the module and own their context; each test leaves the config as it found it
 pytestmark = [pytest.mark.server_args_shared, pytest.mark.slow]
 OUTSIDE = "token id 999 is outside the vocabulary 0..255 of this model -- send ids from this model's tokenizer"
+BEYOND = (
+    "a prompt of 2040 tokens plus 9 new tokens exceeds the context length 2048 ('context_length')"
+    " -- ask for at most 8 new tokens, or shorten the prompt"
+)
 FLAGS = {"max_total_tokens": 1024, "page_size": 4, "enable_hierarchical_cache": True, "admin_api_key": KEY}
 
 
@@ -67,6 +71,9 @@ def test_generate_returns_tokens_and_is_deterministic(client: TestClient) -> Non
         ({"max_new_tokens": 2}, 422, "$.text: give exactly one of 'text' (or 'prompt') and 'input_ids'"),
         ({"input_ids": [1, 999], "max_new_tokens": 2}, 422, f"$.input_ids: {OUTSIDE}"),
         ({"input_ids": [[1], [2, 999]], "max_new_tokens": 2}, 422, f"$.input_ids[1]: {OUTSIDE}"),
+        ({"text": ["a", 1], "max_new_tokens": 2}, 422, "$.text[1]: expected a string (got 1)"),
+        ({"text": "a", "prompt": "b"}, 422, "$.prompt: 'prompt' is given twice (also as $.text) -- keep one"),
+        ({"input_ids": [1] * 2040, "max_tokens": 9}, 422, f"$.max_tokens: {BEYOND}"),
     ],
 )
 def test_generate_refuses_bad_bodies(client: TestClient, body: dict[str, Any], status: int, line: str | None) -> None:
@@ -84,6 +91,13 @@ def test_v1_refuses_a_token_id_outside_the_vocabulary_at_its_prompt(client: Test
     r = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "n": 2})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["message"] == f"{at}: {OUTSIDE}" and r.json()["error"]["param"] == "prompt"
+
+
+def test_v1_refuses_a_prompt_too_long_for_the_context_at_max_tokens(client: TestClient) -> None:
+    """The engine's refusal (a replica's, in a group) names OpenAI's parameter, as one engine's does."""
+    r = client.post("/v1/completions", json={"prompt": [1] * 2040, "max_tokens": 9})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "max_tokens"), r.text
+    assert r.json()["error"]["message"] == f"$.max_tokens: {BEYOND}"
 
 
 def test_generate_body_that_is_not_json_is_400(client: TestClient) -> None:

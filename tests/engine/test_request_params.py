@@ -98,6 +98,31 @@ TWICE = [
         {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5, "max_tokens": 2},
         "$.max_tokens: 'max_tokens' is given twice (also as $.max_completion_tokens) -- keep one",
     ),
+    # `prompt` is /generate's other name for `text`
+    ("/generate", {"text": "x", "prompt": "y"}, "$.prompt: 'prompt' is given twice (also as $.text) -- keep one"),
+]
+# a list of prompts holding an item of another kind: (route, body, the line naming that item)
+MIXED = [
+    ("/v1/completions", {"prompt": ["a", 1]}, "$.prompt[1]: expected a string (got 1)"),
+    ("/v1/completions", {"prompt": ["a", "b", ["c"]]}, "$.prompt[2]: expected a string (got ['c'])"),
+    ("/v1/completions", {"prompt": [[1], "a"]}, "$.prompt[1]: expected a list of integers (got 'a')"),
+    ("/v1/completions", {"prompt": [1, [2]]}, "$.prompt: item 1: expected an integer (got [2])"),
+    (
+        "/v1/completions",
+        {"prompt": {"a": 1}},
+        "$.prompt: expected a string, a non-empty list of strings, "
+        "a list of integers or a non-empty list of such lists (got {'a': 1})",
+    ),
+    ("/generate", {"text": ["a", 1]}, "$.text[1]: expected a string (got 1)"),
+    ("/generate", {"text": ["a", None]}, "$.text[1]: expected a string (got None)"),
+    ("/generate", {"text": [1]}, "$.text[0]: expected a string (got 1)"),
+    ("/generate", {"text": []}, "$.text: expected a string or a non-empty list of strings (got [])"),
+    ("/generate", {"input_ids": [[1], 2]}, "$.input_ids[1]: expected a list of integers (got 2)"),
+    (
+        "/generate",
+        {"input_ids": "abc"},
+        "$.input_ids: expected a list of integers or a non-empty list of such lists (got 'abc')",
+    ),
 ]
 
 
@@ -181,6 +206,77 @@ def test_a_parameter_given_twice_is_refused_naming_both(served, route: str, body
     else:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"] == line
+
+
+@pytest.mark.parametrize(("route", "body", "line"), MIXED, ids=[f"{r}:{b}" for r, b, _ in MIXED])
+def test_a_prompt_list_is_refused_at_its_first_item_of_another_kind(
+    served, route: str, body: dict[str, Any], line: str
+) -> None:
+    """A list's first item gives its kind (texts, id lists, or one prompt of ids); the refusal names the first that differs."""
+    _, client = served
+    r = _post(client, route, {**body, "max_tokens": 1})
+    if route == "/generate":
+        assert (r.status_code, r.json()["errors"]) == (422, [line]), r.text
+    else:
+        assert (r.status_code, r.json()["error"]["message"], r.json()["error"]["param"]) == (400, line, "prompt")
+
+
+CHAT = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+# /v1 parameters the request model does not hold: (route, body, OpenAI's param, message)
+V1_OTHER = [
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 0}, "top_logprobs", "'top_logprobs' is not supported"),
+    *[
+        ("/v1/completions", {"prompt": "x", "user": u}, "user", f"$.user: expected a string (got {u!r})")
+        for u in (True, {}, [], 3)
+    ],
+    ("/v1/chat/completions", {**CHAT, "user": 1.5}, "user", "$.user: expected a string (got 1.5)"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "x", "name": 1}]},
+        "messages[0].name",
+        "$.messages[0].name: expected a string (got 1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param", "message"), V1_OTHER, ids=[f"{p}-{i}" for i, (_, _, p, _) in enumerate(V1_OTHER)]
+)
+def test_v1_refuses_naming_the_parameter_sent(
+    served, route: str, body: dict[str, Any], param: str, message: str
+) -> None:
+    """`param` is the parameter the client sent; `user` and a message's `name` are strings, as OpenAI defines them."""
+    _, client = served
+    r = _post(client, route, body)
+    assert (r.status_code, r.json()["error"]["param"]) == (400, param), r.text
+    assert r.json()["error"]["message"].startswith(message)
+    assert _post(client, route, {**body, "user": "u1"} if param == "user" else CHAT).status_code == 200
+
+
+BEYOND = "a prompt of 2040 tokens plus 16 new tokens exceeds the context length 2048 ('context_length')"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_for_the_context_is_refused_at_the_parameter_sent(served, stream: bool) -> None:
+    """Only the engine knows the token count; its refusal stands at max_new_tokens, under the spelling each client sent."""
+    engine, client = served
+    ids, why = [1] * 2040, f"{BEYOND} -- ask for at most 8 new tokens, or shorten the prompt"
+    with pytest.raises(InvalidRequest) as info:
+        engine.submit(ids)
+    assert info.value.lines() == [f"$.max_new_tokens: {why}"]
+    for body, at in (
+        ({}, "$.max_new_tokens"),
+        ({"sampling_params": {"max_tokens": 16}}, "$.sampling_params.max_tokens"),
+    ):
+        r = _post(client, "/generate", {"input_ids": ids, "stream": stream, **body})
+        assert (r.status_code, r.json()["errors"]) == (422, [f"{at}: {why}"]), r.text
+    for body, param in (({}, "max_tokens"), ({"max_completion_tokens": 16}, "max_completion_tokens")):
+        r = _post(client, "/v1/completions", {"prompt": ids, "stream": stream, **body})
+        assert (r.status_code, r.json()["error"]) == (
+            400,
+            {"message": f"$.{param}: {why}", "type": "invalid_request_error", "param": param, "code": None},
+        )
+    assert engine.busy_counts() == (0, 0)
 
 
 def test_a_bad_value_beside_a_duplicate_is_reported_too(served) -> None:
