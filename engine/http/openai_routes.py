@@ -114,7 +114,7 @@ def parse_sampling(body: dict[str, Any], allowed: tuple[str, ...], model: str) -
             param="model",
             code="model_not_found",
         )
-    if body.get("logprobs") not in (None, False):
+    if body.get("logprobs") is not None and body.get("logprobs") is not False:  # 0 too: the sampled token's logprob
         raise _no_logprobs("logprobs")
     if body.get("top_logprobs") is not None:  # named as sent, even without logprobs
         raise _no_logprobs("top_logprobs")

@@ -156,6 +156,7 @@ def test_n_choices_stream_each_with_its_index(client: openai.OpenAI) -> None:
     [
         ({"top_p": 0}, "top_p"),
         ({"logprobs": 2}, "logprobs"),
+        ({"logprobs": 0}, "logprobs"),  # 0 asks for the sampled token's own logprob
         ({"presence_penalty": 3.0}, "presence_penalty"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": 300}, "temperature"),
