@@ -144,10 +144,13 @@ class _DuplicateKey:
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _DuplicateKey:
     """A JSON object, or the first key it repeats: JSON leaves a repeated key's meaning open, so it is refused."""
     out = dict(pairs)
-    if len(out) == len(pairs):
-        return out
-    seen: set[str] = set()
-    return _DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))  # type: ignore[func-returns-value]
+    if len(out) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                return _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def _check_values(value: Any, path: str, limits: BodyLimits) -> None:
