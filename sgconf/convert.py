@@ -101,10 +101,6 @@ def _to_str(value: Any, _: type) -> str:
     raise ConversionError("expected a string")
 
 
-# the hooks that return a value of exactly their type unchanged (a float may be refused: NaN, infinities)
-_PASSING: dict[Any, Any] = {int: _to_int, bool: _to_bool, str: _to_str}
-
-
 def _to_dict(value: Any, tp: type) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -256,6 +252,30 @@ def _to_enum(value: Any, tp: type[enum.Enum]) -> enum.Enum:
     raise ConversionError(f"expected {_describe_class(tp)}")
 
 
+def _or_enum(scalar: type, to_scalar: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
+    """`to_scalar`, except for an enum deriving from `scalar` (`class Color(str, Enum)`), which gets its member.
+
+    cattrs hands a class to the hook of its nearest registered base, and such an enum's
+    `str` (or `int`) comes before `Enum`: without this it would come back as plain text.
+    """
+
+    def hook(value: Any, tp: type) -> Any:
+        if tp is not scalar and issubclass(tp, enum.Enum):
+            return _to_enum(value, tp)
+        return to_scalar(value, tp)
+
+    return hook
+
+
+_SCALAR_HOOKS: dict[Any, Any] = {
+    int: _or_enum(int, _to_int),
+    float: _or_enum(float, _to_float),
+    bool: _to_bool,
+    str: _or_enum(str, _to_str),
+}
+# the hooks that return a value of exactly their type unchanged (a float may be refused: NaN, infinities)
+_PASSING: dict[Any, Any] = {tp: _SCALAR_HOOKS[tp] for tp in (int, bool, str)}
+
 _UNION_SCALARS = (int, float, bool, str)
 _SEQUENCES: tuple[Any, ...] = (list, tuple, set, frozenset)
 
@@ -286,10 +306,8 @@ def _union_hook(tp: Any, conv: cattrs.Converter) -> Any:
 
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter()
-    conv.register_structure_hook(int, _to_int)
-    conv.register_structure_hook(float, _to_float)
-    conv.register_structure_hook(bool, _to_bool)
-    conv.register_structure_hook(str, _to_str)
+    for scalar, hook in _SCALAR_HOOKS.items():
+        conv.register_structure_hook(scalar, hook)
     conv.register_structure_hook(datetime.timedelta, _to_duration)
     # two-argument factories: cattrs hands them the converter that structures, so a copy's hooks apply to items
     factories: list[tuple[Callable[[Any], bool], Any]] = [

@@ -25,6 +25,16 @@ class Shade(enum.Enum):
     LIGHT = 2
 
 
+class Mode(str, enum.Enum):  # an enum on a scalar base: its member, never the bare text
+    EAGER = "eager"
+    LAZY = "lazy"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     size: int
@@ -66,6 +76,13 @@ GOOD = [
     (datetime.timedelta, "1m30s", datetime.timedelta(seconds=90)),
     (Shade, "LIGHT", Shade.LIGHT),
     (Shade, 2, Shade.LIGHT),
+    (Mode, "lazy", Mode.LAZY),
+    (Mode, "EAGER", Mode.EAGER),
+    (Mode, Mode.LAZY, Mode.LAZY),
+    (Level, 2, Level.HIGH),
+    (Level, "low", Level.LOW),
+    (list[Mode], "eager, lazy", (Mode.EAGER, Mode.LAZY)),
+    (Mode | None, "lazy", Mode.LAZY),
     (Window, {"size": "3"}, Window(3)),
     (int | str, "7", "7"),  # an exact type match wins, as in pydantic's smart mode
     (int | float, "7", 7),
@@ -112,6 +129,7 @@ BAD = [
         ),
     ),
     (Shade, "purple", "expected one of 'dark', 2"),
+    (Mode, "sleepy", "expected one of 'eager', 'lazy'"),
     (Window, {"size": 1, "depth": 2}, "unknown key 'depth' -- Window takes size, name"),
     (Window, {"name": "n"}, "missing key 'size' -- Window needs size"),
     (Window, {"size": -1}, "expected an object of size, name (size must be >= 0)"),
