@@ -252,15 +252,15 @@ def _to_enum(value: Any, tp: type[enum.Enum]) -> enum.Enum:
     raise ConversionError(f"expected {_describe_class(tp)}")
 
 
-def _or_enum(scalar: type, to_scalar: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
-    """`to_scalar`, except for an enum deriving from `scalar` (`class Color(str, Enum)`), which gets its member.
+def _or_enum(to_scalar: Callable[[Any, type], Any]) -> Callable[[Any, type], Any]:
+    """`to_scalar`, except for an enum deriving from its scalar (`class Color(str, Enum)`), which gets its member.
 
     cattrs hands a class to the hook of its nearest registered base, and such an enum's
     `str` (or `int`) comes before `Enum`: without this it would come back as plain text.
     """
 
     def hook(value: Any, tp: type) -> Any:
-        if tp is not scalar and issubclass(tp, enum.Enum):
+        if issubclass(tp, enum.Enum):
             return _to_enum(value, tp)
         return to_scalar(value, tp)
 
@@ -268,10 +268,10 @@ def _or_enum(scalar: type, to_scalar: Callable[[Any, type], Any]) -> Callable[[A
 
 
 _SCALAR_HOOKS: dict[Any, Any] = {
-    int: _or_enum(int, _to_int),
-    float: _or_enum(float, _to_float),
+    int: _or_enum(_to_int),
+    float: _or_enum(_to_float),
     bool: _to_bool,
-    str: _or_enum(str, _to_str),
+    str: _or_enum(_to_str),
 }
 # the hooks that return a value of exactly their type unchanged (a float may be refused: NaN, infinities)
 _PASSING: dict[Any, Any] = {tp: _SCALAR_HOOKS[tp] for tp in (int, bool, str)}
